@@ -1,0 +1,186 @@
+"""XLNetBackbone: embeddings, masks, segment matrix, relative positions, two streams and memories."""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Union
+
+import keras
+import tensorflow as tf
+
+from xlnet_tf.config import XLNetConfig
+from xlnet_tf.layers.block import XLNetLayer
+from xlnet_tf.layers.position import RelativePositionalEncoding
+
+QUERY_STREAM_MODES = ("targets", "full")
+
+
+def causal_mask(qlen: int, mlen: int, same_length: bool = False):
+    """`[qlen, mlen + qlen]` bool, True = blocked (attn_type `uni`): keys in the future of each query.
+
+    With `same_length`, the first `qlen` key columns are also blocked below the diagonal (the original's
+    `_create_mask`), so every query attends to the same number of keys.
+    """
+    rows = tf.range(qlen)[:, None]
+    cols = tf.range(mlen + qlen)[None, :]
+    blocked = cols > rows + mlen
+    if same_length:
+        blocked = blocked | ((cols < rows) & (cols < qlen))
+    return blocked
+
+
+def cache_mems(layer_input, prev_mem, mem_len: int, reuse_len: Optional[int]):
+    """New memory `[B, mem_len', D]`: `[prev_mem; layer_input[:, :reuse_len]]`, last `mem_len` positions,
+    no gradient (the original's `_cache_mem`)."""
+    cur = layer_input[:, :reuse_len] if reuse_len else layer_input
+    if prev_mem is not None:
+        cur = tf.concat([tf.cast(prev_mem, cur.dtype), cur], axis=1)
+    return tf.stop_gradient(cur[:, -mem_len:])
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class XLNetBackbone(keras.layers.Layer):
+    """The XLNet transformer (no task head): content stream, query stream at the targets, memories.
+
+    Args:
+      config: `XLNetConfig` (or its dict).
+      query_stream: `"targets"` computes the query stream only at the P target positions (gathering mask
+        and relative-position rows); `"full"` is the original full-length formulation (scatter to L rows
+        and gather back). Both give the same numbers; `"targets"` is O(P * klen) instead of O(L * klen).
+
+    Call inputs (batch-major):
+      input_ids: `[B, L]` int. segment_ids: `[B, L]` int or None (only equality matters; 0 = A, 1 = B,
+        2 = CLS, 4 = pad). attention_mask: `[B, L]`, **1 = real token, 0 = padding**, or None.
+      mems: list of `n_layer` tensors `[B, M, D]` (memory is always visible, segment id 0), or None.
+      perm_mask: `[B, L, L]`, **1 = position i may NOT attend to position j**, or None.
+      target_mapping: `[B, P, L]` one-hot rows (an all-zero row is a padded slot), or None (no query
+        stream).
+    Returns a dict:
+      `content` `[B, L, D]`; `query` `[B, P, D]` (None without `target_mapping`); `new_mems`: list of
+      `n_layer` tensors `[B, mem_len, D]` (the layer inputs, last `mem_len` of `[mems; first reuse_len]`),
+      or None when `config.mem_len` is 0/None.
+    """
+
+    def __init__(self, config: Union[XLNetConfig, dict], query_stream: str = "targets", **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(config, dict):
+            config = XLNetConfig.from_dict(config)
+        if query_stream not in QUERY_STREAM_MODES:
+            raise ValueError(f"query_stream must be one of {QUERY_STREAM_MODES}, got {query_stream!r}")
+        self.config = config
+        self.query_stream = query_stream
+        c = config
+        policy = self.dtype_policy
+        self.position_encoding = RelativePositionalEncoding(
+            c.d_model, attn_type=c.attn_type, clamp_len=c.clamp_len, bi_data=c.bi_data,
+            name="position_encoding", dtype=policy)
+        self.xl_layers = [
+            XLNetLayer(c.d_model, c.n_head, c.d_head, c.d_inner, ff_activation=c.ff_activation,
+                       dropout=c.dropout, dropatt=c.dropatt, layer_norm_eps=c.layer_norm_eps,
+                       initializer_range=c.initializer_range, own_biases=c.untie_r, name=f"layer_{i}",
+                       dtype=policy)
+            for i in range(c.n_layer)]
+        self.drop = keras.layers.Dropout(c.dropout, dtype=policy)
+
+    def build(self, input_shape=None):
+        c = self.config
+        init = keras.initializers.RandomNormal(stddev=c.initializer_range)
+        self.word_embedding = self.add_weight(name="word_embedding", shape=(c.n_token, c.d_model),
+                                              initializer=init)
+        self.mask_emb = self.add_weight(name="mask_emb", shape=(1, 1, c.d_model), initializer=init)
+        if not c.untie_r:  # shared across layers
+            for name in ("r_w_bias", "r_r_bias", "r_s_bias"):
+                setattr(self, name, self.add_weight(name=name, shape=(c.n_head, c.d_head),
+                                                    initializer=init))
+        for layer in self.xl_layers:
+            layer.build()
+        super().build(input_shape)
+
+    # ---------------------------------------------------------------------------------------------- call
+    def embed(self, input_ids):
+        """`[B, L]` ids -> `[B, L, D]` word embeddings (no scaling), in the compute dtype."""
+        return tf.cast(tf.gather(self.word_embedding, input_ids), self.compute_dtype)
+
+    def _blocked(self, batch, qlen, mlen, attention_mask, perm_mask):
+        """`[B|1, L|1, M+L]` bool (True = may NOT attend) for the query stream, or None."""
+        blocked = None
+        if self.config.attn_type == "uni":
+            blocked = causal_mask(qlen, mlen, self.config.same_length)[None]
+        data = None
+        if attention_mask is not None:
+            data = tf.equal(tf.cast(attention_mask, tf.float32), 0.0)[:, None, :]
+        if perm_mask is not None:
+            pm = tf.cast(perm_mask, tf.float32) > 0.0
+            data = pm if data is None else (data | pm)
+        if data is not None:
+            if mlen:
+                data = tf.concat([tf.zeros(tf.concat([tf.shape(data)[:2], [mlen]], 0), tf.bool), data], -1)
+            blocked = data if blocked is None else (blocked | data)
+        return blocked
+
+    def call(self, input_ids, segment_ids=None, attention_mask=None, mems=None, perm_mask=None,
+             target_mapping=None, training=False):
+        c = self.config
+        input_ids = tf.convert_to_tensor(input_ids)
+        batch, qlen = tf.shape(input_ids)[0], input_ids.shape[1]
+        if qlen is None:
+            qlen = tf.shape(input_ids)[1]
+        if mems is not None and len(mems) != c.n_layer:
+            raise ValueError(f"mems must hold one tensor per layer ({c.n_layer}), got {len(mems)}")
+        mlen = 0 if not mems else mems[0].shape[1]
+        klen = mlen + qlen
+
+        # ---- masks (True = blocked)
+        blocked = self._blocked(batch, qlen, mlen, attention_mask, perm_mask)
+        content_mask = None
+        if blocked is not None:
+            rows = tf.range(qlen)[:, None]
+            cols = tf.range(klen)[None, :]
+            content_mask = blocked & tf.logical_not(tf.equal(cols, rows + mlen))[None]  # sees itself
+        # ---- segments
+        seg_diff = None
+        if segment_ids is not None:
+            seg = tf.cast(segment_ids, tf.int32)
+            keys = seg if not mlen else tf.concat([tf.zeros([batch, mlen], tf.int32), seg], 1)
+            seg_diff = tf.not_equal(seg[:, :, None], keys[:, None, :])
+
+        # ---- query stream inputs
+        query_kwargs = {}
+        query = None
+        if target_mapping is not None:
+            target_mapping = tf.convert_to_tensor(target_mapping)
+            n_pred = tf.shape(target_mapping)[1]
+            query = tf.tile(tf.cast(self.mask_emb, self.compute_dtype), [batch, n_pred, 1])
+            query = self.drop(query, training=training)
+            query_mask, query_seg = blocked, seg_diff
+            if query_mask is not None:
+                query_mask = tf.broadcast_to(query_mask, [batch, qlen, klen])
+            if self.query_stream == "full":
+                query_kwargs = dict(target_mapping=target_mapping, query_mask=query_mask,
+                                    query_seg_diff=query_seg)
+            else:
+                pos = tf.argmax(target_mapping, axis=-1, output_type=tf.int32)  # [B, P]
+                gather = (lambda x: None if x is None else tf.gather(x, pos, batch_dims=1))
+                query_kwargs = dict(query_pos=pos, query_weight=tf.reduce_sum(target_mapping, -1),
+                                    query_mask=gather(query_mask), query_seg_diff=gather(query_seg))
+
+        # ---- embeddings and positions
+        content = self.drop(self.embed(input_ids), training=training)
+        pos_emb = self.drop(self.position_encoding(qlen=qlen, klen=klen), training=training)
+        biases = None if c.untie_r else (self.r_w_bias, self.r_r_bias, self.r_s_bias)
+
+        new_mems = [] if c.mem_len else None
+        for i, layer in enumerate(self.xl_layers):
+            mem = mems[i] if mems else None
+            if new_mems is not None:
+                new_mems.append(cache_mems(content, mem, c.mem_len, c.reuse_len))
+            content, query = layer(content, query, pos_emb=pos_emb, mems=mem, content_mask=content_mask,
+                                   seg_diff=seg_diff, biases=biases, training=training, **query_kwargs)
+        content = self.drop(content, training=training)
+        if query is not None:
+            query = self.drop(query, training=training)
+        return {"content": content, "query": query, "new_mems": new_mems}
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(config=self.config.to_dict(), query_stream=self.query_stream)
+        return config

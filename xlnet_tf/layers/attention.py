@@ -1,0 +1,194 @@
+"""Relative multi-head attention with segment encoding, and XLNet's two-stream attention."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+# Added to blocked scores. Scores are always float32 when masked (softmax runs in float32), so this
+# never overflows, whatever the compute dtype.
+MASK_VALUE = -1e30
+
+
+def rel_shift(scores, klen: int):
+    """Aligns position scores to key positions (content stream, all query rows).
+
+    Args:
+      scores: `[B, H, Q, P]`, column `p` scored against the relative distance of row `p` of the positional
+        encoding (`klen - p`).
+      klen: number of keys (`mlen + Q`).
+
+    Returns:
+      `[B, H, Q, klen]` with `out[..., i, j] = scores[..., i, Q - i + j]`, i.e. the score of the distance
+      `(mlen + i) - j` (query position minus key position).
+    """
+    b, h, q, p = (tf.shape(scores)[k] for k in range(4))
+    x = tf.reshape(scores, [b, h, p, q])[:, :, 1:, :]
+    x = tf.reshape(x, [b, h, q, p - 1])
+    return x[..., :klen]
+
+
+def gather_shift(scores, query_pos, qlen: int, klen: int):
+    """`rel_shift` for query rows at arbitrary positions (the query stream at its targets).
+
+    Args:
+      scores: `[B, H, K, P]`, row `k` belongs to the query at position `query_pos[b, k]`.
+      query_pos: `[B, K]` int, position of each query row within the current segment (`0 <= pos < qlen`).
+
+    Returns:
+      `[B, H, K, klen]` with `out[b, :, k, j] = scores[b, :, k, qlen - query_pos[b, k] + j]`. Indices past
+      the last row of the encoding (only reachable with `attn_type="uni"` for keys in the future, which
+      are masked) are clipped.
+    """
+    p = tf.shape(scores)[-1]
+    idx = qlen - query_pos[:, :, None] + tf.range(klen, dtype=query_pos.dtype)[None, None, :]
+    idx = tf.minimum(idx, tf.cast(p - 1, idx.dtype))
+    idx = tf.broadcast_to(idx[:, None], tf.concat([tf.shape(scores)[:3], [klen]], 0))
+    return tf.gather(scores, idx, batch_dims=3)
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class RelativeAttention(keras.layers.Layer):
+    """XLNet relative multi-head attention for the content stream and, optionally, the query stream.
+
+    Scores are `(ac + bd + ef) / sqrt(d_head)`: content (`q + r_w_bias` against keys), position
+    (`q + r_r_bias` against projected relative encodings, then `rel_shift`), segment (`q + r_s_bias` against
+    `seg_embed[same|different]`, a two-way select). Both streams share every weight; keys and values come
+    from `[mems; content]`. Followed by the output projection, dropout, residual and post-LayerNorm.
+
+    Args:
+      d_model, n_head, d_head: sizes; the projections `q k v o r` are `[d_model, n_head, d_head]`, no bias.
+      dropout: on the projected output. dropatt: on attention probabilities.
+      layer_norm_eps, initializer_range: LayerNorm epsilon, std of the normal initializer.
+      own_biases: create `r_w_bias r_r_bias r_s_bias` `[n_head, d_head]` here (`untie_r=True`); otherwise
+        they are passed to `call` (shared across layers).
+
+    Call inputs (batch-major; masks are boolean with **True = may NOT attend**):
+      content: `[B, L, D]`; query: `[B, K, D]` or None (single stream).
+      pos_emb: `[n_dir, P, D]` from `RelativePositionalEncoding` (n_dir 2 = bi_data: batch rows
+        `[forward half; backward half]`).
+      mems: `[B, M, D]` or None. content_mask: `[B, 1|L, M+L]` or None.
+      seg_diff: `[B, L, M+L]` bool, True where query and key are in different segments, or None.
+      query_mask / query_seg_diff: the same for the query rows (`[B, K, M+L]`, or `[B, L, M+L]` when
+        `target_mapping` is given).
+      query_pos: `[B, K]` int positions of the query rows (targets mode), with `query_weight` `[B, K]`
+        (0 for padded slots, whose attention output is then zero as in the full-length formulation).
+      target_mapping: `[B, K, L]` instead of `query_pos`: the original full-length formulation (scatter
+        the queries to L rows, attend, gather back).
+      biases: `(r_w_bias, r_r_bias, r_s_bias)` when `own_biases=False`.
+
+    Returns: `(content_out [B, L, D], query_out [B, K, D] or None)`.
+    """
+
+    def __init__(self, d_model: int, n_head: int, d_head: int, dropout: float = 0.0,
+                 dropatt: float = 0.0, layer_norm_eps: float = 1e-12, initializer_range: float = 0.02,
+                 own_biases: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model = d_model
+        self.n_head = n_head
+        self.d_head = d_head
+        self.dropout = dropout
+        self.dropatt = dropatt
+        self.layer_norm_eps = layer_norm_eps
+        self.initializer_range = initializer_range
+        self.own_biases = own_biases
+        self.scale = 1.0 / (d_head ** 0.5)
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_eps, name="LayerNorm",
+                                                          dtype=self.dtype_policy)
+        self.output_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.prob_dropout = keras.layers.Dropout(dropatt, dtype=self.dtype_policy)
+
+    def build(self, input_shape=None):
+        init = keras.initializers.RandomNormal(stddev=self.initializer_range)
+        shape = (self.d_model, self.n_head, self.d_head)
+        for name in ("q", "k", "v", "o", "r"):
+            setattr(self, name, self.add_weight(name=name, shape=shape, initializer=init))
+        if self.own_biases:
+            for name in ("r_w_bias", "r_r_bias", "r_s_bias"):
+                setattr(self, name, self.add_weight(name=name, shape=(self.n_head, self.d_head),
+                                                    initializer=init))
+        self.seg_embed = self.add_weight(name="seg_embed", shape=(2, self.n_head, self.d_head),
+                                         initializer=init)
+        self.layer_norm.build((None, None, self.d_model))
+        super().build(input_shape)
+
+    # ------------------------------------------------------------------------------------------ helpers
+    def _w(self, variable):
+        return tf.cast(variable, self.compute_dtype)
+
+    def _project(self, x, kernel):
+        return tf.einsum("bld,dnh->blnh", x, self._w(kernel))
+
+    def _position_scores(self, q_r, k_r):
+        """q_r `[B, Q, H, Dh]`, k_r `[n_dir, P, H, Dh]` -> `[B, H, Q, P]` (rows of batch half x use k_r[x])."""
+        n_dir = k_r.shape[0]
+        if n_dir == 1:
+            return tf.einsum("bind,pnd->bnip", q_r, k_r[0])
+        shape = tf.shape(q_r)
+        halves = tf.reshape(q_r, tf.concat([[n_dir, shape[0] // n_dir], shape[1:]], 0))
+        scores = tf.einsum("xbind,xpnd->xbnip", halves, k_r)
+        return tf.reshape(scores, tf.concat([[shape[0]], tf.shape(scores)[2:]], 0))
+
+    def _core(self, q_head, k_head, v_head, k_r, biases, seg_diff, mask, query_pos, qlen, training):
+        """Attention of queries `[B, Q, H, Dh]` over keys/values `[B, klen, H, Dh]` -> `[B, Q, H, Dh]`."""
+        r_w_bias, r_r_bias, r_s_bias = (self._w(b) for b in biases)
+        klen = tf.shape(k_head)[1]
+        ac = tf.einsum("bind,bjnd->bnij", q_head + r_w_bias, k_head)
+        bd = self._position_scores(q_head + r_r_bias, k_r)
+        bd = rel_shift(bd, klen) if query_pos is None else gather_shift(bd, query_pos, qlen, klen)
+        score = ac + bd
+        if seg_diff is not None:
+            ef = tf.einsum("bind,snd->bnis", q_head + r_s_bias, self._w(self.seg_embed))
+            score += tf.where(seg_diff[:, None], ef[..., 1:], ef[..., :1])
+        score = tf.cast(score, tf.float32) * self.scale
+        if mask is not None:
+            score = tf.where(mask[:, None], tf.constant(MASK_VALUE, tf.float32), score)
+        prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
+        prob = self.prob_dropout(prob, training=training)
+        return tf.einsum("bnij,bjnd->bind", prob, v_head)
+
+    def _post_attention(self, residual, attn_vec, training):
+        out = tf.einsum("bind,hnd->bih", attn_vec, self._w(self.o))
+        out = self.output_dropout(out, training=training)
+        return self.layer_norm(out + residual)
+
+    # --------------------------------------------------------------------------------------------- call
+    def call(self, content, query=None, *, pos_emb, mems=None, content_mask=None, seg_diff=None,
+             query_mask=None, query_seg_diff=None, query_pos=None, query_weight=None,
+             target_mapping=None, biases=None, training=False):
+        if biases is None:
+            if not self.own_biases:
+                raise ValueError(f"{self.name}: biases must be passed when own_biases=False")
+            biases = (self.r_w_bias, self.r_r_bias, self.r_s_bias)
+        qlen = tf.shape(content)[1]
+        keys = content if mems is None else tf.concat([tf.cast(mems, content.dtype), content], axis=1)
+        k_head = self._project(keys, self.k)
+        v_head = self._project(keys, self.v)
+        k_r = tf.einsum("xpd,dnh->xpnh", pos_emb, self._w(self.r))
+
+        vec = self._core(self._project(content, self.q), k_head, v_head, k_r, biases, seg_diff,
+                         content_mask, None, qlen, training)
+        content_out = self._post_attention(content, vec, training)
+        if query is None:
+            return content_out, None
+
+        q_head = self._project(query, self.q)
+        if target_mapping is not None:  # full-length formulation, kept for checks and A/B benchmarks
+            mapping = tf.cast(target_mapping, q_head.dtype)
+            q_full = tf.einsum("bknd,bkl->blnd", q_head, mapping)
+            vec = self._core(q_full, k_head, v_head, k_r, biases, query_seg_diff, query_mask, None, qlen,
+                             training)
+            vec = tf.einsum("blnd,bkl->bknd", vec, mapping)
+        else:
+            vec = self._core(q_head, k_head, v_head, k_r, biases, query_seg_diff, query_mask, query_pos,
+                             qlen, training)
+            if query_weight is not None:
+                vec *= tf.cast(query_weight, vec.dtype)[:, :, None, None]
+        return content_out, self._post_attention(query, vec, training)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(d_model=self.d_model, n_head=self.n_head, d_head=self.d_head, dropout=self.dropout,
+                      dropatt=self.dropatt, layer_norm_eps=self.layer_norm_eps,
+                      initializer_range=self.initializer_range, own_biases=self.own_biases)
+        return config

@@ -1,0 +1,63 @@
+"""One XLNet layer: two-stream relative attention followed by the shared feed-forward sub-layer."""
+
+from __future__ import annotations
+
+import keras
+
+from xlnet_tf.layers.attention import RelativeAttention
+from xlnet_tf.layers.feedforward import PositionwiseFeedForward
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class XLNetLayer(keras.layers.Layer):
+    """`rel_attn` (both streams, shared weights) then `ff` applied to each stream (shared weights).
+
+    Args: as `RelativeAttention` plus `d_inner`, `ff_activation`.
+
+    Call: `layer(content [B, L, D], query [B, K, D] or None, **attention_kwargs)` ->
+    `(content [B, L, D], query [B, K, D] or None)`; see `RelativeAttention` for the keyword inputs and
+    mask polarity (True = may NOT attend).
+    """
+
+    def __init__(self, d_model: int, n_head: int, d_head: int, d_inner: int, ff_activation: str = "gelu",
+                 dropout: float = 0.0, dropatt: float = 0.0, layer_norm_eps: float = 1e-12,
+                 initializer_range: float = 0.02, own_biases: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model = d_model
+        self.n_head = n_head
+        self.d_head = d_head
+        self.d_inner = d_inner
+        self.ff_activation = ff_activation
+        self.dropout = dropout
+        self.dropatt = dropatt
+        self.layer_norm_eps = layer_norm_eps
+        self.initializer_range = initializer_range
+        self.own_biases = own_biases
+        self.rel_attn = RelativeAttention(d_model, n_head, d_head, dropout=dropout, dropatt=dropatt,
+                                          layer_norm_eps=layer_norm_eps,
+                                          initializer_range=initializer_range, own_biases=own_biases,
+                                          name="rel_attn", dtype=self.dtype_policy)
+        self.ff = PositionwiseFeedForward(d_model, d_inner, activation=ff_activation, dropout=dropout,
+                                          layer_norm_eps=layer_norm_eps,
+                                          initializer_range=initializer_range, name="ff",
+                                          dtype=self.dtype_policy)
+
+    def build(self, input_shape=None):
+        self.rel_attn.build()
+        self.ff.build()
+        super().build(input_shape)
+
+    def call(self, content, query=None, training=False, **attention_kwargs):
+        content, query = self.rel_attn(content, query, training=training, **attention_kwargs)
+        content = self.ff(content, training=training)
+        if query is not None:
+            query = self.ff(query, training=training)
+        return content, query
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(d_model=self.d_model, n_head=self.n_head, d_head=self.d_head, d_inner=self.d_inner,
+                      ff_activation=self.ff_activation, dropout=self.dropout, dropatt=self.dropatt,
+                      layer_norm_eps=self.layer_norm_eps, initializer_range=self.initializer_range,
+                      own_biases=self.own_biases)
+        return config

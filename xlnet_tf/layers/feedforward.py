@@ -1,0 +1,68 @@
+"""Position-wise feed-forward sub-layer with residual and post-LayerNorm."""
+
+from __future__ import annotations
+
+import keras
+
+ACTIVATIONS = ("gelu", "gelu_exact", "relu")
+
+
+def get_activation(name: str):
+    """`gelu` is the original release's tanh approximation (what the released checkpoints were trained
+    with); `gelu_exact` is the erf form (Hugging Face's `"gelu"`); `relu`."""
+    if name == "gelu":
+        return lambda x: keras.activations.gelu(x, approximate=True)
+    if name == "gelu_exact":
+        return lambda x: keras.activations.gelu(x, approximate=False)
+    if name == "relu":
+        return keras.activations.relu
+    raise ValueError(f"ff_activation must be one of {ACTIVATIONS}, got {name!r}")
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class PositionwiseFeedForward(keras.layers.Layer):
+    """`LayerNorm(x + dropout(W2 dropout(act(W1 x + b1)) + b2))`.
+
+    Args:
+      d_model, d_inner: sizes (`layer_1` is `[d_model, d_inner]`, `layer_2` is `[d_inner, d_model]`).
+      activation: `gelu` (tanh approximation, as the original), `gelu_exact` or `relu`.
+      dropout, layer_norm_eps, initializer_range: as the rest of the model.
+
+    Call: `x [B, L, D]` -> `[B, L, D]`.
+    """
+
+    def __init__(self, d_model: int, d_inner: int, activation: str = "gelu", dropout: float = 0.0,
+                 layer_norm_eps: float = 1e-12, initializer_range: float = 0.02, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model = d_model
+        self.d_inner = d_inner
+        self.activation = activation
+        self.dropout = dropout
+        self.layer_norm_eps = layer_norm_eps
+        self.initializer_range = initializer_range
+        init = keras.initializers.RandomNormal(stddev=initializer_range)
+        policy = self.dtype_policy
+        self.layer_1 = keras.layers.Dense(d_inner, activation=get_activation(activation),
+                                          kernel_initializer=init, name="layer_1", dtype=policy)
+        self.layer_2 = keras.layers.Dense(d_model, kernel_initializer=init, name="layer_2", dtype=policy)
+        self.layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_eps, name="LayerNorm",
+                                                          dtype=policy)
+        self.drop = keras.layers.Dropout(dropout, dtype=policy)
+
+    def build(self, input_shape=None):
+        self.layer_1.build((None, None, self.d_model))
+        self.layer_2.build((None, None, self.d_inner))
+        self.layer_norm.build((None, None, self.d_model))
+        super().build(input_shape)
+
+    def call(self, x, training=False):
+        y = self.drop(self.layer_1(x), training=training)
+        y = self.drop(self.layer_2(y), training=training)
+        return self.layer_norm(y + x)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(d_model=self.d_model, d_inner=self.d_inner, activation=self.activation,
+                      dropout=self.dropout, layer_norm_eps=self.layer_norm_eps,
+                      initializer_range=self.initializer_range)
+        return config
