@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Callable, Dict, Iterable, Optional
+from typing import Dict, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -23,6 +23,21 @@ BIAS_NAMES = ("r_w_bias", "r_r_bias", "r_s_bias")
 # Optimizer slots and bookkeeping that a weights loader skips.
 _SKIP = re.compile(r"(^global_step$|/adam_[mv]$|/Adam(_1)?$|^beta[12]_power|/Momentum$|"
                    r"/ExponentialMovingAverage$|^_CHECKPOINTABLE_OBJECT_GRAPH$)")
+
+
+# Head scopes of the original fine-tuning and pretraining code (outside `model/transformer/`).
+HEAD_PATTERNS = tuple(re.compile(p) for p in (
+    r"^model/lm_loss/bias$",
+    r"^model/sequnece_summary/(summary/(kernel|bias)|summary_bias|abs_attn/.+)$",
+    r"^model/(classification|regression)_[^/]+/logit/(kernel|bias)$",
+    r"^start_logits/dense/(kernel|bias)$",
+    r"^end_logits/(dense_0|dense_1)/(kernel|bias)$", r"^end_logits/LayerNorm/(gamma|beta)$",
+    r"^answer_class/dense_0/(kernel|bias)$", r"^answer_class/dense_1/kernel$",
+    r"^logits/dense/(kernel|bias)$"))
+
+
+def is_head_variable(name: str) -> bool:
+    return any(p.search(name) for p in HEAD_PATTERNS)
 
 
 class CheckpointMismatchError(ValueError):
@@ -88,26 +103,32 @@ def _unstack_per_layer(arrays: Dict[str, np.ndarray], config: XLNetConfig) -> Di
     return out
 
 
-def assign_arrays(model, arrays: Dict[str, np.ndarray], source: str, allow_missing: Iterable[str] = (),
+def assign_arrays(model, arrays: Dict[str, np.ndarray], source: str, require_heads: bool = False,
                   ignore_unexpected: bool = False) -> Dict[str, list]:
-    """Assigns original-layout-named arrays to the model, checking names and shapes.
+    """Assigns original-layout-named arrays to a backbone or task model, checking names and shapes.
 
-    Raises `CheckpointMismatchError` listing every missing name (not in `allow_missing`, a list of
-    regexes), every unexpected name (unless `ignore_unexpected`) and every shape mismatch.
-    Returns `{"loaded": [...], "missing": [...], "unexpected": [...]}`.
+    Every backbone variable must be present; the model's head variables too when `require_heads`
+    (otherwise absent heads keep their fresh initialization, as when fine-tuning from a pretrained
+    checkpoint). Names that are neither the model's nor a known head scope are unexpected (an error
+    unless `ignore_unexpected`); known head scopes the model lacks (e.g. `lm_loss/bias` when
+    fine-tuning) are skipped. Raises `CheckpointMismatchError` listing every problem at once.
+    Returns `{"loaded": [...], "missing_heads": [...], "skipped": [...]}`.
     """
     config = model.config
     arrays = _unstack_per_layer({k: v for k, v in arrays.items() if not _SKIP.search(k)}, config)
     targets = model_variables(model)
-    allowed = [re.compile(p) for p in allow_missing]
-    missing = sorted(n for n in targets if n not in arrays and not any(p.search(n) for p in allowed))
-    unexpected = sorted(n for n in arrays if n not in targets)
+    backbone = model if hasattr(model, "xl_layers") else model.backbone
+    backbone_names = set(backbone_variables(backbone))
+    absent = sorted(n for n in targets if n not in arrays)
+    missing = [n for n in absent if require_heads or n in backbone_names]
+    extra = sorted(n for n in arrays if n not in targets)
+    unexpected = [] if ignore_unexpected else [n for n in extra if not is_head_variable(n)]
     bad_shapes = [f"{n}: checkpoint {list(arrays[n].shape)} vs model {list(v.shape)}"
                   for n, v in targets.items() if n in arrays and tuple(arrays[n].shape) != tuple(v.shape)]
     problems = []
     if missing:
         problems.append(f"missing from the checkpoint ({len(missing)}): {missing}")
-    if unexpected and not ignore_unexpected:
+    if unexpected:
         problems.append(f"unexpected in the checkpoint ({len(unexpected)}): {unexpected}")
     if bad_shapes:
         problems.append(f"shape mismatches ({len(bad_shapes)}): {bad_shapes}")
@@ -120,7 +141,7 @@ def assign_arrays(model, arrays: Dict[str, np.ndarray], source: str, allow_missi
         if name in arrays:
             variable.assign(arrays[name].astype(variable.dtype))
             loaded.append(name)
-    return {"loaded": loaded, "missing": missing, "unexpected": unexpected}
+    return {"loaded": loaded, "missing_heads": [n for n in absent if n not in missing], "skipped": extra}
 
 
 # ---------------------------------------------------------------------------------- original TF1 release
@@ -135,13 +156,9 @@ def read_tf_checkpoint(path: str) -> Dict[str, np.ndarray]:
             if not _SKIP.search(name)}
 
 
-def load_original_checkpoint(model, path: str, allow_missing: Iterable[str] = ()):
-    """Loads the original release's `xlnet_model.ckpt` into a backbone or task model.
-
-    Heads absent from the checkpoint are an error unless matched by `allow_missing` (regexes); task
-    models' `init_allow_missing` lists their fresh heads.
-    """
-    return assign_arrays(model, read_tf_checkpoint(path), path, allow_missing)
+def load_original_checkpoint(model, path: str, require_heads: bool = False):
+    """Loads the original release's `xlnet_model.ckpt` (or our converted checkpoints) into a model."""
+    return assign_arrays(model, read_tf_checkpoint(path), path, require_heads)
 
 
 # ---------------------------------------------------------------------------------------- Hugging Face
@@ -154,7 +171,17 @@ def hf_to_original_name(name: str) -> Optional[str]:
     fixed = {"word_embedding.weight": f"{T}/word_embedding/lookup_table",
              "mask_emb": f"{T}/mask_emb/mask_emb", "lm_loss.bias": "model/lm_loss/bias",
              "sequence_summary.summary.weight": "model/sequnece_summary/summary/kernel",
-             "sequence_summary.summary.bias": "model/sequnece_summary/summary/bias"}
+             "sequence_summary.summary.bias": "model/sequnece_summary/summary/bias",
+             # XLNetForSequenceClassification's projection, under a task name of its own.
+             "logits_proj.weight": "model/classification_hf/logit/kernel",
+             "logits_proj.bias": "model/classification_hf/logit/bias"}
+    qa = re.match(r"^(start_logits|end_logits|answer_class)\.(dense|dense_0|dense_1|LayerNorm)\."
+                  r"(weight|bias)$", name)
+    if qa:
+        scope, dense, kind = qa.groups()
+        if dense == "LayerNorm":
+            return f"{scope}/LayerNorm/{'gamma' if kind == 'weight' else 'beta'}"
+        return f"{scope}/{dense}/{'kernel' if kind == 'weight' else 'bias'}"
     if name in fixed:
         return fixed[name]
     if name == "lm_loss.weight":  # tied to the word embedding
@@ -207,11 +234,11 @@ def read_safetensors(path: str) -> Dict[str, np.ndarray]:
     return load_file(path)
 
 
-def load_hf_weights(model, state_or_path, allow_missing: Iterable[str] = ()):
+def load_hf_weights(model, state_or_path, require_heads: bool = False):
     """Loads Hugging Face XLNet weights (a safetensors path or a name -> array dict)."""
     source = state_or_path if isinstance(state_or_path, str) else "Hugging Face state dict"
     state = read_safetensors(state_or_path) if isinstance(state_or_path, str) else state_or_path
-    return assign_arrays(model, hf_state_to_original(state, model.config), source, allow_missing)
+    return assign_arrays(model, hf_state_to_original(state, model.config), source, require_heads)
 
 
 def config_from_hf_json(path: str, **overrides) -> XLNetConfig:
@@ -232,25 +259,32 @@ def detect_format(path: str) -> str:
     names = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
     if f"{T}/word_embedding/lookup_table" in names:
         return "original"
-    if "_CHECKPOINTABLE_OBJECT_GRAPH" in names:
+    if _object_key(f"{T}/word_embedding/lookup_table") in names:
         return "ours"
     raise CheckpointMismatchError(f"{path}: not an XLNet checkpoint (no {T}/word_embedding/lookup_table "
                                   f"and no object graph)")
 
 
-def save_original_checkpoint(model, prefix: str) -> str:
-    """Writes the model's weights as a name-keyed TF checkpoint in the original release's layout.
+def stack_per_layer(arrays: Dict[str, np.ndarray], config: XLNetConfig) -> Dict[str, np.ndarray]:
+    """Inverse of the per-layer split: re-stacks `seg_embed` (and `r_*_bias` with untie_r)."""
+    out = dict(arrays)
+    for name in ["seg_embed"] + (list(BIAS_NAMES) if config.untie_r else []):
+        keys = [f"{T}/layer_{i}/rel_attn/{name}" for i in range(config.n_layer)]
+        if all(k in out for k in keys):
+            out[f"{T}/{name}"] = np.stack([out.pop(k) for k in keys])
+    return out
 
-    This is our `--init_checkpoint` interchange format (what `run/convert_checkpoint.py` writes): readable
-    by `load_init_checkpoint`, by `tf.train.load_checkpoint`, and by the original TF1 code (stacked
-    per-layer tensors are re-stacked). Written to a temporary prefix, then renamed.
+
+def write_original_checkpoint(arrays: Dict[str, np.ndarray], prefix: str,
+                              config: Optional[XLNetConfig] = None) -> str:
+    """Writes name-keyed arrays as a TF checkpoint at `prefix` (temporary name, then rename).
+
+    This is our `--init_checkpoint` interchange format (what `run/convert_checkpoint.py` writes), laid out
+    like the original release, so `tf.train.load_checkpoint` and the original TF1 code can read it too.
+    With `config`, the per-layer tensors are re-stacked as the original stores them.
     """
-    config = model.config
-    arrays = {name: np.asarray(v.numpy()) for name, v in model_variables(model).items()}
-    stacked = ["seg_embed"] + (list(BIAS_NAMES) if config.untie_r else [])
-    for name in stacked:
-        parts = [arrays.pop(f"{T}/layer_{i}/rel_attn/{name}") for i in range(config.n_layer)]
-        arrays[f"{T}/{name}"] = np.stack(parts)
+    if config is not None:
+        arrays = stack_per_layer(arrays, config)
     names = sorted(arrays)
     directory = os.path.dirname(prefix)
     if directory:
@@ -260,35 +294,108 @@ def save_original_checkpoint(model, prefix: str) -> str:
                       tensors=[tf.constant(arrays[n]) for n in names])
     for suffix in _checkpoint_suffixes(tmp):
         tf.io.gfile.rename(tmp + suffix, prefix + suffix, overwrite=True)
-    if directory:  # a 'checkpoint' file so the directory itself works as --init_checkpoint
-        tf.train.update_checkpoint_state(directory, prefix, all_model_checkpoint_paths=[prefix])
+    if directory:  # a 'checkpoint' file, so the directory itself works as --init_checkpoint
+        tf.compat.v1.train.update_checkpoint_state(directory, prefix)
     return prefix
+
+
+def save_original_checkpoint(model, prefix: str) -> str:
+    """Writes a backbone or task model's weights in the original layout (see `write_original_checkpoint`)."""
+    arrays = {name: np.asarray(v.numpy()) for name, v in model_variables(model).items()}
+    return write_original_checkpoint(arrays, prefix, model.config)
+
+
+def convert_checkpoint(source: str, fmt: str, config: XLNetConfig, output_prefix: str) -> Dict[str, list]:
+    """Converts the original release (`fmt="original"`) or Hugging Face safetensors (`fmt="hf"`) into
+    our init-checkpoint format, validating the backbone against `config` first.
+
+    Every backbone variable must be present with the right shape; every other name must be a known head
+    scope (carried over unchanged, e.g. SQuAD or classification heads of a fine-tuned checkpoint);
+    optimizer slots and `global_step` are dropped. Returns `{"backbone": [...], "heads": [...]}`.
+    """
+    from xlnet_tf.backbone import XLNetBackbone
+
+    if fmt == "original":
+        arrays = read_tf_checkpoint(source)
+    elif fmt == "hf":
+        arrays = hf_state_to_original(read_safetensors(source), config)
+    else:
+        raise ValueError(f"fmt must be 'original' or 'hf', got {fmt!r}")
+    arrays = _unstack_per_layer(arrays, config)
+    backbone = XLNetBackbone(config)
+    backbone.build()
+    expected = backbone_variables(backbone)
+    heads = sorted(n for n in arrays if n not in expected)
+    unknown = [n for n in heads if not is_head_variable(n)]
+    if unknown:
+        raise CheckpointMismatchError(f"{source}: unexpected variables (neither the backbone nor a known "
+                                      f"head scope): {unknown}")
+    assign_arrays(backbone, {n: arrays[n] for n in expected if n in arrays}, source)
+    write_original_checkpoint(arrays, output_prefix, config)
+    return {"backbone": sorted(expected), "heads": heads}
 
 
 def _checkpoint_suffixes(prefix: str):
     return [f[len(prefix):] for f in tf.io.gfile.glob(prefix + ".*")]
 
 
-def load_init_checkpoint(model, path: str, allow_missing: Iterable[str] = ()) -> Dict[str, list]:
+def load_init_checkpoint(model, path: str, require_heads: bool = False) -> Dict[str, list]:
     """Initializes `model` (backbone or task model) from any supported checkpoint format.
 
     - `hf`: Hugging Face `model.safetensors` (file or directory);
     - `original`: a name-keyed checkpoint in the original release's layout (the released
       `xlnet_model.ckpt`, and what our converter and `save_original_checkpoint` write);
-    - `ours`: an object-based training checkpoint of our runners; its backbone is restored.
-    Names and shapes are checked; heads absent from the checkpoint must match `allow_missing` (regexes).
+    - `ours`: an object-based checkpoint of our runners (`tf.train.Checkpoint(model=trackable_weights(m))`).
+    Names and shapes are checked (see `assign_arrays`); heads absent from the checkpoint keep their
+    initialization unless `require_heads`.
     """
     fmt = detect_format(path)
     if fmt == "hf":
-        return load_hf_weights(model, path, allow_missing)
+        return load_hf_weights(model, path, require_heads)
     if fmt == "original":
-        return load_original_checkpoint(model, path, allow_missing)
+        return load_original_checkpoint(model, path, require_heads)
     prefix = tf.train.latest_checkpoint(path) if os.path.isdir(path) else path
-    backbone = model if hasattr(model, "xl_layers") else model.backbone
-    status = tf.train.Checkpoint(model=tf.train.Checkpoint(backbone=backbone)).read(prefix)
-    try:
-        status.assert_existing_objects_matched()
-    except AssertionError as e:
-        raise CheckpointMismatchError(f"{path}: the backbone does not fit this checkpoint: {e}") from e
-    status.expect_partial()
-    return {"loaded": sorted(backbone_variables(backbone)), "missing": [], "unexpected": []}
+    return assign_arrays(model, read_object_checkpoint(prefix), path, require_heads)
+
+
+# Keras 3 layers keep sub-layer lists out of TF's object tracking, so `tf.train.Checkpoint(model=keras_model)`
+# would silently save only the top-level variables. Our object-based checkpoints therefore track the
+# weights as one dict keyed by original-layout names: `tf.train.Checkpoint(model=trackable_weights(m))`.
+def trackable_weights(model) -> Dict[str, tf.Variable]:
+    """The dict to put under `model=` in a `tf.train.Checkpoint` (original-layout names -> variables)."""
+    return model_variables(model)
+
+
+def _object_key(name: str) -> str:
+    return "model/" + name.replace(".", "..").replace("/", ".S") + "/.ATTRIBUTES/VARIABLE_VALUE"
+
+
+def _unescape(key: str) -> Optional[str]:
+    if not (key.startswith("model/") and key.endswith("/.ATTRIBUTES/VARIABLE_VALUE")):
+        return None
+    local = key[len("model/"):-len("/.ATTRIBUTES/VARIABLE_VALUE")]
+    if "/" in local:  # a nested object (e.g. optimizer slot), not one of the weights
+        return None
+    out, i = [], 0
+    while i < len(local):
+        if local.startswith(".S", i):
+            out.append("/")
+            i += 2
+        elif local.startswith("..", i):
+            out.append(".")
+            i += 2
+        else:
+            out.append(local[i])
+            i += 1
+    return "".join(out)
+
+
+def read_object_checkpoint(prefix: str) -> Dict[str, np.ndarray]:
+    """The weights of one of our object-based checkpoints, by original-layout name."""
+    reader = tf.train.load_checkpoint(prefix)
+    out = {}
+    for key in reader.get_variable_to_shape_map():
+        name = _unescape(key)
+        if name is not None:
+            out[name] = reader.get_tensor(key)
+    return out

@@ -118,10 +118,15 @@ class XLNetConfig:
     @classmethod
     def from_hf_dict(cls, values: dict[str, Any], **overrides) -> "XLNetConfig":
         """Builds a config from a Hugging Face `config.json` dict (vocab_size, d_model, n_layer, ...)."""
+        # HF's "gelu" is the erf form, "gelu_new" the tanh form the original release trained with. Both map
+        # to our "gelu" (the original's tanh form): the released weights were trained with it.
+        act = {"gelu": "gelu", "gelu_new": "gelu", "relu": "relu"}.get(values.get("ff_activation", "gelu"))
+        if act is None:
+            raise ValueError(f"Unsupported Hugging Face ff_activation {values.get('ff_activation')!r}")
         mapping = dict(
                 n_token=values["vocab_size"], n_layer=values["n_layer"], d_model=values["d_model"],
                 n_head=values["n_head"], d_head=values.get("d_head", values["d_model"] // values["n_head"]),
-                d_inner=values["d_inner"], ff_activation=values.get("ff_activation", "gelu"),
+                d_inner=values["d_inner"], ff_activation=act,
                 untie_r=values.get("untie_r", True), dropout=values.get("dropout", 0.1),
                 dropatt=values.get("dropout", 0.1), clamp_len=values.get("clamp_len", -1),
                 same_length=values.get("same_length", False), bi_data=values.get("bi_data", False),

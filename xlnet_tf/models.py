@@ -70,6 +70,9 @@ class XLNetPretrainer(keras.Model):
         return (masked_mean(self.per_token_loss(features, outputs), mask), masked_mean(correct, mask),
                 tf.reduce_sum(mask))
 
+    def get_build_config(self):
+        return None  # variables are created in __init__
+
     def original_variables(self):
         """Head variables under their names in the original release."""
         return {"model/lm_loss/bias": self.lm_head.bias}

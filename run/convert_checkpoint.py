@@ -1,0 +1,60 @@
+"""Converts the original XLNet release or Hugging Face safetensors into our `--init_checkpoint` format.
+
+  python run/convert_checkpoint.py --original_checkpoint=xlnet_cased_L-12_H-768_A-12/xlnet_model.ckpt \
+      --config=xlnet_cased_L-12_H-768_A-12/xlnet_config.json --output_dir=converted/
+  python run/convert_checkpoint.py --hf_safetensors=xlnet-base-cased/model.safetensors \
+      --hf_config=xlnet-base-cased/config.json --output_dir=converted/
+
+Writes `<output_dir>/xlnet_model.ckpt.*` (the original release's variable layout, validated against the
+config: every backbone variable present with its shape, head scopes carried over, optimizer slots
+dropped), a `checkpoint` file and `<output_dir>/xlnet_config.json`.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("original_checkpoint", None, "Original TF1 checkpoint prefix (xlnet_model.ckpt).")
+flags.DEFINE_string("config", None, "xlnet_config.json of the original checkpoint.")
+flags.DEFINE_string("hf_safetensors", None, "Hugging Face model.safetensors (file or directory).")
+flags.DEFINE_string("hf_config", None, "Hugging Face config.json.")
+flags.DEFINE_string("output_dir", None, "Directory for the converted checkpoint.", required=True)
+
+
+def convert(output_dir, original_checkpoint=None, config=None, hf_safetensors=None, hf_config=None):
+    """Library entry point of the CLI; returns the summary of `checkpoints.convert_checkpoint`."""
+    from xlnet_tf import checkpoints
+    from xlnet_tf.config import XLNetConfig
+
+    if bool(original_checkpoint) == bool(hf_safetensors):
+        raise ValueError("Give exactly one of --original_checkpoint (with --config) or --hf_safetensors "
+                         "(with --hf_config)")
+    if original_checkpoint:
+        if not config:
+            raise ValueError("--original_checkpoint needs --config (its xlnet_config.json)")
+        model_config, source, fmt = XLNetConfig.from_json_file(config), original_checkpoint, "original"
+    else:
+        if not hf_config:
+            raise ValueError("--hf_safetensors needs --hf_config (its config.json)")
+        model_config, source, fmt = checkpoints.config_from_hf_json(hf_config), hf_safetensors, "hf"
+    summary = checkpoints.convert_checkpoint(source, fmt, model_config,
+                                             os.path.join(output_dir, "xlnet_model.ckpt"))
+    model_config.to_json_file(os.path.join(output_dir, "xlnet_config.json"))
+    return summary
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    summary = convert(FLAGS.output_dir, FLAGS.original_checkpoint, FLAGS.config, FLAGS.hf_safetensors,
+                      FLAGS.hf_config)
+    print(f"Converted {len(summary['backbone'])} backbone variables and {len(summary['heads'])} head "
+          f"variables {summary['heads']} into {FLAGS.output_dir}")
+
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,116 @@
+"""Exact small-matrix tests of rel_shift, masks and positions; get_config round trips."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from xlnet_tf.backbone import XLNetBackbone, causal_mask
+from xlnet_tf.config import XLNetConfig
+from xlnet_tf.heads import LMHead
+from xlnet_tf.layers import (PositionwiseFeedForward, RelativeAttention, RelativePositionalEncoding,
+                             XLNetLayer, gather_shift, rel_shift)
+from xlnet_tf.models import XLNetPretrainer
+
+
+def test_rel_shift_closed_form():
+    """out[i, j] must score the distance (mlen + i) - j, where column p of the input scores klen - p."""
+    qlen, mlen = 4, 3
+    klen = qlen + mlen
+    p = klen + qlen
+    distances = klen - np.arange(p)  # what column p encodes
+    scores = np.tile(distances, (1, 1, qlen, 1)).astype(np.float32)  # [1, 1, qlen, P]
+    out = rel_shift(tf.constant(scores), klen).numpy()[0, 0]
+    expected = (mlen + np.arange(qlen))[:, None] - np.arange(klen)[None, :]
+    np.testing.assert_array_equal(out, expected)
+
+
+def test_rel_shift_small_matrix():
+    x = tf.reshape(tf.range(2 * 5, dtype=tf.float32), [1, 1, 2, 5])  # qlen 2, P 5, klen 3
+    np.testing.assert_array_equal(rel_shift(x, 3).numpy()[0, 0], [[2, 3, 4], [6, 7, 8]])
+
+
+def test_gather_shift_equals_rel_shift_rows(rng):
+    qlen, mlen = 6, 2
+    klen, p = qlen + mlen, 2 * qlen + mlen
+    scores = tf.constant(rng.randn(2, 3, qlen, p).astype(np.float32))
+    full = rel_shift(scores, klen).numpy()
+    pos = np.array([[5, 0, 3], [1, 2, 4]], np.int32)
+    rows = tf.gather(scores, pos, axis=2, batch_dims=1)  # [2, 3 heads, 3 rows, P]
+    out = gather_shift(rows, tf.constant(pos), qlen, klen).numpy()
+    for b in range(2):
+        for k in range(3):
+            np.testing.assert_array_equal(out[b, :, k], full[b, :, pos[b, k]])
+
+
+def test_causal_mask_matches_original_create_mask():
+    blocked = causal_mask(qlen=3, mlen=2).numpy().astype(int)
+    np.testing.assert_array_equal(blocked, [[0, 0, 0, 1, 1], [0, 0, 0, 0, 1], [0, 0, 0, 0, 0]])
+    same = causal_mask(qlen=3, mlen=2, same_length=True).numpy().astype(int)
+    np.testing.assert_array_equal(same, [[0, 0, 0, 1, 1], [1, 0, 0, 0, 1], [1, 1, 0, 0, 0]])
+
+
+def test_positional_encoding_values():
+    layer = RelativePositionalEncoding(d_model=4, attn_type="bi", clamp_len=2, bi_data=True)
+    emb = layer(qlen=2, klen=3).numpy()
+    assert emb.shape == (2, 5, 4)
+    fwd = np.clip(np.array([3, 2, 1, 0, -1], np.float32), -2, 2)
+    inv = 1.0 / 10000 ** (np.arange(0, 4, 2) / 4)
+    expected = np.concatenate([np.sin(fwd[:, None] * inv), np.cos(fwd[:, None] * inv)], -1)
+    np.testing.assert_allclose(emb[0], expected, atol=1e-6)
+    np.testing.assert_allclose(emb[1, :, :2], -expected[:, :2], atol=1e-6)  # sin is odd
+    uni = RelativePositionalEncoding(d_model=4, attn_type="uni")(qlen=2, klen=3)
+    assert uni.shape == (1, 4, 4)
+
+
+def test_content_stream_sees_itself():
+    """With a perm mask blocking everything, the content stream attends to itself only: a change of
+    token i changes position i and nothing else."""
+    config = XLNetConfig(n_token=20, n_layer=1, d_model=8, n_head=2, d_head=4, d_inner=8, dropout=0.0,
+                         dropatt=0.0)
+    backbone = XLNetBackbone(config)
+    ids = np.array([[1, 2, 3, 4]])
+    perm = np.ones((1, 4, 4), np.float32)
+    a = backbone(ids, perm_mask=perm)["content"].numpy()
+    b = backbone(np.array([[1, 2, 9, 4]]), perm_mask=perm)["content"].numpy()
+    changed = np.abs(a - b).max(-1)[0]
+    assert changed[2] > 1e-4 and np.all(changed[[0, 1, 3]] < 1e-7)
+
+
+def _round_trip(layer):
+    config = layer.get_config()
+    clone = layer.__class__.from_config(config)
+    assert clone.get_config() == config
+    return clone
+
+
+def test_get_config_round_trips():
+    _round_trip(RelativePositionalEncoding(8, attn_type="uni", clamp_len=5, bi_data=True))
+    _round_trip(RelativeAttention(8, 2, 4, dropout=0.1, dropatt=0.2, own_biases=False))
+    _round_trip(PositionwiseFeedForward(8, 16, activation="relu", dropout=0.1))
+    _round_trip(XLNetLayer(8, 2, 4, 16, ff_activation="gelu", own_biases=True))
+    _round_trip(LMHead(30))
+    config = XLNetConfig(n_token=30, n_layer=2, d_model=8, n_head=2, d_head=4, d_inner=16, mem_len=4)
+    clone = _round_trip(XLNetBackbone(config, query_stream="full"))
+    assert clone.config == config and clone.query_stream == "full"
+    model = XLNetPretrainer(config)
+    clone = XLNetPretrainer.from_config(model.get_config())
+    assert clone.config == config
+
+
+def test_keras_saving_round_trip(tmp_path):
+    config = XLNetConfig(n_token=30, n_layer=1, d_model=8, n_head=2, d_head=4, d_inner=16, dropout=0.0,
+                         dropatt=0.0)
+    model = XLNetPretrainer(config)
+    inputs = {"input_ids": np.array([[1, 2, 3]]), "perm_mask": np.zeros((1, 3, 3), np.float32),
+              "target_mapping": np.eye(3, dtype=np.float32)[None, :2]}
+    before = model(inputs)["logits"].numpy()
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    restored = keras.saving.load_model(path)
+    np.testing.assert_allclose(restored(inputs)["logits"].numpy(), before, atol=1e-6)
+
+
+def test_bad_query_stream_mode():
+    with pytest.raises(ValueError, match="query_stream"):
+        XLNetBackbone(XLNetConfig(n_layer=1), query_stream="sometimes")
