@@ -1,0 +1,140 @@
+"""XLNet pretraining (permutation LM, two streams, memories) on any tf.distribute strategy.
+
+  python run/pretrain.py --flagfile=run/flags/demo_pretrain.flags
+  python run/pretrain.py --record_dir=records/ --spiece_model=spiece.model --model_dir=out/ \
+      --model_config_path=xlnet_config.json --train_steps=500000 --tpu=my-tpu
+
+The record directory's manifest is validated against these flags (seq_len, reuse_len, num_predict,
+batch size, replicas, SentencePiece model) before anything is built. Resumes from --model_dir.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags  # noqa: E402
+
+from run import common_flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    common_flags.define_strategy_flags()
+    common_flags.define_model_flags()
+    common_flags.define_optimizer_flags(learning_rate=1e-4, weight_decay=0.0, adam_epsilon=1e-8)
+    common_flags.define_loop_flags(train_steps=1000, steps_per_loop=100, save_steps=1000)
+    flags.DEFINE_string("record_dir", None, "Pretraining records (tfrecords/build_pretrain.py).")
+    flags.DEFINE_string("eval_records_dir", None, "Held-out records; evaluated before training, at "
+                        "every checkpoint and at the end.")
+    flags.DEFINE_integer("eval_batches", 0, "Held-out batches per evaluation (0 = all).")
+    flags.DEFINE_string("spiece_model", None, "SentencePiece model the records were built with "
+                        "(checked against the manifest's checksum).")
+    flags.DEFINE_integer("seq_len", 512, "Sequence length (must match the records).")
+    flags.DEFINE_integer("reuse_len", 256, "Reuse length (must match the records).")
+    flags.DEFINE_integer("num_predict", 85, "Prediction slots (must match the records).")
+    flags.DEFINE_integer("perm_size", None, "Factorization block size (checked if given).")
+    flags.DEFINE_bool("bi_data", True, "Bidirectional data (must match the records).")
+    flags.DEFINE_integer("train_batch_size", 16, "Global batch size (must match the records).")
+    flags.DEFINE_integer("mem_len", 384, "Memory length (0 = no memory).")
+    flags.mark_flags_as_required(["record_dir"])
+
+
+def run():
+    """Everything `main` does, reading FLAGS (tests call this after parsing flags)."""
+    import json
+
+    import keras
+    import tensorflow as tf
+
+    from tfrecords import manifest as manifest_lib
+    from tfrecords import pretrain_data
+    from xlnet_tf import checkpoints, distribute, optimization, training
+    from xlnet_tf.models import XLNetPretrainer
+
+    strategy = distribute.get_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.num_cpu_replicas)
+    replicas = strategy.num_replicas_in_sync
+    if FLAGS.train_batch_size % replicas:
+        raise ValueError(f"--train_batch_size={FLAGS.train_batch_size} is not divisible by the "
+                         f"{replicas} replicas of the strategy")
+    per_replica = FLAGS.train_batch_size // replicas
+    data_args = dict(seq_len=FLAGS.seq_len, reuse_len=FLAGS.reuse_len, num_predict=FLAGS.num_predict,
+                     spiece_model=FLAGS.spiece_model, perm_size=FLAGS.perm_size, bi_data=FLAGS.bi_data)
+    # Validate the manifest against the flags before building anything.
+    manifest_lib.validate_pretrain_manifest(
+        manifest_lib.read_manifest(FLAGS.record_dir), global_batch_size=FLAGS.train_batch_size,
+        num_replicas=replicas, **data_args)
+    config = common_flags.model_config_from_flags(FLAGS, mem_len=FLAGS.mem_len, reuse_len=FLAGS.reuse_len,
+                                                  bi_data=FLAGS.bi_data)
+    config.validate(batch_size=per_replica, seq_len=FLAGS.seq_len)
+    tf.io.gfile.makedirs(FLAGS.model_dir)
+    config.to_json_file(os.path.join(FLAGS.model_dir, "xlnet_config.json"))
+
+    keras.utils.set_random_seed(FLAGS.seed)
+    with strategy.scope():
+        model = XLNetPretrainer(config, dtype=common_flags.dtype_policy(FLAGS))
+        if FLAGS.init_checkpoint:
+            checkpoints.load_init_checkpoint(model, FLAGS.init_checkpoint)
+        optimizer = optimization.create_optimizer(
+            model, learning_rate=FLAGS.learning_rate, train_steps=FLAGS.train_steps,
+            warmup_steps=FLAGS.warmup_steps, min_lr_ratio=FLAGS.min_lr_ratio, decay=FLAGS.decay_method,
+            weight_decay=FLAGS.weight_decay, adam_epsilon=FLAGS.adam_epsilon, clip=FLAGS.clip,
+            lr_layer_decay_rate=FLAGS.lr_layer_decay_rate, bias_correction=FLAGS.adam_bias_correction)
+        if FLAGS.mixed_precision == "float16":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+
+    def dataset_fn(ctx, start_step):
+        ds = pretrain_data.pretrain_dataset(FLAGS.record_dir, input_context=ctx, repeat=True,
+                                            global_batch_size=FLAGS.train_batch_size, **data_args)
+        local_replicas = replicas // ctx.num_input_pipelines
+        return ds.skip(start_step * local_replicas)
+
+    eval_results = []
+
+    def evaluate(step):
+        if not FLAGS.eval_records_dir:
+            return
+        m = manifest_lib.read_manifest(FLAGS.eval_records_dir)
+        layout = m["stream_layout"]
+        ds = pretrain_data.pretrain_dataset(
+            FLAGS.eval_records_dir, global_batch_size=layout["global_batch_size"],
+            num_replicas=layout["num_replicas"], replica_id=0, **data_args)
+        result = training.evaluate_plm(model, ds, FLAGS.mem_len, FLAGS.eval_batches or None)
+        result["step"] = step
+        eval_results.append(result)
+        print(f"eval step {step}: held-out loss {result['loss']:.4f} accuracy {result['accuracy']:.4f} "
+              f"over {int(result['num_tokens'])} target tokens", flush=True)
+        with open(os.path.join(FLAGS.model_dir, "eval_results.json"), "w", encoding="utf-8") as f:
+            json.dump(eval_results, f, indent=2)
+
+    loop = training.TrainLoopConfig(
+        model_dir=FLAGS.model_dir, train_steps=FLAGS.train_steps, steps_per_loop=FLAGS.steps_per_loop,
+        save_steps=FLAGS.save_steps, keep_checkpoints=FLAGS.keep_checkpoints,
+        jit_compile=FLAGS.jit_compile, global_batch_size=FLAGS.train_batch_size, seq_len=FLAGS.seq_len)
+    trainer = training.Trainer(strategy, model, optimizer, training.plm_loss_fn, dataset_fn, loop,
+                               mem_len=FLAGS.mem_len, per_replica_batch=per_replica,
+                               log=lambda line: print(line, flush=True))
+    if trainer.manager.latest_checkpoint is None:
+        evaluate(0)
+    history = trainer.train(
+        on_loop_end=lambda step: evaluate(step) if step % FLAGS.save_steps == 0 else None)
+    if FLAGS.eval_records_dir and (not eval_results or eval_results[-1]["step"] != FLAGS.train_steps):
+        evaluate(FLAGS.train_steps)
+    final = checkpoints.save_original_checkpoint(model, os.path.join(FLAGS.model_dir, "final",
+                                                                     "xlnet_model.ckpt"))
+    config.to_json_file(os.path.join(FLAGS.model_dir, "final", "xlnet_config.json"))
+    print(f"Final weights (usable as --init_checkpoint): {os.path.dirname(final)}", flush=True)
+    return {"history": history, "eval": eval_results, "final_checkpoint": final}
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    run()
+
+
+define_flags()
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,286 @@
+"""One strategy-aware custom training loop for every runner: host loops of `steps_per_loop` steps,
+per-replica memories carried across steps and checkpointed, automatic resume, summaries, progress."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+import tensorflow as tf
+
+from xlnet_tf import checkpoints
+
+
+@dataclasses.dataclass
+class TrainLoopConfig:
+    """Loop settings. `save_steps` and `train_steps` must be multiples of `steps_per_loop` (checked)."""
+
+    model_dir: str
+    train_steps: int
+    steps_per_loop: int = 100
+    save_steps: int = 1000
+    keep_checkpoints: int = 5
+    jit_compile: bool = False
+    global_batch_size: int = 1
+    seq_len: int = 0  # for tokens/s in the progress line
+
+    def validate(self):
+        if self.train_steps <= 0 or self.steps_per_loop <= 0:
+            raise ValueError("--train_steps and --steps_per_loop must be positive")
+        if self.save_steps <= 0 or self.save_steps % self.steps_per_loop:
+            raise ValueError(f"--save_steps ({self.save_steps}) must be a positive multiple of "
+                             f"--steps_per_loop ({self.steps_per_loop})")
+
+
+class MemoryState:
+    """Per-replica Transformer-XL memories `[n_layer, B_replica, mem_len, D]` (float32), kept in
+    on-read-synchronized variables so each replica reads and writes its own copy, plus a plain
+    `[num_replicas, ...]` variable that holds all replicas' copies for checkpoints."""
+
+    def __init__(self, strategy, n_layer: int, per_replica_batch: int, mem_len: int, d_model: int):
+        self.strategy = strategy
+        self.shape = [n_layer, per_replica_batch, mem_len, d_model]
+        with strategy.scope():
+            self.local = tf.Variable(tf.zeros(self.shape), trainable=False, name="mems",
+                                     synchronization=tf.VariableSynchronization.ON_READ,
+                                     aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        with tf.device("/cpu:0"):
+            self.saved = tf.Variable(tf.zeros([strategy.num_replicas_in_sync] + self.shape),
+                                     trainable=False, name="mems_all_replicas")
+
+    def read(self, dtype) -> List[tf.Tensor]:
+        """Inside a replica: that replica's memories as a list of `[B, mem_len, D]` per layer."""
+        return [tf.cast(m, dtype) for m in tf.unstack(self.local)]
+
+    def write(self, new_mems):
+        self.local.assign(tf.stack([tf.cast(m, tf.float32) for m in new_mems]))
+
+    def _components(self):
+        return list(getattr(self.local, "values", [self.local]))
+
+    def stash(self):
+        """Copies every replica's memories into the checkpointed variable."""
+        self.saved.assign(tf.stack([tf.convert_to_tensor(v) for v in self._components()]))
+
+    def unstash(self):
+        for i, v in enumerate(self._components()):
+            v.assign(self.saved[i])
+
+    def reset(self):
+        for v in self._components():
+            v.assign(tf.zeros(self.shape))
+
+
+def write_scalar(name: str, value: float, step: int):
+    """A TensorBoard scalar written with the core summary op (TF 2.21 no longer ships tensorboard,
+    whose `tf.summary.scalar` implementation this replaces; the files are what TensorBoard reads)."""
+    from tensorflow.core.framework import summary_pb2
+
+    metadata = summary_pb2.SummaryMetadata()
+    metadata.plugin_data.plugin_name = "scalars"
+    tf.summary.write(name, tf.constant(value, tf.float32), step=step,
+                     metadata=metadata.SerializeToString())
+
+
+def _format_eta(seconds: float) -> str:
+    seconds = int(max(seconds, 0))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class Trainer:
+    """Runs `train_steps` optimizer steps of `loss_fn` under `strategy`.
+
+    Args:
+      strategy: from `xlnet_tf.distribute.get_strategy`.
+      model: a built task model (created under `strategy.scope()`), with `.config`.
+      optimizer: from `xlnet_tf.optimization.create_optimizer` (created under the scope).
+      loss_fn: `loss_fn(model, features, mems, training) -> (loss, new_mems or None, metrics dict)`,
+        loss = mean over the replica's batch.
+      dataset_fn: `dataset_fn(input_context, start_step) -> tf.data.Dataset` of per-replica batches that
+        starts at global step `start_step` (so a resumed run sees the batches it would have seen).
+      config: `TrainLoopConfig`.
+      mem_len: memory length (0 = no memories); memories start at zero and carry across steps.
+      log: a callable taking one line (progress).
+    """
+
+    def __init__(self, strategy, model, optimizer, loss_fn: Callable, dataset_fn: Callable,
+                 config: TrainLoopConfig, mem_len: int = 0, per_replica_batch: int = 0,
+                 log: Callable[[str], None] = print):
+        config.validate()
+        self.strategy = strategy
+        self.model = model
+        self.optimizer = optimizer
+        self.loss_fn = loss_fn
+        self.dataset_fn = dataset_fn
+        self.config = config
+        self.log = log
+        self.num_replicas = strategy.num_replicas_in_sync
+        with strategy.scope():
+            self.optimizer.build(model.trainable_variables)
+            self.global_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step",
+                                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        c = model.config
+        self.mems = (MemoryState(strategy, c.n_layer, per_replica_batch, mem_len, c.d_model)
+                     if mem_len else None)
+        tracked = {"model": checkpoints.trackable_weights(model),
+                   "optimizer": self._optimizer_variables(), "global_step": self.global_step}
+        if self.mems is not None:
+            tracked["mems"] = self.mems.saved
+        self.checkpoint = tf.train.Checkpoint(**tracked)
+        self.manager = tf.train.CheckpointManager(self.checkpoint, config.model_dir,
+                                                  max_to_keep=config.keep_checkpoints,
+                                                  checkpoint_name="ckpt")
+        self.compute = tf.function(self._compute, jit_compile=config.jit_compile)
+        self._loop = tf.function(self._train_loop)
+        self.writer = tf.summary.create_file_writer(os.path.join(config.model_dir, "train"))
+
+    def _optimizer_variables(self) -> Dict[str, tf.Variable]:
+        out = {}
+        for i, v in enumerate(self.optimizer.variables):
+            out[f"{i:05d}_{v.path.replace('/', '.')}"] = v
+        return out
+
+    # --------------------------------------------------------------------------------------- the step
+    def _compute(self, features, mems):
+        """Loss, gradients and new memories of one replica's batch (the XLA-compiled part)."""
+        with tf.GradientTape() as tape:
+            loss, new_mems, metrics = self.loss_fn(self.model, features, mems, True)
+            scaled = loss / self.num_replicas
+            if hasattr(self.optimizer, "scale_loss"):
+                scaled = self.optimizer.scale_loss(scaled)
+        grads = tape.gradient(scaled, self.model.trainable_variables)
+        grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+        return loss, grads, new_mems, metrics
+
+    def _replica_step(self, features):
+        mems = self.mems.read(self.model.compute_dtype) if self.mems is not None else None
+        loss, grads, new_mems, metrics = self.compute(features, mems)
+        ctx = tf.distribute.get_replica_context()
+        if self.num_replicas > 1:
+            # Clip the *global* gradient (the optimizer would clip per replica before its all-reduce),
+            # then hand it over divided by the replica count, since the optimizer sums across replicas.
+            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        grad_norm = tf.linalg.global_norm(grads)
+        clip = self.optimizer.global_clipnorm
+        if clip:
+            grads, _ = tf.clip_by_global_norm(grads, clip, use_norm=grad_norm)
+        if self.num_replicas > 1:
+            grads = [g / self.num_replicas for g in grads]
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
+        if self.mems is not None:
+            self.mems.write(new_mems)
+        return loss, grad_norm, metrics
+
+    def _train_loop(self, iterator, steps):
+        loss_sum = tf.constant(0.0)
+        norm_sum = tf.constant(0.0)
+        for _ in tf.range(steps):
+            loss, norm, _ = self.strategy.run(self._replica_step, args=(next(iterator),))
+            loss_sum += self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
+            norm_sum += self.strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None)
+            self.global_step.assign_add(1)
+        steps = tf.cast(steps, tf.float32)
+        return loss_sum / steps, norm_sum / steps
+
+    # --------------------------------------------------------------------------------------- the loop
+    def restore(self) -> int:
+        """Restores the latest checkpoint in `model_dir` (if any); returns the global step."""
+        latest = self.manager.latest_checkpoint
+        if latest:
+            self.checkpoint.read(latest).assert_existing_objects_matched()
+            if self.mems is not None:
+                self.mems.unstash()
+            self.log(f"Resumed from {latest} at step {int(self.global_step.numpy())}")
+        return int(self.global_step.numpy())
+
+    def save(self) -> str:
+        if self.mems is not None:
+            self.mems.stash()
+        return self.manager.save(checkpoint_number=int(self.global_step.numpy()))
+
+    def current_lr(self) -> float:
+        lr = self.optimizer.learning_rate
+        return float(lr.numpy() if hasattr(lr, "numpy") else lr)
+
+    def train(self, on_loop_end: Optional[Callable[[int], None]] = None) -> List[Dict[str, float]]:
+        """Trains to `train_steps`, resuming from `model_dir`; returns one record per host loop."""
+        c = self.config
+        start = self.restore()
+        dataset = self.strategy.distribute_datasets_from_function(
+            lambda ctx: self.dataset_fn(ctx, start))
+        iterator = iter(dataset)
+        history = []
+        step = start
+        began = time.time()
+        while step < c.train_steps:
+            steps = min(c.steps_per_loop, c.train_steps - step)
+            t0 = time.time()
+            loss, norm = self._loop(iterator, tf.constant(steps))
+            loss, norm = float(loss), float(norm)
+            elapsed = time.time() - t0
+            step = int(self.global_step.numpy())
+            if not np.isfinite(loss):
+                raise FloatingPointError(f"Loss is {loss} at step {step}; stopping (last checkpoint: "
+                                         f"{self.manager.latest_checkpoint})")
+            examples = steps * c.global_batch_size / elapsed
+            record = {"step": step, "loss": loss, "grad_norm": norm, "learning_rate": self.current_lr(),
+                      "examples_per_sec": examples}
+            history.append(record)
+            with self.writer.as_default():
+                for key, value in record.items():
+                    if key != "step":
+                        write_scalar(key, value, step)
+            eta = (c.train_steps - step) * (time.time() - began) / max(step - start, 1)
+            tokens = f" {examples * c.seq_len:.0f} tokens/s" if c.seq_len else ""
+            self.log(f"step {step}/{c.train_steps} loss {loss:.4f} lr {record['learning_rate']:.3e} "
+                     f"grad_norm {norm:.3f} {examples:.1f} examples/s{tokens} ETA {_format_eta(eta)}")
+            if step % c.save_steps == 0 or step == c.train_steps:
+                self.save()
+            if on_loop_end is not None:
+                on_loop_end(step)
+        self.writer.flush()
+        with open(os.path.join(c.model_dir, "train_history.json"), "a", encoding="utf-8") as f:
+            for record in history:
+                f.write(json.dumps(record) + "\n")
+        return history
+
+
+def plm_loss_fn(model, features, mems, training):
+    """`loss_fn` of the permutation-LM pretrainer."""
+    out = model(features, mems=mems, training=training)
+    loss, accuracy, _ = model.plm_metrics(features, out)
+    return loss, out["new_mems"], {"accuracy": accuracy}
+
+
+def evaluate_plm(model, dataset, mem_len: int, max_batches: Optional[int] = None) -> Dict[str, float]:
+    """Held-out permutation-LM loss and accuracy, averaged over real target tokens, memories carried
+    across the batches in stream order (single device)."""
+    total_loss = total_correct = total_count = 0.0
+    mems = None
+
+    @tf.function
+    def step(features, mems):
+        out = model(features, mems=mems, training=False)
+        loss, accuracy, count = model.plm_metrics(features, out)
+        return loss * count, accuracy * count, count, out["new_mems"]
+
+    for i, features in enumerate(dataset):
+        if max_batches is not None and i >= max_batches:
+            break
+        if mems is None and mem_len:
+            batch = features["input_ids"].shape[0]
+            mems = [tf.zeros([batch, mem_len, model.config.d_model], model.compute_dtype)
+                    for _ in range(model.config.n_layer)]
+        loss, correct, count, new_mems = step(features, mems)
+        mems = new_mems if mem_len else None
+        total_loss += float(loss)
+        total_correct += float(correct)
+        total_count += float(count)
+    if total_count == 0:
+        raise ValueError("evaluate_plm: the evaluation dataset yielded no target tokens")
+    return {"loss": total_loss / total_count, "accuracy": total_correct / total_count,
+            "num_tokens": total_count}
