@@ -125,6 +125,11 @@ def run():
                                                                      "xlnet_model.ckpt"))
     config.to_json_file(os.path.join(FLAGS.model_dir, "final", "xlnet_config.json"))
     print(f"Final weights (usable as --init_checkpoint): {os.path.dirname(final)}", flush=True)
+    if len(eval_results) > 1:
+        first, last = eval_results[0], eval_results[-1]
+        print(f"Held-out permutation-LM loss: {first['loss']:.4f} (step {first['step']}) -> "
+              f"{last['loss']:.4f} (step {last['step']}); accuracy {first['accuracy']:.4f} -> "
+              f"{last['accuracy']:.4f}", flush=True)
     return {"history": history, "eval": eval_results, "final_checkpoint": final}
 
 

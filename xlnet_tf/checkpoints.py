@@ -294,8 +294,12 @@ def write_original_checkpoint(arrays: Dict[str, np.ndarray], prefix: str,
                       tensors=[tf.constant(arrays[n]) for n in names])
     for suffix in _checkpoint_suffixes(tmp):
         tf.io.gfile.rename(tmp + suffix, prefix + suffix, overwrite=True)
-    if directory:  # a 'checkpoint' file, so the directory itself works as --init_checkpoint
-        tf.compat.v1.train.update_checkpoint_state(directory, prefix)
+    if directory:  # a 'checkpoint' state file, so the directory itself works as --init_checkpoint
+        name = os.path.basename(prefix)
+        state = os.path.join(directory, "checkpoint")
+        with tf.io.gfile.GFile(state + ".tmp", "w") as f:
+            f.write(f'model_checkpoint_path: "{name}"\nall_model_checkpoint_paths: "{name}"\n')
+        tf.io.gfile.rename(state + ".tmp", state, overwrite=True)
     return prefix
 
 

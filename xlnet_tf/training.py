@@ -126,8 +126,12 @@ class Trainer:
         c = model.config
         self.mems = (MemoryState(strategy, c.n_layer, per_replica_batch, mem_len, c.d_model)
                      if mem_len else None)
+        # Keyed by position, not Keras path: paths carry per-process name counters (`seed_generator_3`),
+        # positions are fixed by the model's construction order.
         tracked = {"model": checkpoints.trackable_weights(model),
-                   "optimizer": self._optimizer_variables(), "global_step": self.global_step}
+                   "model_state": {f"{i:05d}": v for i, v in enumerate(model.non_trainable_variables)},
+                   "optimizer": {f"{i:05d}": v for i, v in enumerate(self.optimizer.variables)},
+                   "global_step": self.global_step}
         if self.mems is not None:
             tracked["mems"] = self.mems.saved
         self.checkpoint = tf.train.Checkpoint(**tracked)
@@ -137,12 +141,6 @@ class Trainer:
         self.compute = tf.function(self._compute, jit_compile=config.jit_compile)
         self._loop = tf.function(self._train_loop)
         self.writer = tf.summary.create_file_writer(os.path.join(config.model_dir, "train"))
-
-    def _optimizer_variables(self) -> Dict[str, tf.Variable]:
-        out = {}
-        for i, v in enumerate(self.optimizer.variables):
-            out[f"{i:05d}_{v.path.replace('/', '.')}"] = v
-        return out
 
     # --------------------------------------------------------------------------------------- the step
     def _compute(self, features, mems):
@@ -165,7 +163,9 @@ class Trainer:
             # then hand it over divided by the replica count, since the optimizer sums across replicas.
             grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
         grad_norm = tf.linalg.global_norm(grads)
-        clip = self.optimizer.global_clipnorm
+        # With loss scaling (float16) the gradients are still scaled here; the wrapped optimizer unscales
+        # and clips them itself (per replica).
+        clip = None if hasattr(self.optimizer, "inner_optimizer") else self.optimizer.global_clipnorm
         if clip:
             grads, _ = tf.clip_by_global_norm(grads, clip, use_norm=grad_norm)
         if self.num_replicas > 1:
