@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from xlnet_tf.backbone import XLNetBackbone
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.heads import LMHead
+from xlnet_tf.heads import LMHead, SequenceSummary
 
 
 def masked_mean(values, weights):
@@ -79,3 +79,147 @@ class XLNetPretrainer(keras.Model):
 
     def get_config(self):
         return {"config": self.config.to_dict(), "query_stream": self.query_stream, "name": self.name}
+
+
+def _summary_variables(summary: SequenceSummary, scope: str = "model/sequnece_summary"):
+    """Original names of a `SequenceSummary`'s variables (the typo `sequnece` is the original's)."""
+    out = {}
+    if summary.summary is not None:
+        out[f"{scope}/summary/kernel"] = summary.summary.kernel
+        out[f"{scope}/summary/bias"] = summary.summary.bias
+    if summary.summary_type == "attn":
+        out[f"{scope}/summary_bias"] = summary.summary_bias
+        for name in ("q", "k", "v", "o"):
+            out[f"{scope}/abs_attn/{name}/kernel"] = getattr(summary, name)
+        out[f"{scope}/abs_attn/LayerNorm/gamma"] = summary.layer_norm.gamma
+        out[f"{scope}/abs_attn/LayerNorm/beta"] = summary.layer_norm.beta
+    return out
+
+
+class _FineTuningModel(keras.Model):
+    """Backbone (no memories, no perm mask) + sequence summary; subclasses add the output layer."""
+
+    def __init__(self, config, summary_type: str = "last", use_proj: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(config, dict):
+            config = XLNetConfig.from_dict(config)
+        # Fine-tuning runs without memories or bidirectional data, as the original's RunConfig.
+        config = config.replace(mem_len=None, reuse_len=None, bi_data=False, same_length=False)
+        self.config = config
+        self.summary_type = summary_type
+        self.use_proj = use_proj
+        init = keras.initializers.RandomNormal(stddev=config.initializer_range)
+        self._init = init
+        self.backbone = XLNetBackbone(config, name="transformer", dtype=self.dtype_policy)
+        self.sequence_summary = SequenceSummary(
+            config.d_model, summary_type, use_proj=use_proj, dropout=config.dropout, n_head=config.n_head,
+            d_head=config.d_head, initializer_range=config.initializer_range,
+            layer_norm_eps=config.layer_norm_eps, name="sequnece_summary", dtype=self.dtype_policy)
+        self.backbone.build()
+        self.sequence_summary.build()
+
+    def pooled(self, input_ids, segment_ids, attention_mask, training):
+        out = self.backbone(input_ids, segment_ids=segment_ids, attention_mask=attention_mask,
+                            training=training)
+        return self.sequence_summary(out["content"], attention_mask, training=training)
+
+    def get_build_config(self):
+        return None  # variables are created in __init__
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class XLNetClassifier(_FineTuningModel):
+    """Sequence classification (`num_labels` > 0) or regression (`regression=True`).
+
+    Call: `model(features)` with `input_ids [B, L]`, `segment_ids [B, L]`, `attention_mask [B, L]`
+    (1 = real; inputs left-padded with `<cls>` last) -> `{"logits": [B, num_labels]}` (float32) or
+    `{"score": [B]}`. `compute_loss(features, outputs)`: mean cross-entropy / squared error over the
+    batch, weighted by `is_real_example` when present. Original scopes: `model/sequnece_summary`,
+    `model/classification_{task_name}/logit` or `model/regression_{task_name}/logit`.
+    """
+
+    def __init__(self, config, num_labels: int = 2, regression: bool = False, task_name: str = "task",
+                 summary_type: str = "last", use_proj: bool = True, **kwargs):
+        super().__init__(config, summary_type=summary_type, use_proj=use_proj, **kwargs)
+        if not regression and num_labels < 2:
+            raise ValueError(f"num_labels must be >= 2 for classification, got {num_labels}")
+        self.num_labels = 1 if regression else num_labels
+        self.regression = regression
+        self.task_name = task_name
+        self.logit = keras.layers.Dense(self.num_labels, kernel_initializer=self._init, name="logit",
+                                        dtype=self.dtype_policy)
+        self.logit.build((None, self.config.d_model))
+
+    def call(self, features, training=False):
+        pooled = self.pooled(features["input_ids"], features.get("segment_ids"),
+                             features.get("attention_mask"), training)
+        logits = tf.cast(self.logit(pooled), tf.float32)
+        if self.regression:
+            return {"score": logits[:, 0]}
+        return {"logits": logits}
+
+    def per_example_loss(self, features, outputs):
+        if self.regression:
+            return tf.square(outputs["score"] - tf.cast(features["label"], tf.float32))
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=tf.cast(features["label"], tf.int32), logits=outputs["logits"])
+
+    def compute_loss(self, features, outputs):
+        weights = features.get("is_real_example")
+        losses = self.per_example_loss(features, outputs)
+        return tf.reduce_mean(losses) if weights is None else masked_mean(losses, weights)
+
+    def original_variables(self):
+        kind = "regression" if self.regression else "classification"
+        out = _summary_variables(self.sequence_summary)
+        out[f"model/{kind}_{self.task_name}/logit/kernel"] = self.logit.kernel
+        out[f"model/{kind}_{self.task_name}/logit/bias"] = self.logit.bias
+        return out
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "num_labels": self.num_labels, "regression": self.regression,
+                "task_name": self.task_name, "summary_type": self.summary_type, "use_proj": self.use_proj,
+                "name": self.name}
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class XLNetMultipleChoice(_FineTuningModel):
+    """Multiple choice (RACE): every choice packed as its own sequence, one score each.
+
+    Call: `model(features)` with `input_ids`, `segment_ids`, `attention_mask` `[B, C, L]` ->
+    `{"logits": [B, C]}` float32. `compute_loss`: mean cross-entropy against `label [B]` (weighted by
+    `is_real_example` when present). Original scope of the scorer: `logits/dense`.
+    """
+
+    def __init__(self, config, num_choices: int = 4, summary_type: str = "last", use_proj: bool = True,
+                 **kwargs):
+        super().__init__(config, summary_type=summary_type, use_proj=use_proj, **kwargs)
+        self.num_choices = num_choices
+        self.scorer = keras.layers.Dense(1, kernel_initializer=self._init, name="logits",
+                                         dtype=self.dtype_policy)
+        self.scorer.build((None, self.config.d_model))
+
+    def call(self, features, training=False):
+        ids = features["input_ids"]
+        length = ids.shape[-1]
+        flat = lambda x: None if x is None else tf.reshape(x, [-1, length])  # noqa: E731
+        pooled = self.pooled(flat(ids), flat(features.get("segment_ids")),
+                             flat(features.get("attention_mask")), training)
+        scores = tf.cast(self.scorer(pooled), tf.float32)
+        return {"logits": tf.reshape(scores, [-1, self.num_choices])}
+
+    def compute_loss(self, features, outputs):
+        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=tf.cast(features["label"], tf.int32), logits=outputs["logits"])
+        weights = features.get("is_real_example")
+        return tf.reduce_mean(losses) if weights is None else masked_mean(losses, weights)
+
+    def original_variables(self):
+        out = _summary_variables(self.sequence_summary)
+        out["logits/dense/kernel"] = self.scorer.kernel
+        out["logits/dense/bias"] = self.scorer.bias
+        return out
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "num_choices": self.num_choices,
+                "summary_type": self.summary_type, "use_proj": self.use_proj, "name": self.name}
