@@ -1,0 +1,133 @@
+"""The JSON manifest written next to every record set, and its validation by readers.
+
+`manifest.json` holds every builder parameter, the SentencePiece model checksum, the
+record files in reading order with their counts, and the stream layout. Readers call
+`read_manifest` + `validate_pretrain_manifest` + `check_record_files`; every mismatch is
+a `ManifestError` (a ValueError) that names the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+MANIFEST_NAME = "manifest.json"
+PRETRAIN_KIND = "xlnet_pretrain"
+FORMAT_VERSION = 1
+
+
+class ManifestError(ValueError):
+    """A record directory or its manifest is missing, corrupt, or does not match."""
+
+
+def write_json_atomic(path: str, obj: Any) -> None:
+    """Write JSON to `path` via a temporary name + rename."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+def write_manifest(directory: str, manifest: Dict[str, Any]) -> str:
+    path = os.path.join(directory, MANIFEST_NAME)
+    write_json_atomic(path, manifest)
+    return path
+
+
+def read_manifest(directory: str, kind: Optional[str] = PRETRAIN_KIND) -> Dict[str, Any]:
+    """Load `<directory>/manifest.json`; clear errors for a missing/empty directory."""
+    if not directory:
+        raise ManifestError("no record directory given")
+    if not os.path.exists(directory):
+        raise ManifestError(f"record directory does not exist: {directory}")
+    if not os.path.isdir(directory):
+        raise ManifestError(f"not a directory: {directory}")
+    path = os.path.join(directory, MANIFEST_NAME)
+    if not os.path.isfile(path):
+        content = sorted(os.listdir(directory))
+        what = "is empty" if not content else f"has no {MANIFEST_NAME} (unfinished build?)"
+        raise ManifestError(f"record directory {directory} {what}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            manifest = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ManifestError(f"cannot read {path}: {e}") from None
+    if kind is not None and manifest.get("kind") != kind:
+        raise ManifestError(f"{path}: kind is {manifest.get('kind')!r}, expected {kind!r}")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise ManifestError(f"{path}: format_version {manifest.get('format_version')!r} "
+                            f"is not supported (expected {FORMAT_VERSION})")
+    manifest["_path"] = path
+    manifest["_dir"] = directory
+    return manifest
+
+
+def _mismatch(manifest, field, recorded, wanted, hint=""):
+    where = manifest.get("_path", MANIFEST_NAME)
+    raise ManifestError(f"{where}: '{field}' is {recorded!r} in the records but the trainer "
+                        f"uses {wanted!r}{hint}")
+
+
+def validate_pretrain_manifest(manifest: Dict[str, Any], *, seq_len: int, reuse_len: int,
+                               num_predict: int, global_batch_size: int,
+                               num_replicas: int = 1, spiece_model: Optional[str] = None,
+                               spiece_sha256: Optional[str] = None,
+                               perm_size: Optional[int] = None,
+                               bi_data: Optional[bool] = None,
+                               uncased: Optional[bool] = None) -> None:
+    """Check the trainer's parameters against the records' manifest.
+
+    `None` arguments are not checked. With `bi_data` records the replica count must
+    equal the build's (each replica's rows are [forward half; backward half]); otherwise
+    it only has to divide the global batch.
+    """
+    p = manifest["params"]
+    for field, wanted in (("seq_len", seq_len), ("reuse_len", reuse_len),
+                          ("num_predict", num_predict), ("perm_size", perm_size),
+                          ("bi_data", bi_data), ("uncased", uncased)):
+        if wanted is not None and p[field] != wanted:
+            _mismatch(manifest, field, p[field], wanted)
+    if p["global_batch_size"] != global_batch_size:
+        _mismatch(manifest, "global_batch_size", p["global_batch_size"], global_batch_size,
+                  " (streams are laid out per global batch row; rebuild the records)")
+    if num_replicas < 1 or global_batch_size % num_replicas:
+        raise ManifestError(f"global_batch_size={global_batch_size} is not divisible by "
+                            f"num_replicas={num_replicas}")
+    if p["bi_data"] and p["num_replicas"] != num_replicas:
+        _mismatch(manifest, "num_replicas", p["num_replicas"], num_replicas,
+                  " (bi_data rows are [forward; backward] per replica; rebuild the records)")
+    sha = manifest["spiece_model"]["sha256"]
+    if spiece_model is not None:
+        from xlnet_tf.tokenization import file_sha256
+
+        if not os.path.isfile(spiece_model):
+            raise ManifestError(f"SentencePiece model not found: {spiece_model}")
+        spiece_sha256 = file_sha256(spiece_model)
+    if spiece_sha256 is not None and spiece_sha256 != sha:
+        _mismatch(manifest, "spiece_model.sha256", sha, spiece_sha256,
+                  " (records were tokenized with a different SentencePiece model)")
+
+
+def check_record_files(manifest: Dict[str, Any], directory: Optional[str] = None) -> List[str]:
+    """Paths of the record files in reading order; checks existence and byte sizes.
+
+    Raises ManifestError for a missing or truncated file or a zero-example record set.
+    """
+    directory = directory or manifest["_dir"]
+    entries = manifest.get("files") or []
+    if not entries or sum(e["num_examples"] for e in entries) == 0:
+        raise ManifestError(f"{manifest.get('_path', directory)}: the record set has no "
+                            "examples")
+    paths = []
+    for e in entries:
+        path = os.path.join(directory, e["name"])
+        if not os.path.isfile(path):
+            raise ManifestError(f"record file listed in the manifest is missing: {path}")
+        size = os.path.getsize(path)
+        if size != e["num_bytes"]:
+            raise ManifestError(f"record file {path} has {size} bytes, the manifest says "
+                                f"{e['num_bytes']} (truncated or corrupt)")
+        paths.append(path)
+    return paths
