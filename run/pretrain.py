@@ -84,11 +84,11 @@ def run():
         if FLAGS.mixed_precision == "float16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
 
-    def dataset_fn(ctx, start_step):
+    def dataset_fn(ctx, skip_batches):
         ds = pretrain_data.pretrain_dataset(FLAGS.record_dir, input_context=ctx, repeat=True,
                                             global_batch_size=FLAGS.train_batch_size, **data_args)
-        local_replicas = replicas // ctx.num_input_pipelines
-        return ds.skip(start_step * local_replicas)
+        local_replicas = replicas // ctx.num_input_pipelines  # one pipeline feeds these, interleaved
+        return ds.skip(skip_batches * local_replicas)
 
     eval_results = []
 

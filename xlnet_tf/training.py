@@ -25,12 +25,15 @@ class TrainLoopConfig:
     save_steps: int = 1000
     keep_checkpoints: int = 5
     jit_compile: bool = False
-    global_batch_size: int = 1
+    global_batch_size: int = 1  # examples per optimizer step (all micro-batches of all replicas)
     seq_len: int = 0  # for tokens/s in the progress line
+    gradient_accumulation_steps: int = 1  # micro-batches per optimizer step
 
     def validate(self):
         if self.train_steps <= 0 or self.steps_per_loop <= 0:
             raise ValueError("--train_steps and --steps_per_loop must be positive")
+        if self.gradient_accumulation_steps < 1:
+            raise ValueError("--gradient_accumulation_steps must be >= 1")
         if self.save_steps <= 0 or self.save_steps % self.steps_per_loop:
             raise ValueError(f"--save_steps ({self.save_steps}) must be a positive multiple of "
                              f"--steps_per_loop ({self.steps_per_loop})")
@@ -100,8 +103,9 @@ class Trainer:
       optimizer: from `xlnet_tf.optimization.create_optimizer` (created under the scope).
       loss_fn: `loss_fn(model, features, mems, training) -> (loss, new_mems or None, metrics dict)`,
         loss = mean over the replica's batch.
-      dataset_fn: `dataset_fn(input_context, start_step) -> tf.data.Dataset` of per-replica batches that
-        starts at global step `start_step` (so a resumed run sees the batches it would have seen).
+      dataset_fn: `dataset_fn(input_context, skip_batches) -> tf.data.Dataset` of per-replica
+        (micro-)batches, skipping the first `skip_batches` batches of each replica (`global step x
+        gradient_accumulation_steps`), so a resumed run sees the batches it would have seen.
       config: `TrainLoopConfig`.
       mem_len: memory length (0 = no memories); memories start at zero and carry across steps.
       log: a callable taking one line (progress).
@@ -144,19 +148,27 @@ class Trainer:
 
     # --------------------------------------------------------------------------------------- the step
     def _compute(self, features, mems):
-        """Loss, gradients and new memories of one replica's batch (the XLA-compiled part)."""
+        """Loss, gradients and new memories of one replica's micro-batch (the XLA-compiled part)."""
         with tf.GradientTape() as tape:
             loss, new_mems, metrics = self.loss_fn(self.model, features, mems, True)
-            scaled = loss / self.num_replicas
+            scaled = loss / (self.num_replicas * self.config.gradient_accumulation_steps)
             if hasattr(self.optimizer, "scale_loss"):
                 scaled = self.optimizer.scale_loss(scaled)
         grads = tape.gradient(scaled, self.model.trainable_variables)
-        grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+        grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                 for g, v in zip(grads, self.model.trainable_variables)]
         return loss, grads, new_mems, metrics
 
-    def _replica_step(self, features):
-        mems = self.mems.read(self.model.compute_dtype) if self.mems is not None else None
-        loss, grads, new_mems, metrics = self.compute(features, mems)
+    def _replica_step(self, micro_batches):
+        """One optimizer step over `gradient_accumulation_steps` micro-batches of this replica."""
+        grads, losses = None, []
+        for features in micro_batches:
+            mems = self.mems.read(self.model.compute_dtype) if self.mems is not None else None
+            loss, micro_grads, new_mems, _ = self.compute(features, mems)
+            if self.mems is not None:
+                self.mems.write(new_mems)
+            grads = micro_grads if grads is None else [a + b for a, b in zip(grads, micro_grads)]
+            losses.append(loss)
         ctx = tf.distribute.get_replica_context()
         if self.num_replicas > 1:
             # Clip the *global* gradient (the optimizer would clip per replica before its all-reduce),
@@ -171,15 +183,15 @@ class Trainer:
         if self.num_replicas > 1:
             grads = [g / self.num_replicas for g in grads]
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        if self.mems is not None:
-            self.mems.write(new_mems)
-        return loss, grad_norm, metrics
+        return tf.add_n(losses) / len(losses), grad_norm
 
     def _train_loop(self, iterator, steps):
         loss_sum = tf.constant(0.0)
         norm_sum = tf.constant(0.0)
+        accumulation = self.config.gradient_accumulation_steps
         for _ in tf.range(steps):
-            loss, norm, _ = self.strategy.run(self._replica_step, args=(next(iterator),))
+            micro_batches = tuple(next(iterator) for _ in range(accumulation))
+            loss, norm = self.strategy.run(self._replica_step, args=(micro_batches,))
             loss_sum += self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
             norm_sum += self.strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None)
             self.global_step.assign_add(1)
@@ -211,7 +223,7 @@ class Trainer:
         c = self.config
         start = self.restore()
         dataset = self.strategy.distribute_datasets_from_function(
-            lambda ctx: self.dataset_fn(ctx, start))
+            lambda ctx: self.dataset_fn(ctx, start * c.gradient_accumulation_steps))
         iterator = iter(dataset)
         history = []
         step = start
