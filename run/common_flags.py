@@ -65,7 +65,7 @@ def define_optimizer_flags(learning_rate=1e-4, warmup_steps=0, weight_decay=0.0,
 
 @_once
 def define_loop_flags(train_steps=1000, steps_per_loop=100, save_steps=1000):
-    flags.DEFINE_string("model_dir", None, "Checkpoints, summaries and results.", required=True)
+    flags.DEFINE_string("model_dir", None, "Checkpoints, summaries and results (required).")
     flags.DEFINE_integer("train_steps", train_steps, "Optimizer steps.")
     flags.DEFINE_integer("steps_per_loop", steps_per_loop, "Steps per host loop (one tf.function call).")
     flags.DEFINE_integer("save_steps", save_steps, "Checkpoint every N steps (a multiple of "
@@ -75,6 +75,14 @@ def define_loop_flags(train_steps=1000, steps_per_loop=100, save_steps=1000):
     flags.DEFINE_enum("mixed_precision", "float32", ["float32", "bfloat16", "float16"],
                       "Compute dtype (variables stay float32).")
     flags.DEFINE_integer("seed", 0, "Seed of weight initialization and dropout.")
+
+
+def require(FLAGS, *names):
+    """Required flags are checked when a runner starts, not with absl validators, so that importing
+    several runners into one process (tests) does not make each other's flags mandatory."""
+    missing = [f"--{n}" for n in names if getattr(FLAGS, n) in (None, "")]
+    if missing:
+        raise flags.IllegalFlagValueError(f"Missing required flag(s): {', '.join(missing)}")
 
 
 def model_config_from_flags(FLAGS, **runtime) -> XLNetConfig:

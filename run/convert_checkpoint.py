@@ -22,7 +22,7 @@ flags.DEFINE_string("original_checkpoint", None, "Original TF1 checkpoint prefix
 flags.DEFINE_string("config", None, "xlnet_config.json of the original checkpoint.")
 flags.DEFINE_string("hf_safetensors", None, "Hugging Face model.safetensors (file or directory).")
 flags.DEFINE_string("hf_config", None, "Hugging Face config.json.")
-flags.DEFINE_string("output_dir", None, "Directory for the converted checkpoint.", required=True)
+flags.DEFINE_string("output_dir", None, "Directory for the converted checkpoint (required).")
 
 
 def convert(output_dir, original_checkpoint=None, config=None, hf_safetensors=None, hf_config=None):
@@ -30,6 +30,8 @@ def convert(output_dir, original_checkpoint=None, config=None, hf_safetensors=No
     from xlnet_tf import checkpoints
     from xlnet_tf.config import XLNetConfig
 
+    if not output_dir:
+        raise ValueError("--output_dir is required")
     if bool(original_checkpoint) == bool(hf_safetensors):
         raise ValueError("Give exactly one of --original_checkpoint (with --config) or --hf_safetensors "
                          "(with --hf_config)")

@@ -38,7 +38,6 @@ def define_flags():
     flags.DEFINE_bool("bi_data", True, "Bidirectional data (must match the records).")
     flags.DEFINE_integer("train_batch_size", 16, "Global batch size (must match the records).")
     flags.DEFINE_integer("mem_len", 384, "Memory length (0 = no memory).")
-    flags.mark_flags_as_required(["record_dir"])
 
 
 def run():
@@ -53,6 +52,7 @@ def run():
     from xlnet_tf import checkpoints, distribute, optimization, training
     from xlnet_tf.models import XLNetPretrainer
 
+    common_flags.require(FLAGS, "record_dir", "model_dir")
     strategy = distribute.get_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.num_cpu_replicas)
     replicas = strategy.num_replicas_in_sync
     if FLAGS.train_batch_size % replicas:

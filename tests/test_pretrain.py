@@ -174,8 +174,11 @@ def test_manifest_mismatch_is_caught_before_building(records, tmp_path):
     assert not os.path.exists(tmp_path / "m" / "xlnet_config.json")
 
 
-def test_unknown_flag_and_flagfiles():
+def test_unknown_flag_and_flagfiles(tmp_path):
     from run import pretrain  # noqa: F401  (defines the flags)
+
+    with pytest.raises(flags.IllegalFlagValueError, match="--record_dir"):
+        _run(MODEL_FLAGS + [f"--model_dir={tmp_path}"])
 
     with flagsaver.flagsaver():
         flags.FLAGS.unparse_flags()

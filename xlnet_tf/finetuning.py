@@ -1,0 +1,121 @@
+"""What the fine-tuning runners share: the loss function for the training loop, strategy-aware
+prediction over padded eval sets, and evaluation of one or every checkpoint of a model directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from xlnet_tf import checkpoints
+
+
+def task_loss_fn(model, features, mems, training):
+    """`loss_fn` for `training.Trainer` with any task model that has `compute_loss` (no memories)."""
+    del mems
+    outputs = model(features, training=training)
+    return model.compute_loss(features, outputs), None, {}
+
+
+def predict(strategy, model, dataset: tf.data.Dataset, output_keys: Sequence[str],
+            passthrough: Sequence[str] = ("example_index", "is_real_example", "label")) -> Dict[str, np.ndarray]:
+    """Runs `model` over `dataset` (global batches, static shapes) on every replica.
+
+    Returns numpy arrays concatenated over the batches: the model's `output_keys` and the `passthrough`
+    features present in the dataset (so padded examples and the example order can be recovered).
+    """
+    distributed = strategy.experimental_distribute_dataset(dataset)
+
+    @tf.function
+    def step(features):
+        outputs = model(features, training=False)
+        result = {k: outputs[k] for k in output_keys}
+        result.update({k: features[k] for k in passthrough if k in features})
+        return result
+
+    collected: Dict[str, List[np.ndarray]] = {}
+    for batch in distributed:
+        results = strategy.run(step, args=(batch,))
+        for key, value in results.items():
+            for local in strategy.experimental_local_results(value):
+                collected.setdefault(key, []).append(local.numpy())
+    if not collected:
+        raise ValueError("predict: the dataset yielded no batches (is it smaller than one batch with "
+                         "drop_remainder?)")
+    return {k: np.concatenate(v) for k, v in collected.items()}
+
+
+def list_checkpoints(model_dir: str) -> List[str]:
+    """Our training checkpoints in `model_dir` (`ckpt-<step>`), in step order."""
+    state = tf.train.get_checkpoint_state(model_dir)
+    paths = list(state.all_model_checkpoint_paths) if state else []
+    steps = [checkpoint_step(p) for p in paths]
+    return [p for _, p in sorted(zip(steps, paths)) if tf.io.gfile.exists(p + ".index")]
+
+
+def checkpoint_step(path: str) -> int:
+    """The global step of a checkpoint path (`.../ckpt-1200` -> 1200); -1 when the name has none
+    (the original's `eval_all_ckpt` crashed on such names, #31)."""
+    m = re.search(r"-(\d+)$", path)
+    return int(m.group(1)) if m else -1
+
+
+def restore_weights(model, path: str) -> None:
+    """Loads only the weights of one of our training checkpoints into `model`."""
+    checkpoints.assign_arrays(model, checkpoints.read_object_checkpoint(path), path, require_heads=True)
+
+
+def evaluate_checkpoints(model, model_dir: str, evaluate: Callable[[int], Dict[str, float]],
+                         all_checkpoints: bool, key: str) -> Dict[str, object]:
+    """Evaluates the latest (or every) checkpoint of `model_dir` with `evaluate(step) -> metrics`.
+
+    Writes `eval_results.json` (`{"checkpoints": [...], "best": ..., "last": ...}`; best by `key`) and
+    returns it. With no checkpoint, evaluates the model as it is (step 0).
+    """
+    paths = list_checkpoints(model_dir)
+    if not all_checkpoints:
+        paths = paths[-1:]
+    results = []
+    if not paths:
+        results.append({"step": 0, **evaluate(0)})
+    for path in paths:
+        restore_weights(model, path)
+        step = checkpoint_step(path)
+        results.append({"step": step, "checkpoint": path, **evaluate(step)})
+    report = {"checkpoints": results, "last": results[-1],
+              "best": max(results, key=lambda r: r.get(key, float("-inf")))}
+    tf.io.gfile.makedirs(model_dir)
+    tmp = os.path.join(model_dir, "eval_results.json.tmp")
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        json.dump(report, f, indent=2)
+    tf.io.gfile.rename(tmp, os.path.join(model_dir, "eval_results.json"), overwrite=True)
+    return report
+
+
+def build_optimizer_and_trainer(strategy, model, flags_values, train_dataset_fn: Callable,
+                                examples_per_step: int, seq_len: int, log: Callable = print,
+                                optimizer_fn: Optional[Callable] = None):
+    """The optimizer (from the common optimizer flags) and a `Trainer` for a fine-tuning model."""
+    from xlnet_tf import optimization, training
+
+    f = flags_values
+    with strategy.scope():
+        optimizer = optimization.create_optimizer(
+            model, learning_rate=f.learning_rate, train_steps=f.train_steps, warmup_steps=f.warmup_steps,
+            min_lr_ratio=f.min_lr_ratio, decay=f.decay_method, weight_decay=f.weight_decay,
+            adam_epsilon=f.adam_epsilon, clip=f.clip, lr_layer_decay_rate=f.lr_layer_decay_rate,
+            bias_correction=f.adam_bias_correction)
+        if f.mixed_precision == "float16":
+            import keras
+
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    loop = training.TrainLoopConfig(
+        model_dir=f.model_dir, train_steps=f.train_steps, steps_per_loop=f.steps_per_loop,
+        save_steps=f.save_steps, keep_checkpoints=f.keep_checkpoints, jit_compile=f.jit_compile,
+        global_batch_size=examples_per_step, seq_len=seq_len,
+        gradient_accumulation_steps=f.gradient_accumulation_steps)
+    return training.Trainer(strategy, model, optimizer, task_loss_fn, train_dataset_fn, loop, log=log)
