@@ -123,3 +123,110 @@ class SequenceSummary(keras.layers.Layer):
                       dropout=self.dropout, n_head=self.n_head, d_head=self.d_head,
                       initializer_range=self.initializer_range, layer_norm_eps=self.layer_norm_eps)
         return config
+
+
+def _mask_logits(logits, p_mask):
+    """`logits * (1 - p_mask) - 1e30 * p_mask` in float32 (the original's masking; 1 = not an answer)."""
+    logits = tf.cast(logits, tf.float32)
+    if p_mask is None:
+        return logits
+    p_mask = tf.cast(p_mask, tf.float32)
+    return logits * (1.0 - p_mask) - 1e30 * p_mask
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class SquadHead(keras.layers.Layer):
+    """XLNet's SQuAD head (`function_builder.get_qa_outputs`): start logits; end logits conditioned on a
+    start (`dense_0` tanh on `[H ; H_start]`, LayerNorm, `dense_1`); beam search over `start_n_top` starts x
+    `end_n_top` ends; answer class from `[sum_l softmax(start)_l H_l ; H_cls]` (SQuAD 2.0).
+
+    Args:
+      d_model; start_n_top, end_n_top; dropout (answer class); use_answer_class; initializer_range;
+      layer_norm_eps.
+
+    Call: `head(hidden [B, L, D], p_mask [B, L] (1 = cannot be in the answer), cls_index [B],
+    start_positions [B] or None)`. With `start_positions` (training): `{"start_log_probs": [B, L],
+    "end_log_probs": [B, L], "cls_logits": [B]}`. Without: `{"start_top_log_probs": [B, Ks],
+    "start_top_index": [B, Ks], "end_top_log_probs": [B, Ks * Ke], "end_top_index": [B, Ks * Ke],
+    "cls_logits": [B]}`, the end arrays start-major (`[:, i * Ke + j]` = j-th end for the i-th start), as the
+    original. Log-probabilities are float32 log-softmaxes over the masked logits.
+    """
+
+    def __init__(self, d_model: int, start_n_top: int = 5, end_n_top: int = 5, dropout: float = 0.0,
+                 use_answer_class: bool = True, initializer_range: float = 0.02,
+                 layer_norm_eps: float = 1e-12, **kwargs):
+        super().__init__(**kwargs)
+        self.d_model = d_model
+        self.start_n_top = start_n_top
+        self.end_n_top = end_n_top
+        self.dropout = dropout
+        self.use_answer_class = use_answer_class
+        self.initializer_range = initializer_range
+        self.layer_norm_eps = layer_norm_eps
+        init = keras.initializers.RandomNormal(stddev=initializer_range)
+        dense = lambda units, name, **kw: keras.layers.Dense(  # noqa: E731
+            units, kernel_initializer=init, name=name, dtype=self.dtype_policy, **kw)
+        self.start_dense = dense(1, "start_logits")
+        self.end_dense_0 = dense(d_model, "end_logits_dense_0", activation="tanh")
+        self.end_layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_eps,
+                                                              name="end_logits_LayerNorm", dtype=self.dtype_policy)
+        self.end_dense_1 = dense(1, "end_logits_dense_1")
+        if use_answer_class:
+            self.cls_dense_0 = dense(d_model, "answer_class_dense_0", activation="tanh")
+            self.cls_dense_1 = dense(1, "answer_class_dense_1", use_bias=False)
+        self.drop = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, input_shape=None):
+        d = self.d_model
+        self.start_dense.build((None, d))
+        self.end_dense_0.build((None, 2 * d))
+        self.end_layer_norm.build((None, d))
+        self.end_dense_1.build((None, d))
+        if self.use_answer_class:
+            self.cls_dense_0.build((None, 2 * d))
+            self.cls_dense_1.build((None, d))
+        super().build(input_shape)
+
+    def _end_logits(self, hidden, start_states, p_mask):
+        """hidden `[B, L, D]`, start_states `[B, K, D]` -> masked end logits `[B, K, L]`."""
+        length = tf.shape(hidden)[1]
+        k = tf.shape(start_states)[1]
+        h = tf.broadcast_to(hidden[:, None], [tf.shape(hidden)[0], k, length, self.d_model])
+        s = tf.broadcast_to(start_states[:, :, None], tf.shape(h))
+        x = self.end_dense_1(self.end_layer_norm(self.end_dense_0(tf.concat([h, s], -1))))[..., 0]
+        return _mask_logits(x, None if p_mask is None else p_mask[:, None, :])
+
+    def call(self, hidden, p_mask=None, cls_index=None, start_positions=None, training=False):
+        start_logits = _mask_logits(self.start_dense(hidden)[..., 0], p_mask)
+        start_log_probs = tf.nn.log_softmax(start_logits, -1)
+        out = {}
+        if start_positions is not None:
+            start_states = tf.gather(hidden, tf.cast(start_positions, tf.int32)[:, None], batch_dims=1)
+            end_logits = self._end_logits(hidden, start_states, p_mask)[:, 0]
+            out.update(start_log_probs=start_log_probs, end_log_probs=tf.nn.log_softmax(end_logits, -1))
+        else:
+            top_lp, top_index = tf.math.top_k(start_log_probs, k=self.start_n_top)
+            start_states = tf.gather(hidden, top_index, batch_dims=1)  # [B, Ks, D]
+            end_log_probs = tf.nn.log_softmax(self._end_logits(hidden, start_states, p_mask), -1)
+            end_lp, end_index = tf.math.top_k(end_log_probs, k=self.end_n_top)  # [B, Ks, Ke]
+            ks_ke = self.start_n_top * self.end_n_top
+            out.update(start_top_log_probs=top_lp, start_top_index=top_index,
+                       end_top_log_probs=tf.reshape(end_lp, [-1, ks_ke]),
+                       end_top_index=tf.reshape(end_index, [-1, ks_ke]))
+        if self.use_answer_class:
+            if cls_index is None:
+                cls_state = hidden[:, -1]
+            else:
+                cls_state = tf.gather(hidden, tf.cast(cls_index, tf.int32)[:, None], batch_dims=1)[:, 0]
+            weights = tf.cast(tf.exp(start_log_probs), hidden.dtype)
+            start_state = tf.einsum("bl,bld->bd", weights, hidden)
+            x = self.drop(self.cls_dense_0(tf.concat([start_state, cls_state], -1)), training=training)
+            out["cls_logits"] = tf.cast(self.cls_dense_1(x)[:, 0], tf.float32)
+        return out
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(d_model=self.d_model, start_n_top=self.start_n_top, end_n_top=self.end_n_top,
+                      dropout=self.dropout, use_answer_class=self.use_answer_class,
+                      initializer_range=self.initializer_range, layer_norm_eps=self.layer_norm_eps)
+        return config

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from xlnet_tf.backbone import XLNetBackbone
 from xlnet_tf.config import XLNetConfig
-from xlnet_tf.heads import LMHead, SequenceSummary
+from xlnet_tf.heads import LMHead, SequenceSummary, SquadHead
 
 
 def masked_mean(values, weights):
@@ -223,3 +223,71 @@ class XLNetMultipleChoice(_FineTuningModel):
     def get_config(self):
         return {"config": self.config.to_dict(), "num_choices": self.num_choices,
                 "summary_type": self.summary_type, "use_proj": self.use_proj, "name": self.name}
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class XLNetForSquad(keras.Model):
+    """Span extraction (SQuAD 1.1 / 2.0) with XLNet's beam-search head (see `heads.SquadHead`).
+
+    Call: `model(features, training)` with `input_ids`, `segment_ids`, `attention_mask` (1 = real), `p_mask`
+    (1 = cannot be in the answer) `[B, L]`, `cls_index [B]`, and when training `start_positions`,
+    `end_positions`, `is_impossible [B]`. Training uses the gold start for the end logits; inference
+    returns the top-k arrays. `compute_loss`: `(CE_start + CE_end) / 2 (+ BCE(cls_logits, is_impossible) / 2
+    with the answer class)`, as the original. Original scopes (outside `model/`): `start_logits/dense`,
+    `end_logits/{dense_0,LayerNorm,dense_1}`, `answer_class/{dense_0,dense_1}`.
+    """
+
+    def __init__(self, config, start_n_top: int = 5, end_n_top: int = 5, use_answer_class: bool = True,
+                 **kwargs):
+        super().__init__(**kwargs)
+        if isinstance(config, dict):
+            config = XLNetConfig.from_dict(config)
+        config = config.replace(mem_len=None, reuse_len=None, bi_data=False, same_length=False)
+        self.config = config
+        self.start_n_top = start_n_top
+        self.end_n_top = end_n_top
+        self.use_answer_class = use_answer_class
+        self.backbone = XLNetBackbone(config, name="transformer", dtype=self.dtype_policy)
+        self.head = SquadHead(config.d_model, start_n_top, end_n_top, dropout=config.dropout,
+                              use_answer_class=use_answer_class, initializer_range=config.initializer_range,
+                              layer_norm_eps=config.layer_norm_eps, name="squad", dtype=self.dtype_policy)
+        self.backbone.build()
+        self.head.build()
+
+    def call(self, features, training=False):
+        hidden = self.backbone(features["input_ids"], segment_ids=features.get("segment_ids"),
+                               attention_mask=features.get("attention_mask"), training=training)["content"]
+        start_positions = features.get("start_positions") if training else None
+        return self.head(hidden, features.get("p_mask"), features.get("cls_index"), start_positions,
+                         training=training)
+
+    def compute_loss(self, features, outputs):
+        def gold_nll(log_probs, positions):
+            return -tf.gather(log_probs, tf.cast(positions, tf.int32)[:, None], batch_dims=1)[:, 0]
+
+        loss = 0.5 * (gold_nll(outputs["start_log_probs"], features["start_positions"])
+                      + gold_nll(outputs["end_log_probs"], features["end_positions"]))
+        if self.use_answer_class:
+            loss += 0.5 * tf.nn.sigmoid_cross_entropy_with_logits(
+                labels=tf.cast(features["is_impossible"], tf.float32), logits=outputs["cls_logits"])
+        return tf.reduce_mean(loss)
+
+    def original_variables(self):
+        h = self.head
+        out = {"start_logits/dense/kernel": h.start_dense.kernel, "start_logits/dense/bias": h.start_dense.bias,
+               "end_logits/dense_0/kernel": h.end_dense_0.kernel, "end_logits/dense_0/bias": h.end_dense_0.bias,
+               "end_logits/LayerNorm/gamma": h.end_layer_norm.gamma,
+               "end_logits/LayerNorm/beta": h.end_layer_norm.beta,
+               "end_logits/dense_1/kernel": h.end_dense_1.kernel, "end_logits/dense_1/bias": h.end_dense_1.bias}
+        if self.use_answer_class:
+            out.update({"answer_class/dense_0/kernel": h.cls_dense_0.kernel,
+                        "answer_class/dense_0/bias": h.cls_dense_0.bias,
+                        "answer_class/dense_1/kernel": h.cls_dense_1.kernel})
+        return out
+
+    def get_build_config(self):
+        return None  # variables are created in __init__
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "start_n_top": self.start_n_top, "end_n_top": self.end_n_top,
+                "use_answer_class": self.use_answer_class, "name": self.name}
