@@ -1,0 +1,169 @@
+"""In-graph (TensorFlow + tensorflow-text) XLNet preprocessing for serving: the same normalization,
+SentencePiece pieces (digit-comma re-split included) and packing as `xlnet_tf.tokenization` and the
+record builders, so a SavedModel takes raw UTF-8 strings and produces exactly the training-time ids.
+
+Packing follows the fine-tuning records: `A <sep> B <sep> <cls>`, left-padded with id 0, segment ids
+A=0, B=1, CLS=2, pad=4, `attention_mask` 1 = real token; the longer segment is truncated first.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import unicodedata
+from typing import Optional, Tuple
+
+import tensorflow as tf
+
+from xlnet_tf import tokenization
+
+# Python's `str.split()` separators (what the original's whitespace collapsing splits on).
+_PY_SPACE = "[\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x{85}\\p{Z}]"
+
+
+@functools.lru_cache(maxsize=None)
+def combining_class_regex() -> str:
+    """An RE2 class of every code point with a non-zero canonical combining class, i.e. exactly what
+    `unicodedata.combining(c)` drops in the original's accent stripping (this Python's Unicode data)."""
+    ranges, start, prev = [], None, None
+    for cp in range(sys.maxunicode + 1):
+        if unicodedata.combining(chr(cp)):
+            if start is None:
+                start = cp
+            elif cp != prev + 1:
+                ranges.append((start, prev))
+                start = cp
+            prev = cp
+    if start is not None:
+        ranges.append((start, prev))
+    parts = [f"\\x{{{a:X}}}" if a == b else f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in ranges]
+    return "[" + "".join(parts) + "]"
+
+
+def normalize(text, lower: bool = False, keep_accents: bool = False):
+    """`tokenization.preprocess_text` on a string tensor (any shape)."""
+    import tensorflow_text as tf_text
+
+    text = tf.strings.regex_replace(text, f"{_PY_SPACE}+", " ")
+    text = tf.strings.regex_replace(text, "^ | $", "")
+    text = tf.strings.regex_replace(text, "``", '"')
+    text = tf.strings.regex_replace(text, "''", '"')
+    if not keep_accents:
+        text = tf_text.normalize_utf8(text, "NFKD")
+        text = tf.strings.regex_replace(text, combining_class_regex(), "")
+    if lower:
+        text = tf.strings.lower(text, encoding="utf-8")
+    return text
+
+
+class XLNetTextEncoder(tf.Module):
+    """Raw strings -> XLNet token ids, in-graph (a trackable module: the SentencePiece model travels
+    inside the SavedModel).
+
+    Args:
+      model_proto: serialized SentencePiece model (`spiece.model` bytes).
+      uncased, keep_accents: as `tokenization.XLNetTokenizer`.
+    """
+
+    def __init__(self, model_proto: bytes, uncased: bool = False, keep_accents: bool = False,
+                 name: Optional[str] = None):
+        super().__init__(name=name)
+        import tensorflow_text as tf_text
+
+        self.uncased = uncased
+        self.keep_accents = keep_accents
+        self.tokenizer = tf_text.SentencepieceTokenizer(model=model_proto, out_type=tf.int32)
+        py = tokenization.XLNetTokenizer(model_proto=model_proto, check_special_ids=True)
+        pieces = [py.id_to_piece(i) for i in range(py.vocab_size)]
+        self._digit_comma = tf.constant([len(p) > 1 and p[-1] == "," and p[-2].isdigit() for p in pieces])
+        self._comma_id = py.piece_to_id(",")
+
+    def encode(self, text):
+        """`[N]` strings -> RaggedTensor `[N, (tokens)]` int32 ids, as `XLNetTokenizer.encode`."""
+        text = normalize(text, self.uncased, self.keep_accents)
+        ids = self.tokenizer.tokenize(text)
+        return self._split_digit_comma(ids)
+
+    def _split_digit_comma(self, ids):
+        """The original `encode_pieces` re-split of pieces like `▁2000,` into `▁2000` + `,`."""
+        flat = ids.flat_values  # [T] ids of all texts
+        is_dc = tf.gather(self._digit_comma, flat)
+        dc_pos = tf.where(is_dc)[:, 0]
+        n = tf.shape(dc_pos, out_type=tf.int64)[0]
+        pieces = self.tokenizer.id_to_string(tf.gather(flat, dc_pos))
+        core = tf.strings.regex_replace(tf.strings.regex_replace(pieces, ",$", ""), "\u2581", "")
+        sub_ids = self.tokenizer.tokenize(core)
+        sub = sub_ids.with_flat_values(self.tokenizer.id_to_string(sub_ids.flat_values))  # [n, (m)]
+        # A piece that did not start a word loses the "▁" its re-split starts with (or that piece).
+        first = sub[:, :1]
+        strip = tf.gather(tf.logical_not(tf.strings.regex_full_match(pieces, "\u2581.*")),
+                          first.value_rowids())
+        values = tf.where(strip, tf.strings.regex_replace(first.flat_values, "^\u2581", ""),
+                          first.flat_values)
+        first = tf.RaggedTensor.from_value_rowids(values, first.value_rowids(), nrows=n)
+        first = tf.ragged.boolean_mask(first, tf.strings.length(first) > 0)
+        replaced = tf.concat([first, sub[:, 1:]], axis=1)
+        replaced = replaced.with_flat_values(
+            tf.cast(self.tokenizer.string_to_id(replaced.flat_values), flat.dtype))
+        replaced = tf.concat([replaced, tf.fill([n, 1], tf.cast(self._comma_id, flat.dtype))], axis=1)
+        # Every token becomes a list (itself, or its re-split), back in token order, then per text.
+        keep_pos = tf.where(tf.logical_not(is_dc))[:, 0]
+        singles = tf.RaggedTensor.from_tensor(tf.gather(flat, keep_pos)[:, None])
+        lists = tf.gather(tf.concat([singles, replaced], axis=0),
+                          tf.math.invert_permutation(tf.concat([keep_pos, dc_pos], axis=0)))
+        per_text = tf.reduce_sum(tf.RaggedTensor.from_row_lengths(lists.row_lengths(), ids.row_lengths()),
+                                 axis=1)
+        return tf.RaggedTensor.from_row_lengths(lists.flat_values, per_text)
+
+
+def pair_lengths(len_a, len_b, budget):
+    """Lengths after the original `_truncate_seq_pair` (pop the longer, ties pop B) to `budget` tokens."""
+    over = len_a + len_b > budget
+    half = (budget + 1) // 2
+    new_a = tf.minimum(len_a, tf.maximum(half, budget - len_b))
+    new_a = tf.where(over, new_a, len_a)
+    new_b = tf.where(over, budget - new_a, len_b)
+    return new_a, new_b
+
+
+def pack_pair(ids_a, ids_b, max_seq_length: int) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """Ragged ids A (and B, or None) -> `input_ids`, `segment_ids` int32 and `attention_mask` float32
+    `[N, max_seq_length]`: `A <sep> (B <sep>) <cls>`, left-padded (id 0, segment 4). A row whose B is
+    empty is packed as a single segment, as the record builder does."""
+    sep, cls = tokenization.SEP_ID, tokenization.CLS_ID
+    n = ids_a.nrows()
+    if ids_b is None:
+        ids_b = tf.RaggedTensor.from_row_lengths(tf.zeros([0], ids_a.dtype), tf.zeros([n], tf.int64))
+    len_a, len_b = ids_a.row_lengths(), ids_b.row_lengths()
+    has_b = len_b > 0
+    pair_a, pair_b = pair_lengths(len_a, len_b, tf.constant(max_seq_length - 3, tf.int64))
+    new_a = tf.where(has_b, pair_a, tf.minimum(len_a, max_seq_length - 2))
+    new_b = tf.where(has_b, pair_b, 0)
+    ids_a = tf.ragged.boolean_mask(ids_a, tf.ragged.range(len_a) < new_a[:, None])
+    ids_b = tf.ragged.boolean_mask(ids_b, tf.ragged.range(len_b) < new_b[:, None])
+    one = tf.ones([n], tf.int64)
+    sep_a = tf.RaggedTensor.from_row_lengths(tf.fill([n], sep), one)
+    sep_b = tf.RaggedTensor.from_row_lengths(tf.fill([tf.reduce_sum(tf.cast(has_b, tf.int32))], sep),
+                                             tf.cast(has_b, tf.int64))
+    cls_t = tf.RaggedTensor.from_row_lengths(tf.fill([n], cls), one)
+    tokens = tf.concat([ids_a, tf.cast(sep_a, ids_a.dtype), ids_b, tf.cast(sep_b, ids_a.dtype),
+                        tf.cast(cls_t, ids_a.dtype)], axis=1)
+    segs = tf.concat([tf.zeros_like(ids_a) + tokenization.SEG_ID_A, tf.zeros_like(sep_a) + tokenization.SEG_ID_A,
+                      tf.zeros_like(ids_b) + tokenization.SEG_ID_B, tf.zeros_like(sep_b) + tokenization.SEG_ID_B,
+                      tf.zeros_like(cls_t) + tokenization.SEG_ID_CLS], axis=1)
+    return left_pad(tokens, tf.cast(segs, tokens.dtype), max_seq_length)
+
+
+def left_pad(tokens, segs, max_seq_length: int):
+    """Ragged `[N, (<= L)]` tokens/segments -> dense left-padded `[N, L]` plus the attention mask."""
+    lengths = tokens.row_lengths()
+    pad = max_seq_length - lengths
+    pad_rows = tf.RaggedTensor.from_row_lengths(tf.zeros([tf.reduce_sum(pad)], tokens.dtype), pad)
+    seg_pad = tf.RaggedTensor.from_row_lengths(
+        tf.fill([tf.reduce_sum(pad)], tf.cast(tokenization.SEG_ID_PAD, segs.dtype)), pad)
+    mask = tf.concat([tf.RaggedTensor.from_row_lengths(tf.zeros([tf.reduce_sum(pad)]), pad),
+                      tf.ones_like(tokens, tf.float32)], axis=1)
+    input_ids = tf.concat([pad_rows, tokens], axis=1).to_tensor(shape=[None, max_seq_length])
+    segment_ids = tf.concat([seg_pad, segs], axis=1).to_tensor(shape=[None, max_seq_length])
+    return (tf.cast(input_ids, tf.int32), tf.cast(segment_ids, tf.int32),
+            mask.to_tensor(shape=[None, max_seq_length]))
