@@ -1,0 +1,1036 @@
+"""SQuAD v1.1 / v2.0 span QA: JSON -> examples -> features, records, side files, reader.
+
+Alignment by offsets (the original's banded-LCS alignment is replaced, #7.22): the paragraph is
+normalized exactly as `tokenization.preprocess_text` (whitespace collapsed, ``` `` ```/`''` -> `"`,
+accents stripped by NFKD + dropping combining marks, lowercased when uncased) while every output
+character keeps its `[start, end)` span in the ORIGINAL paragraph (`normalize_with_offsets`); the
+normalized text is encoded by SentencePiece with its own offsets (which cover SentencePiece's
+internal NFKC too), and the original's digit-comma re-split is applied piece by piece
+(`tokenize_with_offsets`). Each paragraph token thus maps to a character span of the original
+text, trimmed of whitespace and zero-width (Cf) characters; the ids equal
+`encode_ids(sp, preprocess_text(paragraph))` except that a multi-character `<unk>` piece (e.g. a
+run of CJK characters unknown to the vocabulary) is split into one `<unk>` per character
+(`split_unknown`, default on) so that answers inside it stay reachable. A normalization that does
+not reproduce `preprocess_text` is counted and the example skipped: a span is never silently
+shifted.
+
+Features (the original `run_squad.py`, P first then Q), for `L = max_seq_length`:
+
+    position        0 .. n-1        n       n+1 .. n+q   n+q+1   n+q+2   .. L-1
+    input_ids       paragraph span  <sep>   query        <sep>   <cls>   0 (right padding)
+    segment_ids     0 ...           0       1 ...        1       2       4 (SEG_ID_PAD)
+    attention_mask  1 ...                                                 0      (1 = real token)
+    p_mask          0 ...           1       1 ...        1       0       1      (1 = cannot be
+                                                                                  in the answer)
+    cls_index = n + q + 2
+
+The query keeps its first `max_query_length` ids. The paragraph is cut into spans of at most
+`L - q - 3` tokens advancing by `min(span length, doc_stride)`; `token_is_max_context` is BERT's
+score `min(left, right) + 0.01 * span length`. Labels: `start_positions`/`end_positions` are
+absolute positions in the feature (= paragraph-token index - span start); an impossible question,
+or an answer not wholly inside the span, gives `start = end = cls_index` and `is_impossible = 1`.
+The answer's tokens are the first and last paragraph tokens whose own character span overlaps
+`[answer_start, answer_start + len(text))`.
+
+Files in `output_dir` (`build_squad_records`): `train.tfrecord` (features of shuffled examples,
+seeded), `<eval split>.tfrecord` (file order), for the eval split `<split>.features.npz` (what
+post-processing needs, per feature and position: `tok_start_to_orig`, `tok_end_to_orig`,
+`token_is_max_context`, ...) and `<split>.examples.json` (id, question, context, gold answers),
+both written atomically, and `manifest.json` (kind `xlnet_squad`: version, lengths, SentencePiece
+sha256, uncased, counts, skipped-by-reason). Record schema: int64 `input_ids`, `segment_ids`,
+`attention_mask`, `p_mask` [L]; `cls_index`, `start_positions`, `end_positions`, `is_impossible`,
+`unique_id` (= feature index = row of the side file), `is_real_example` [1].
+
+Bad input (a question whose `answer_start` does not match its text, empty contexts, missing or
+duplicate ids, lone surrogates, ...) is counted by reason in the split's stats (and the manifest)
+and skipped, never a crash mid-run. Reader: `squad_dataset`. No absl flags here (CLI:
+`tfrecords/build_squad.py`).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import glob
+import io
+import json
+import os
+import time
+import unicodedata
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from tfrecords import classifier_data as cd
+from tfrecords import manifest as manifest_lib
+from xlnet_tf import tokenization
+from xlnet_tf.tokenization import (CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID,
+                                   SPIECE_UNDERLINE, UNK_ID)
+
+SQUAD_KIND = "xlnet_squad"
+PAD_TOKEN_ID = 0  # the original right-pads with id 0
+SEG_ID_P, SEG_ID_Q = SEG_ID_A, SEG_ID_B
+RECORD_NAMES = ("input_ids", "segment_ids", "attention_mask", "p_mask", "cls_index",
+                "start_positions", "end_positions", "is_impossible", "unique_id",
+                "is_real_example")
+SEQUENCE_NAMES = ("input_ids", "segment_ids", "attention_mask", "p_mask")
+TRAIN_SPLIT = "train"
+DataError = cd.DataError
+
+# skip reasons (the example is dropped) and warnings (kept), counted per split
+SKIP_REASONS = (
+    "invalid_structure",      # a paragraph / question / answer that is not a JSON object
+    "context_not_string", "empty_context", "empty_paragraph_tokens",
+    "missing_id", "duplicate_id", "question_not_string", "empty_question",
+    "invalid_unicode",        # lone surrogates (not encodable as UTF-8)
+    "normalization_mismatch", "tokenization_error",
+    "impossible_in_v1",       # is_impossible questions in a v1.1 build
+    "no_answer",              # training: an answerable question without an answer
+    "answer_mismatch",        # training: context[answer_start:+len(text)] != text
+    "empty_answer", "answer_not_aligned",
+)
+WARNINGS = (
+    "query_truncated",          # more than max_query_length question tokens (first kept)
+    "eval_answer_mismatch",     # eval: a gold answer's answer_start does not match its text
+    "answer_subword_boundary",  # the answer starts/ends inside a token (token span is wider)
+    "missing_is_impossible",    # v2 question without is_impossible: taken as `not answers`
+    "eval_answer_not_aligned",  # eval: the first gold answer covers no visible token (CLS labels)
+)
+
+
+# ---- normalization with offsets --------------------------------------------------------------
+
+def _is_blank(c: str) -> bool:
+    """Whitespace or an invisible format character (zero-width space, joiners, BOM, ...)."""
+    return c.isspace() or unicodedata.category(c) == "Cf"
+
+
+def normalize_with_offsets(text: str, lower: bool = False, keep_accents: bool = False
+                           ) -> Tuple[str, np.ndarray, np.ndarray]:
+    """`preprocess_text(text, lower, keep_accents=...)` and each output character's source span.
+
+    Returns `(norm, starts, ends)`: `norm` equals `tokenization.preprocess_text(text, lower=lower,
+    keep_accents=keep_accents)`; `starts`, `ends` int32 [len(norm)]: output character k comes
+    from `text[starts[k]:ends[k]]` (a collapsed space covers its whitespace run, a `"` from
+    ``` `` ``` covers both characters, a character expanded by NFKD repeats its span, and dropped
+    combining marks extend the span of the character before them).
+    """
+    chars: List[str] = []
+    st: List[int] = []
+    en: List[int] = []
+    space_from = -1
+    for i, c in enumerate(text):  # 1. " ".join(text.strip().split())
+        if c.isspace():
+            if chars and space_from < 0:
+                space_from = i
+            continue
+        if space_from >= 0:
+            chars.append(" ")
+            st.append(space_from)
+            en.append(i)
+            space_from = -1
+        chars.append(c)
+        st.append(i)
+        en.append(i + 1)
+    for pair in ("``", "''"):  # 2. quotes, left to right as str.replace
+        if pair not in "".join(chars):
+            continue
+        c2, s2, e2 = [], [], []
+        k = 0
+        while k < len(chars):
+            if k + 1 < len(chars) and chars[k] == pair[0] and chars[k + 1] == pair[1]:
+                c2.append('"')
+                s2.append(st[k])
+                e2.append(en[k + 1])
+                k += 2
+            else:
+                c2.append(chars[k])
+                s2.append(st[k])
+                e2.append(en[k])
+                k += 1
+        chars, st, en = c2, s2, e2
+    if not keep_accents and not all(c.isascii() for c in chars):  # 3. NFKD, drop combining
+        c2, s2, e2 = [], [], []
+        lead = None  # start of dropped marks before any output character
+        for c, s, e in zip(chars, st, en):
+            if c.isascii():
+                kept = c
+            else:
+                kept = "".join(x for x in unicodedata.normalize("NFKD", c)
+                               if not unicodedata.combining(x))
+            if not kept:
+                if e2:
+                    e2[-1] = max(e2[-1], e)
+                elif lead is None:
+                    lead = s
+                continue
+            for x in kept:
+                c2.append(x)
+                s2.append(s if lead is None else min(s, lead))
+                e2.append(e)
+            lead = None
+        chars, st, en = c2, s2, e2
+    if lower:  # 4. lowercase (per character when it changes the length, e.g. U+0130)
+        joined = "".join(chars)
+        low = joined.lower()
+        if len(low) == len(joined):
+            chars = list(low)
+        else:
+            c2, s2, e2 = [], [], []
+            for c, s, e in zip(chars, st, en):
+                for x in c.lower():
+                    c2.append(x)
+                    s2.append(s)
+                    e2.append(e)
+            if len(c2) == len(low):  # context-dependent forms (final sigma) keep the length
+                c2 = list(low)
+            chars, st, en = c2, s2, e2
+    return "".join(chars), np.asarray(st, np.int32), np.asarray(en, np.int32)
+
+
+# ---- tokenization with offsets ---------------------------------------------------------------
+
+def _sp_encode_offsets(sp, text: str) -> Tuple[List[str], List[int], List[Tuple[int, int]]]:
+    """SentencePiece pieces, ids and `[begin, end)` CHARACTER offsets into `text`."""
+    try:
+        r = sp.encode(text, return_type="offset_mapping")
+        return list(r["pieces"]), [int(i) for i in r["ids"]], [tuple(o) for o in r["offsets"]]
+    except (TypeError, ValueError):  # sentencepiece < 0.2.1: byte offsets of immutable_proto
+        pass
+    proto = sp.encode(text, out_type="immutable_proto")
+    b2c = np.zeros(len(text.encode("utf-8")) + 1, np.int64)
+    pos = 0
+    for k, c in enumerate(text):
+        n = len(c.encode("utf-8"))
+        b2c[pos:pos + n] = k
+        pos += n
+    b2c[pos] = len(text)
+    pieces = list(proto.pieces)
+    return ([p.piece for p in pieces], [int(p.id) for p in pieces],
+            [(int(b2c[p.begin]), int(b2c[p.end])) for p in pieces])
+
+
+@dataclasses.dataclass
+class ParagraphTokens:
+    """A paragraph's tokens and their character spans in the ORIGINAL paragraph text.
+
+    `ids` int32 [T]; `pieces` [T]; `char_start`, `char_end` int32 [T]: token t stands for
+    `text[char_start[t]:char_end[t]]` (trimmed of whitespace / zero-width characters; a token
+    without visible characters of its own, e.g. a lone `▁`, borrows the span of the next token);
+    `has_own_span` bool [T]: the token covers visible characters itself (gold answer boundaries
+    are only put on these).
+    """
+
+    ids: np.ndarray
+    pieces: List[str]
+    char_start: np.ndarray
+    char_end: np.ndarray
+    has_own_span: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def char_span_to_tokens(self, start: int, end: int) -> Optional[Tuple[int, int]]:
+        """First and last token (inclusive) whose own span overlaps `[start, end)`; None if none."""
+        hit = self.has_own_span & (self.char_end > start) & (self.char_start < end)
+        idx = np.flatnonzero(hit)
+        if not len(idx):
+            return None
+        return int(idx[0]), int(idx[-1])
+
+
+def tokenize_with_offsets(tokenizer: tokenization.XLNetTokenizer, text: str,
+                          split_unknown: bool = True) -> ParagraphTokens:
+    """Tokenize raw `text` as `tokenizer.encode` does, with original-text spans (see the module
+    docstring). Raises ValueError if the tracked normalization differs from `preprocess_text`."""
+    sp = tokenizer.sp
+    norm, n_st, n_en = normalize_with_offsets(text, lower=tokenizer.uncased,
+                                              keep_accents=tokenizer.keep_accents)
+    ref = tokenization.preprocess_text(text, lower=tokenizer.uncased,
+                                       keep_accents=tokenizer.keep_accents)
+    if norm != ref:
+        raise ValueError("normalization with offsets differs from preprocess_text")
+    pieces, ids, offs = _sp_encode_offsets(sp, norm) if norm else ([], [], [])
+    toks: List[Tuple[str, int, int, int]] = []  # piece, id, [i, j) in norm
+    for piece, pid, (i, j) in zip(pieces, ids, offs):
+        if tokenization._needs_digit_comma_split(piece):  # the original encode_pieces
+            sub = piece[:-1].replace(SPIECE_UNDERLINE, "")
+            cur, _, sub_offs = _sp_encode_offsets(sp, sub)
+            cur, sub_offs = list(cur), list(sub_offs)
+            if piece[0] != SPIECE_UNDERLINE and cur and cur[0][0] == SPIECE_UNDERLINE:
+                if len(cur[0]) == 1:
+                    cur, sub_offs = cur[1:], sub_offs[1:]
+                else:
+                    cur[0] = cur[0][1:]
+            comma = j - 1 if j > i and norm[j - 1] == "," else None
+            body_end = comma if comma is not None else j
+            base = i
+            while base < body_end and norm[base] == " ":
+                base += 1
+            exact = norm[base:body_end] == sub
+            for p, (a, b) in zip(cur, sub_offs):
+                span = (base + a, base + b) if exact else (i, body_end)
+                toks.append((p, sp.PieceToId(p), *span))
+            toks.append((piece[-1], sp.PieceToId(piece[-1]),
+                         *((comma, j) if comma is not None else (i, j))))
+        elif split_unknown and pid == UNK_ID and j - i > 1:
+            for k in range(i, j):
+                if norm[k] != " ":
+                    toks.append((norm[k], UNK_ID, k, k + 1))
+        else:
+            toks.append((piece, pid, i, j))
+    n = len(toks)
+    cs = np.zeros([n], np.int32)
+    ce = np.zeros([n], np.int32)
+    own = np.zeros([n], bool)
+    for t, (_, _, i, j) in enumerate(toks):
+        while i < j and _is_blank(norm[i]):
+            i += 1
+        while j > i and _is_blank(norm[j - 1]):
+            j -= 1
+        if i < j:
+            cs[t], ce[t], own[t] = n_st[i], n_en[j - 1], True
+    # tokens without a visible span of their own borrow the next (else the previous) one's
+    nxt = -1
+    trailing = np.zeros([n], bool)
+    for t in range(n - 1, -1, -1):
+        if own[t]:
+            nxt = t
+        elif nxt >= 0:
+            cs[t], ce[t] = cs[nxt], ce[nxt]
+        else:
+            trailing[t] = True
+    prev = -1
+    for t in range(n):
+        if own[t]:
+            prev = t
+        elif trailing[t] and prev >= 0:
+            cs[t], ce[t] = cs[prev], ce[prev]
+    return ParagraphTokens(np.asarray([x[1] for x in toks], np.int32), [x[0] for x in toks],
+                           cs, ce, own)
+
+
+# ---- examples --------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class SquadExample:
+    """One question. `answers`: the gold answers as in the JSON (`text`, `answer_start`);
+    `answer_span`: `[start, end)` characters of the first answer in `context` (None when
+    impossible, or when the gold answer does not match the context at eval time)."""
+
+    qas_id: str
+    question: str
+    context: str
+    answers: List[Dict[str, Any]]
+    is_impossible: bool
+    answer_span: Optional[Tuple[int, int]] = None
+    title: str = ""
+    paragraph_index: int = 0  # examples of one paragraph share its tokens
+
+
+class SplitStats:
+    """Counts of one split: `counts` (num_questions_read, num_examples, num_features, ...),
+    `skipped[reason]` (dropped questions; an article or paragraph that is not a JSON object
+    counts once), `warnings[reason]` (kept questions), and `samples[reason]` (the first few
+    question ids, for the manifest)."""
+
+    def __init__(self):
+        self.skipped: collections.Counter = collections.Counter()
+        self.warnings: collections.Counter = collections.Counter()
+        self.samples: Dict[str, List[str]] = collections.defaultdict(list)
+        self.counts: collections.Counter = collections.Counter()
+
+    def skip(self, reason: str, what: str = "") -> None:
+        self.skipped[reason] += 1
+        if len(self.samples[reason]) < 5:
+            self.samples[reason].append(what)
+
+    def warn(self, reason: str, what: str = "") -> None:
+        self.warnings[reason] += 1
+        if len(self.samples[reason]) < 5:
+            self.samples[reason].append(what)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {**{k: int(v) for k, v in sorted(self.counts.items())},
+                "skipped": {k: int(v) for k, v in sorted(self.skipped.items())},
+                "num_skipped": int(sum(self.skipped.values())),
+                "warnings": {k: int(v) for k, v in sorted(self.warnings.items())},
+                "samples": {k: v for k, v in sorted(self.samples.items())}}
+
+
+def _utf8_ok(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def load_squad_json(path: str) -> Dict[str, Any]:
+    """Read a SQuAD JSON file; DataError (naming the file) if it is missing, not JSON, or has
+    no `data` list."""
+    if not os.path.isfile(path):
+        raise DataError(f"{path}: file not found")
+    try:
+        with open(path, "rb") as f:
+            obj = json.loads(f.read().decode("utf-8-sig"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise DataError(f"{path}: not a UTF-8 JSON file ({e})") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("data"), list):
+        raise DataError(f"{path}: not a SQuAD file (expected an object with a 'data' list)")
+    return obj
+
+
+def detect_version_2(dataset: Dict[str, Any]) -> bool:
+    """True for a SQuAD 2.0 file: `version` "v2.0"/"2.0", or any question with
+    `is_impossible`."""
+    v = str(dataset.get("version", "")).lstrip("vV")
+    if v.startswith("2"):
+        return True
+    for article in dataset["data"]:
+        for para in (article.get("paragraphs") or []) if isinstance(article, dict) else []:
+            for qa in (para.get("qas") or []) if isinstance(para, dict) else []:
+                if isinstance(qa, dict) and "is_impossible" in qa:
+                    return True
+    return False
+
+
+def read_squad_examples(dataset: Dict[str, Any], is_training: bool,
+                        version_2_with_negative: bool, stats: Optional[SplitStats] = None
+                        ) -> List[SquadExample]:
+    """SQuAD JSON (as loaded) -> examples, in file order; bad questions are skipped and counted
+    in `stats` (see SKIP_REASONS), never raised.
+
+    Training keeps the first answer of an answerable question and requires it to match the
+    context at `answer_start`. Eval keeps every question that can be featurized (gold answers
+    are only used by the evaluation). A v1.1 build drops `is_impossible` questions.
+    """
+    stats = stats if stats is not None else SplitStats()
+    out: List[SquadExample] = []
+    seen = set()
+    para_index = -1
+    for article in dataset["data"]:
+        if not isinstance(article, dict) or not isinstance(article.get("paragraphs", []), list):
+            stats.skip("invalid_structure", "article")
+            continue
+        title = article.get("title", "")
+        title = title if isinstance(title, str) else str(title)
+        for para in article.get("paragraphs", []):
+            if not isinstance(para, dict) or not isinstance(para.get("qas", []), list):
+                stats.skip("invalid_structure", f"paragraph in {title!r}")
+                continue
+            para_index += 1
+            context = para.get("context")
+            qas = para.get("qas", [])
+            for qa in qas:
+                stats.counts["num_questions_read"] += 1
+                if not isinstance(qa, dict):
+                    stats.skip("invalid_structure", f"question in {title!r}")
+                    continue
+                ex = _read_question(qa, context, title, para_index, is_training,
+                                    version_2_with_negative, stats, seen)
+                if ex is not None:
+                    out.append(ex)
+    stats.counts["num_examples"] = len(out)
+    stats.counts["num_impossible"] = sum(ex.is_impossible for ex in out)
+    return out
+
+
+def _read_question(qa, context, title, para_index, is_training, v2, stats, seen
+                   ) -> Optional[SquadExample]:
+    qid = qa.get("id")
+    if qid is None or (isinstance(qid, str) and not qid.strip()):
+        stats.skip("missing_id", f"question {qa.get('question')!r:.60}")
+        return None
+    qid = str(qid)
+    if qid in seen:
+        stats.skip("duplicate_id", qid)
+        return None
+    seen.add(qid)
+    if not isinstance(context, str):
+        stats.skip("context_not_string", qid)
+        return None
+    if not context.strip():
+        stats.skip("empty_context", qid)
+        return None
+    question = qa.get("question")
+    if not isinstance(question, str):
+        stats.skip("question_not_string", qid)
+        return None
+    if not question.strip():
+        stats.skip("empty_question", qid)
+        return None
+    answers = qa.get("answers") or []
+    if not isinstance(answers, list) or not all(
+            isinstance(a, dict) and isinstance(a.get("text"), str) for a in answers):
+        stats.skip("invalid_structure", qid)
+        return None
+    if not all(_utf8_ok(s) for s in [context, question] + [a["text"] for a in answers]):
+        stats.skip("invalid_unicode", qid)
+        return None
+    if "is_impossible" in qa:
+        impossible = bool(qa["is_impossible"])
+    else:
+        impossible = v2 and not answers
+        if v2:
+            stats.warn("missing_is_impossible", qid)
+    if impossible and not v2:
+        stats.skip("impossible_in_v1", qid)
+        return None
+    ex = SquadExample(qid, question, context, [dict(a) for a in answers], impossible,
+                      title=title, paragraph_index=para_index)
+    if impossible:
+        return ex
+    if not answers:
+        if is_training or not v2:
+            stats.skip("no_answer", qid)
+            return None
+        return ex
+    spans = []
+    for a in answers:
+        s = a.get("answer_start")
+        text = a["text"]
+        ok = (isinstance(s, int) and not isinstance(s, bool) and 0 <= s
+              and context[s:s + len(text)] == text and text.strip())
+        spans.append((s, s + len(text)) if ok else None)
+    first = answers[0]
+    if is_training:
+        if not first["text"].strip():
+            stats.skip("empty_answer", qid)
+            return None
+        if spans[0] is None:
+            stats.skip("answer_mismatch", qid)
+            return None
+    elif any(sp is None for sp in spans):
+        stats.warn("eval_answer_mismatch", qid)
+    ex.answer_span = spans[0]
+    return ex
+
+
+# ---- features --------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class SquadConfig:
+    """Feature parameters (the original's flags)."""
+
+    max_seq_length: int = 512
+    doc_stride: int = 128
+    max_query_length: int = 64
+    version_2_with_negative: bool = True
+    uncased: bool = False
+    keep_accents: bool = False
+    split_unknown: bool = True
+
+    def validate(self) -> None:
+        for name in ("max_seq_length", "doc_stride", "max_query_length"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        if self.max_seq_length < self.max_query_length + 4:
+            raise ValueError(f"max_seq_length={self.max_seq_length} leaves no room for the "
+                             f"paragraph: it must be >= max_query_length + 4 = "
+                             f"{self.max_query_length + 4}")
+
+
+@dataclasses.dataclass
+class SquadFeature:
+    """One window of one example. Sequences are [L]; `tok_start_to_orig`, `tok_end_to_orig`
+    (int32, exclusive end) and `token_is_max_context` (bool) are [paragraph_len], for the
+    feature positions `0 .. paragraph_len-1`."""
+
+    unique_id: int
+    example_index: int
+    doc_span_index: int
+    doc_span_start: int
+    paragraph_len: int
+    input_ids: np.ndarray
+    segment_ids: np.ndarray
+    attention_mask: np.ndarray
+    p_mask: np.ndarray
+    cls_index: int
+    start_position: int
+    end_position: int
+    is_impossible: int
+    tok_start_to_orig: np.ndarray
+    tok_end_to_orig: np.ndarray
+    token_is_max_context: np.ndarray
+
+    def record(self) -> Dict[str, np.ndarray]:
+        """The TFRecord features (arrays without a batch axis)."""
+        return {"input_ids": self.input_ids, "segment_ids": self.segment_ids,
+                "attention_mask": self.attention_mask, "p_mask": self.p_mask,
+                "cls_index": np.int64(self.cls_index),
+                "start_positions": np.int64(self.start_position),
+                "end_positions": np.int64(self.end_position),
+                "is_impossible": np.int64(self.is_impossible),
+                "unique_id": np.int64(self.unique_id), "is_real_example": np.int64(1)}
+
+
+def doc_spans(num_tokens: int, max_tokens_for_doc: int, doc_stride: int
+              ) -> List[Tuple[int, int]]:
+    """`(start, length)` windows over the paragraph tokens (the original's sliding window)."""
+    spans = []
+    start = 0
+    while start < num_tokens:
+        length = min(num_tokens - start, max_tokens_for_doc)
+        spans.append((start, length))
+        if start + length == num_tokens:
+            break
+        start += min(length, doc_stride)
+    return spans
+
+
+def max_context_span(spans: Sequence[Tuple[int, int]], num_tokens: int) -> np.ndarray:
+    """int [num_tokens]: index of the span where each token has the most context (BERT's
+    `min(left, right) + 0.01 * length`, the first span on ties)."""
+    best = np.full([num_tokens], -1, np.int64)
+    best_score = np.full([num_tokens], -np.inf)
+    for k, (start, length) in enumerate(spans):
+        pos = np.arange(start, start + length)
+        score = np.minimum(pos - start, start + length - 1 - pos) + 0.01 * length
+        better = score > best_score[pos]
+        best[pos[better]] = k
+        best_score[pos[better]] = score[better]
+    return best
+
+
+def pack_feature(doc_ids: Sequence[int], query_ids: Sequence[int], max_seq_length: int
+                 ) -> Dict[str, np.ndarray]:
+    """`P <sep> Q <sep> <cls>`, right-padded: `input_ids`, `segment_ids` int32 [L],
+    `attention_mask` int32 [L] (1 = real token), `p_mask` int32 [L] (1 = cannot be in the
+    answer: <sep>, query, padding), `cls_index` (int)."""
+    n, q, L = len(doc_ids), len(query_ids), max_seq_length
+    total = n + q + 3
+    if total > L:
+        raise ValueError(f"{total} tokens do not fit max_seq_length {L}")
+    ids = np.full([L], PAD_TOKEN_ID, np.int32)
+    seg = np.full([L], SEG_ID_PAD, np.int32)
+    mask = np.zeros([L], np.int32)
+    p_mask = np.ones([L], np.int32)
+    ids[:n] = doc_ids
+    ids[n] = SEP_ID
+    ids[n + 1:n + 1 + q] = query_ids
+    ids[n + 1 + q] = SEP_ID
+    ids[n + 2 + q] = CLS_ID
+    seg[:n + 1] = SEG_ID_P
+    seg[n + 1:n + 2 + q] = SEG_ID_Q
+    seg[n + 2 + q] = SEG_ID_CLS
+    mask[:total] = 1
+    p_mask[:n] = 0
+    p_mask[n + 2 + q] = 0
+    return {"input_ids": ids, "segment_ids": seg, "attention_mask": mask, "p_mask": p_mask,
+            "cls_index": n + q + 2}
+
+
+def convert_example(example: SquadExample, example_index: int, para: ParagraphTokens,
+                    query_ids: Sequence[int], cfg: SquadConfig, first_unique_id: int,
+                    stats: Optional[SplitStats] = None) -> List[SquadFeature]:
+    """One example -> its features (one per window). The gold tokens come from
+    `example.answer_span` (None: impossible or unknown -> CLS labels)."""
+    stats = stats if stats is not None else SplitStats()
+    q = list(query_ids)[:cfg.max_query_length]
+    spans = doc_spans(len(para), cfg.max_seq_length - len(q) - 3, cfg.doc_stride)
+    best = max_context_span(spans, len(para))
+    gold = None
+    if not example.is_impossible and example.answer_span is not None:
+        gold = para.char_span_to_tokens(*example.answer_span)
+        if gold is not None:
+            a, b = example.answer_span
+            if (int(para.char_start[gold[0]]), int(para.char_end[gold[1]])) != (a, b) and \
+                    example.context[para.char_start[gold[0]]:para.char_end[gold[1]]].strip() != \
+                    example.context[a:b].strip():
+                stats.warn("answer_subword_boundary", example.qas_id)
+    feats = []
+    for k, (start, length) in enumerate(spans):
+        packed = pack_feature(para.ids[start:start + length], q, cfg.max_seq_length)
+        cls_index = packed["cls_index"]
+        if gold is not None and start <= gold[0] and gold[1] < start + length:
+            sp, ep, imp = gold[0] - start, gold[1] - start, 0
+        else:
+            sp, ep, imp = cls_index, cls_index, 1
+            if gold is not None:
+                stats.counts["num_out_of_span_features"] += 1
+        feats.append(SquadFeature(
+            unique_id=first_unique_id + k, example_index=example_index, doc_span_index=k,
+            doc_span_start=start, paragraph_len=length, input_ids=packed["input_ids"],
+            segment_ids=packed["segment_ids"], attention_mask=packed["attention_mask"],
+            p_mask=packed["p_mask"], cls_index=cls_index, start_position=sp, end_position=ep,
+            is_impossible=imp, tok_start_to_orig=para.char_start[start:start + length].copy(),
+            tok_end_to_orig=para.char_end[start:start + length].copy(),
+            token_is_max_context=best[start:start + length] == k))
+    return feats
+
+
+class _Featurizer:
+    """Tokenizes each paragraph once (cached by index, without piece strings) and the
+    questions; counts failures."""
+
+    def __init__(self, tokenizer: tokenization.XLNetTokenizer, cfg: SquadConfig,
+                 stats: SplitStats):
+        self.tok, self.cfg, self.stats = tokenizer, cfg, stats
+        self._para: Dict[int, Any] = {}
+
+    def paragraph(self, ex: SquadExample):
+        key = ex.paragraph_index
+        if key not in self._para:
+            try:  # every paragraph is kept (a few int32 per token): train order is shuffled
+                para = tokenize_with_offsets(self.tok, ex.context, self.cfg.split_unknown)
+                self._para[key] = dataclasses.replace(para, pieces=[])
+            except ValueError as e:
+                reason = ("normalization_mismatch" if "normalization" in str(e)
+                          else "tokenization_error")
+                self._para[key] = reason
+            except Exception:  # noqa: BLE001 - sentencepiece errors on odd input: count, go on
+                self._para[key] = "tokenization_error"
+        return self._para[key]
+
+    def features(self, ex: SquadExample, example_index: int, first_unique_id: int,
+                 is_training: bool) -> List[SquadFeature]:
+        para = self.paragraph(ex)
+        if isinstance(para, str):
+            self.stats.skip(para, ex.qas_id)
+            return []
+        if not len(para) or not para.has_own_span.any():
+            self.stats.skip("empty_paragraph_tokens", ex.qas_id)
+            return []
+        try:
+            q = self.tok.encode(ex.question)
+        except Exception:  # noqa: BLE001
+            self.stats.skip("tokenization_error", ex.qas_id)
+            return []
+        if len(q) > self.cfg.max_query_length:
+            self.stats.warn("query_truncated", ex.qas_id)
+        if not ex.is_impossible and ex.answer_span is not None and \
+                para.char_span_to_tokens(*ex.answer_span) is None:
+            if is_training:
+                self.stats.skip("answer_not_aligned", ex.qas_id)
+                return []
+            self.stats.warn("eval_answer_not_aligned", ex.qas_id)
+            ex = dataclasses.replace(ex, answer_span=None)
+        feats = convert_example(ex, example_index, para, q, self.cfg, first_unique_id,
+                                self.stats)
+        self.stats.counts["num_features"] += len(feats)
+        self.stats.counts["num_multi_span_examples"] += len(feats) > 1
+        self.stats.counts["max_features_per_example"] = max(
+            self.stats.counts["max_features_per_example"], len(feats))
+        return feats
+
+
+def convert_examples(tokenizer: tokenization.XLNetTokenizer, examples: Sequence[SquadExample],
+                     cfg: SquadConfig, is_training: bool, stats: Optional[SplitStats] = None
+                     ) -> Tuple[List[SquadExample], List[SquadFeature]]:
+    """Examples -> (kept examples, features), in memory (`unique_id` = feature index,
+    `example_index` = index in the kept examples). Examples that cannot be featurized are
+    skipped and counted."""
+    cfg.validate()
+    stats = stats if stats is not None else SplitStats()
+    fz = _Featurizer(tokenizer, cfg, stats)
+    kept: List[SquadExample] = []
+    feats: List[SquadFeature] = []
+    for ex in examples:
+        f = fz.features(ex, len(kept), len(feats), is_training)
+        if f:
+            kept.append(ex)
+            feats.extend(f)
+    stats.counts["num_examples"] = len(kept)
+    stats.counts["num_impossible"] = sum(ex.is_impossible for ex in kept)
+    return kept, feats
+
+
+def stack_eval_features(features: Sequence[SquadFeature], max_seq_length: int
+                        ) -> Dict[str, np.ndarray]:
+    """What post-processing needs, stacked by feature (`unique_id` = row):
+    `unique_id`, `example_index`, `doc_span_index`, `doc_span_start`, `paragraph_len`,
+    `cls_index`, `start_positions`, `end_positions`, `is_impossible` int32 [F];
+    `tok_start_to_orig`, `tok_end_to_orig` int32 [F, L] (character span `[start, end)` in the
+    example's context of the token at each feature position; -1 outside the paragraph);
+    `token_is_max_context` bool [F, L] (False outside the paragraph)."""
+    F_, L = len(features), max_seq_length
+    out = {k: np.zeros([F_], np.int32) for k in (
+        "unique_id", "example_index", "doc_span_index", "doc_span_start", "paragraph_len",
+        "cls_index", "start_positions", "end_positions", "is_impossible")}
+    out["tok_start_to_orig"] = np.full([F_, L], -1, np.int32)
+    out["tok_end_to_orig"] = np.full([F_, L], -1, np.int32)
+    out["token_is_max_context"] = np.zeros([F_, L], bool)
+    for r, f in enumerate(features):
+        if f.unique_id != r:
+            raise ValueError(f"feature {r} has unique_id {f.unique_id}; expected its index")
+        for k, v in (("unique_id", f.unique_id), ("example_index", f.example_index),
+                     ("doc_span_index", f.doc_span_index), ("doc_span_start", f.doc_span_start),
+                     ("paragraph_len", f.paragraph_len), ("cls_index", f.cls_index),
+                     ("start_positions", f.start_position), ("end_positions", f.end_position),
+                     ("is_impossible", f.is_impossible)):
+            out[k][r] = v
+        n = f.paragraph_len
+        out["tok_start_to_orig"][r, :n] = f.tok_start_to_orig
+        out["tok_end_to_orig"][r, :n] = f.tok_end_to_orig
+        out["token_is_max_context"][r, :n] = f.token_is_max_context
+    return out
+
+
+def example_entries(examples: Sequence[SquadExample]) -> List[Dict[str, Any]]:
+    """JSON-able examples for the side file (index = `example_index`)."""
+    return [{"id": ex.qas_id, "title": ex.title, "question": ex.question,
+             "context": ex.context, "answers": ex.answers, "is_impossible": ex.is_impossible}
+            for ex in examples]
+
+
+# ---- records and side files ------------------------------------------------------------------
+
+def _write_records(path: str, records: Iterable[Dict[str, np.ndarray]]) -> Tuple[int, int]:
+    """Write int64 `tf.train.Example`s to `path` (temporary name, then rename); returns
+    (count, bytes)."""
+    import tensorflow as tf
+
+    for stale in glob.glob(glob.escape(path) + ".tmp-*"):  # left by a killed build
+        os.remove(stale)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    n = 0
+    try:
+        with tf.io.TFRecordWriter(tmp) as w:
+            for rec in records:
+                w.write(cd.serialize_features(rec))
+                n += 1
+        size = os.path.getsize(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return n, size
+
+
+def _write_npz_atomic(path: str, arrays: Dict[str, np.ndarray]) -> None:
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(buf.getvalue())
+    os.replace(tmp, path)
+
+
+def dummy_record(max_seq_length: int) -> Dict[str, np.ndarray]:
+    """The padding record of eval batches: `<sep> <sep> <cls>`, `unique_id` -1,
+    `is_real_example` 0."""
+    p = pack_feature([], [], max_seq_length)
+    c = p.pop("cls_index")
+    return {**p, "cls_index": np.int64(c), "start_positions": np.int64(c),
+            "end_positions": np.int64(c), "is_impossible": np.int64(0),
+            "unique_id": np.int64(-1), "is_real_example": np.int64(0)}
+
+
+SQUAD_BUILD_KEYS = ("max_seq_length", "doc_stride", "max_query_length",
+                    "version_2_with_negative", "uncased", "keep_accents", "split_unknown",
+                    "spiece_model_sha256")
+
+
+def _file_sha256(path: str) -> str:
+    return tokenization.file_sha256(path)
+
+
+def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optional[str] = None,
+                        predict_file: Optional[str] = None, eval_split: str = "dev",
+                        max_seq_length: int = 512, doc_stride: int = 128,
+                        max_query_length: int = 64,
+                        version_2_with_negative: Optional[bool] = None, uncased: bool = False,
+                        keep_accents: bool = False, split_unknown: bool = True, seed: int = 0,
+                        log: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
+    """Build `train.tfrecord` from `train_file` and `<eval_split>.tfrecord` + side files from
+    `predict_file` (either may be None), plus `manifest.json` (merged with an existing one built
+    with the same parameters).
+
+    `version_2_with_negative`: None = detected from the files (`version` 2.x or any
+    `is_impossible`). Raises DataError for a missing / non-SQuAD file, files of different
+    versions, or an `output_dir` built with other parameters; bad questions are counted.
+    """
+    t0 = time.time()
+    if not train_file and not predict_file:
+        raise ValueError("give train_file and/or predict_file")
+    if eval_split == TRAIN_SPLIT or not eval_split or os.sep in eval_split:
+        raise ValueError(f"bad eval split name {eval_split!r}")
+    files = {s: f for s, f in ((TRAIN_SPLIT, train_file), (eval_split, predict_file)) if f}
+    data = {s: load_squad_json(f) for s, f in files.items()}
+    if version_2_with_negative is None:
+        detected = {s: detect_version_2(d) for s, d in data.items()}
+        if len(set(detected.values())) > 1:
+            raise DataError("the files are of different SQuAD versions ("
+                            + ", ".join(f"{files[s]}: {'2.0' if v else '1.1'}"
+                                        for s, v in detected.items())
+                            + "); set version_2_with_negative")
+        version_2_with_negative = next(iter(detected.values()))
+    cfg = SquadConfig(max_seq_length, doc_stride, max_query_length,
+                      bool(version_2_with_negative), bool(uncased), bool(keep_accents),
+                      bool(split_unknown))
+    cfg.validate()
+    tok = tokenization.XLNetTokenizer(spiece_model, uncased=uncased, keep_accents=keep_accents)
+    os.makedirs(output_dir, exist_ok=True)
+    entries = {}
+    for split, path in files.items():
+        t1 = time.time()
+        training = split == TRAIN_SPLIT
+        stats = SplitStats()
+        examples = read_squad_examples(data[split], training, cfg.version_2_with_negative,
+                                       stats)
+        rec_path = os.path.join(output_dir, f"{split}.tfrecord")
+        entry: Dict[str, Any] = {"file": os.path.basename(rec_path),
+                                 "source_file": os.path.abspath(path),
+                                 "source_sha256": _file_sha256(path),
+                                 "source_version": str(data[split].get("version", "")),
+                                 "is_training": training}
+        if training:
+            order = np.random.default_rng([seed, 7919]).permutation(len(examples))
+            fz = _Featurizer(tok, cfg, stats)
+            tally = collections.Counter()
+
+            def records():
+                for i in order:
+                    ex = examples[i]
+                    feats = fz.features(ex, tally["examples"], tally["features"], True)
+                    tally["examples"] += bool(feats)
+                    tally["impossible_examples"] += bool(feats) and ex.is_impossible
+                    for f in feats:
+                        tally["features"] += 1
+                        tally["impossible_features"] += f.is_impossible
+                        yield f.record()
+
+            n, size = _write_records(rec_path, records())
+            stats.counts["num_examples"] = tally["examples"]
+            stats.counts["num_impossible"] = tally["impossible_examples"]
+            stats.counts["num_impossible_features"] = tally["impossible_features"]
+            entry["shuffled"] = True
+        else:
+            kept_ex, feats = convert_examples(tok, examples, cfg, False, stats)
+            n, size = _write_records(rec_path, (f.record() for f in feats))
+            side = stack_eval_features(feats, max_seq_length)
+            stats.counts["num_impossible_features"] = int(side["is_impossible"].sum())
+            feat_file = f"{split}.features.npz"
+            ex_file = f"{split}.examples.json"
+            _write_npz_atomic(os.path.join(output_dir, feat_file), side)
+            manifest_lib.write_json_atomic(
+                os.path.join(output_dir, ex_file),
+                {"version_2_with_negative": cfg.version_2_with_negative,
+                 "examples": example_entries(kept_ex)})
+            entry.update({"shuffled": False, "features_file": feat_file,
+                          "examples_file": ex_file})
+        entry.update({"num_records": n, "num_bytes": size, **stats.to_dict()})
+        entries[split] = entry
+        if log:
+            sk = ", ".join(f"{k} {v}" for k, v in sorted(stats.skipped.items())) or "none"
+            log(f"{split}: {stats.counts['num_questions_read']} questions -> "
+                f"{stats.counts['num_examples']} examples -> {n} features "
+                f"({time.time() - t1:.1f} s); skipped: {sk} -> {rec_path}")
+    manifest = {
+        "kind": SQUAD_KIND,
+        "format_version": manifest_lib.FORMAT_VERSION,
+        "task": "squad",
+        "version": "2.0" if cfg.version_2_with_negative else "1.1",
+        "version_2_with_negative": cfg.version_2_with_negative,
+        "max_seq_length": int(max_seq_length),
+        "doc_stride": int(doc_stride),
+        "max_query_length": int(max_query_length),
+        "uncased": cfg.uncased,
+        "keep_accents": cfg.keep_accents,
+        "split_unknown": cfg.split_unknown,
+        "spiece_model": cd.spiece_entry(spiece_model, tok),
+        "spiece_model_sha256": tok.sha256,
+        "seed": int(seed),
+        "splits": entries,
+        "layout": "P <sep> Q <sep> <cls>, right-padded with id 0; query = first "
+                  "max_query_length ids; windows of L - len(Q) - 3 paragraph tokens "
+                  "advancing by min(length, doc_stride)",
+        "schema": {
+            "input_ids": f"int64[{max_seq_length}] right-padded with 0",
+            "segment_ids": f"int64[{max_seq_length}] 0 paragraph (+<sep>), 1 query (+<sep>), "
+                           "2 <cls>, 4 padding",
+            "attention_mask": f"int64[{max_seq_length}] 1 real token, 0 padding",
+            "p_mask": f"int64[{max_seq_length}] 1 cannot be in the answer (<sep>, query, "
+                      "padding), 0 paragraph and <cls>",
+            "cls_index": "int64[1] position of <cls>",
+            "start_positions": "int64[1] absolute position of the answer start (cls_index "
+                               "when impossible or outside the window)",
+            "end_positions": "int64[1] absolute position of the answer end (inclusive)",
+            "is_impossible": "int64[1] 1 impossible question or answer outside the window",
+            "unique_id": "int64[1] feature index (row of <split>.features.npz); -1 padding",
+            "is_real_example": "int64[1] 0 for reader-side padding records",
+        },
+    }
+    manifest = cd.merge_manifest(output_dir, SQUAD_KIND, manifest, SQUAD_BUILD_KEYS)
+    if log:
+        log(f"manifest.json written ({time.time() - t0:.1f} s)")
+    return manifest
+
+
+# ---- reader ----------------------------------------------------------------------------------
+
+def parse_squad_batch(serialized, max_seq_length: int):
+    """Batch of serialized records [B] -> the reader's dict (see `squad_dataset`)."""
+    import tensorflow as tf
+
+    spec = {k: tf.io.FixedLenFeature([max_seq_length], tf.int64) for k in SEQUENCE_NAMES}
+    for k in RECORD_NAMES[len(SEQUENCE_NAMES):]:
+        spec[k] = tf.io.FixedLenFeature([1], tf.int64)
+    f = tf.io.parse_example(serialized, spec)
+    out = {}
+    for k in RECORD_NAMES:
+        v = f[k] if k in SEQUENCE_NAMES else f[k][:, 0]
+        floating = k in ("attention_mask", "p_mask", "is_impossible", "is_real_example")
+        out[k] = tf.cast(v, tf.float32 if floating else tf.int32)
+    return out
+
+
+def read_squad_manifest(record_dir: str) -> Dict[str, Any]:
+    return manifest_lib.read_manifest(record_dir, kind=SQUAD_KIND)
+
+
+def squad_dataset(record_dir: str, batch_size: int, is_training: bool, max_seq_length: int,
+                  spiece_model: Optional[str] = None, *, split: Optional[str] = None,
+                  seed: Optional[int] = 0, drop_remainder: bool = True,
+                  repeat: Optional[bool] = None, shuffle_buffer: int = 2048,
+                  spiece_sha256: Optional[str] = None, doc_stride: Optional[int] = None,
+                  max_query_length: Optional[int] = None, uncased: Optional[bool] = None,
+                  version_2_with_negative: Optional[bool] = None, input_context=None):
+    """tf.data pipeline over a SQuAD record directory (`build_squad_records`).
+
+    Args:
+      batch_size: features per batch (per input pipeline with `input_context`).
+      is_training: shuffle (`shuffle_buffer`, `seed`) + repeat, `drop_remainder`; else file
+        order, the last batch padded with dummy records (`is_real_example` 0, `unique_id` -1)
+        so that no feature is dropped and shapes stay static.
+      max_seq_length, spiece_model / spiece_sha256, doc_stride, max_query_length, uncased,
+        version_2_with_negative: checked against the manifest (ManifestError naming the
+        field); None = not checked.
+      split: default "train" when training, else "dev".
+    Yields dicts (static shapes when `drop_remainder`), `B` = batch_size, `L` = max_seq_length:
+      `input_ids` int32 [B, L]; `segment_ids` int32 [B, L] (0 paragraph, 1 query, 2 CLS,
+      4 pad); `attention_mask` float32 [B, L] (1 = real token); `p_mask` float32 [B, L]
+      (1 = cannot be in the answer); `cls_index` int32 [B]; `start_positions`,
+      `end_positions` int32 [B] (absolute positions, = cls_index when impossible);
+      `is_impossible` float32 [B] (1 = no answer in this window); `unique_id` int32 [B]
+      (feature index, -1 = padding); `is_real_example` float32 [B] (0 = padding).
+    """
+    m = read_squad_manifest(record_dir)
+    cd.validate_manifest(m, max_seq_length=max_seq_length, spiece_model=spiece_model,
+                         spiece_sha256=spiece_sha256,
+                         extra={"doc_stride": doc_stride, "max_query_length": max_query_length,
+                                "uncased": uncased,
+                                "version_2_with_negative": version_2_with_negative})
+    split = split or (TRAIN_SPLIT if is_training else "dev")
+    path = cd.split_record_file(m, split)
+    dummy = cd.serialize_features(dummy_record(max_seq_length))
+    return cd.records_dataset(
+        path, m["splits"][split]["num_records"], False,
+        lambda s: parse_squad_batch(s, max_seq_length), dummy, batch_size, is_training,
+        seed=seed, drop_remainder=drop_remainder, repeat=repeat, shuffle_buffer=shuffle_buffer,
+        input_context=input_context)
+
+
+def make_squad_dataset_fn(record_dir: str, global_batch_size: int, is_training: bool,
+                          max_seq_length: int, **kwargs) -> Callable:
+    """`dataset_fn(input_context)` for `strategy.distribute_datasets_from_function` (per-replica
+    batches; keyword arguments as `squad_dataset`)."""
+
+    def dataset_fn(input_context):
+        per_replica = input_context.get_per_replica_batch_size(global_batch_size)
+        return squad_dataset(record_dir, per_replica, is_training, max_seq_length,
+                             input_context=input_context, **kwargs)
+
+    return dataset_fn
