@@ -64,8 +64,12 @@ def define_optimizer_flags(learning_rate=1e-4, warmup_steps=0, weight_decay=0.0,
 
 
 @_once
-def define_loop_flags(train_steps=1000, steps_per_loop=100, save_steps=1000):
+def define_loop_flags(train_steps=1000, steps_per_loop=100, save_steps=1000, train_batch_size=16):
     flags.DEFINE_string("model_dir", None, "Checkpoints, summaries and results (required).")
+    flags.DEFINE_string("record_dir", None, "Records to train/evaluate on (tfrecords/build_*.py), with "
+                        "their manifest.json.")
+    flags.DEFINE_integer("train_batch_size", train_batch_size, "Global batch size per optimizer step "
+                         "(across replicas and accumulated micro-batches).")
     flags.DEFINE_integer("train_steps", train_steps, "Optimizer steps.")
     flags.DEFINE_integer("steps_per_loop", steps_per_loop, "Steps per host loop (one tf.function call).")
     flags.DEFINE_integer("save_steps", save_steps, "Checkpoint every N steps (a multiple of "
@@ -75,6 +79,29 @@ def define_loop_flags(train_steps=1000, steps_per_loop=100, save_steps=1000):
     flags.DEFINE_enum("mixed_precision", "float32", ["float32", "bfloat16", "float16"],
                       "Compute dtype (variables stay float32).")
     flags.DEFINE_integer("seed", 0, "Seed of weight initialization and dropout.")
+
+
+@_once
+def define_finetune_flags(max_seq_length=128):
+    """Flags of the fine-tuning runners (classifier, RACE, SQuAD)."""
+    flags.DEFINE_bool("do_train", False, "Fine-tune.")
+    flags.DEFINE_bool("do_eval", False, "Evaluate (eval_results.json in --model_dir).")
+    flags.DEFINE_bool("do_predict", False, "Write predictions.")
+    flags.DEFINE_string("spiece_model_file", None, "SentencePiece model (checked against the records).")
+    flags.DEFINE_integer("max_seq_length", max_seq_length, "Sequence length (must match the records).")
+    flags.DEFINE_integer("eval_batch_size", 32, "Global eval batch size.")
+    flags.DEFINE_integer("predict_batch_size", 32, "Global predict batch size.")
+    flags.DEFINE_integer("gradient_accumulation_steps", 1, "Micro-batches per optimizer step: the "
+                         "per-step batch is --train_batch_size, split into this many micro-batches.")
+    flags.DEFINE_bool("eval_all_checkpoints", False, "Evaluate every kept checkpoint (best and last "
+                      "reported), not only the latest.")
+    flags.DEFINE_enum("summary_type", "last", ["last", "first", "mean", "attn"], "Sequence summary.")
+    flags.DEFINE_bool("use_summ_proj", True, "tanh projection after the summary.")
+    flags.DEFINE_bool("uncased", False, "The records/model are uncased (checked against the records).")
+    flags.DEFINE_integer("shuffle_buffer", 2048, "Training shuffle buffer (examples).")
+    flags.DEFINE_string("data_dir", None, "Raw task files: missing records are built into --record_dir.")
+    flags.DEFINE_string("eval_split", "dev", "Split evaluated by --do_eval.")
+    flags.DEFINE_string("predict_split", "test", "Split predicted by --do_predict.")
 
 
 def require(FLAGS, *names):

@@ -24,8 +24,8 @@ def define_flags():
     common_flags.define_strategy_flags()
     common_flags.define_model_flags()
     common_flags.define_optimizer_flags(learning_rate=1e-4, weight_decay=0.0, adam_epsilon=1e-8)
-    common_flags.define_loop_flags(train_steps=1000, steps_per_loop=100, save_steps=1000)
-    flags.DEFINE_string("record_dir", None, "Pretraining records (tfrecords/build_pretrain.py).")
+    common_flags.define_loop_flags(train_steps=1000, steps_per_loop=100, save_steps=1000,
+                                   train_batch_size=16)
     flags.DEFINE_string("eval_records_dir", None, "Held-out records; evaluated before training, at "
                         "every checkpoint and at the end.")
     flags.DEFINE_integer("eval_batches", 0, "Held-out batches per evaluation (0 = all).")
@@ -36,7 +36,6 @@ def define_flags():
     flags.DEFINE_integer("num_predict", 85, "Prediction slots (must match the records).")
     flags.DEFINE_integer("perm_size", None, "Factorization block size (checked if given).")
     flags.DEFINE_bool("bi_data", True, "Bidirectional data (must match the records).")
-    flags.DEFINE_integer("train_batch_size", 16, "Global batch size (must match the records).")
     flags.DEFINE_integer("mem_len", 384, "Memory length (0 = no memory).")
 
 

@@ -1,0 +1,146 @@
+"""Fine-tune XLNet on RACE-format multiple choice (RACE middle/high, or any directory of RACE JSON files).
+
+  python tfrecords/build_race.py --data_dir=RACE --spiece_model=spiece.model --output_dir=records/race \
+      --max_seq_length=512 --max_qa_length=128
+  python run/run_race.py --flagfile=run/flags/race_large.flags --record_dir=records/race \
+      --spiece_model_file=spiece.model --model_config_path=xlnet_config.json --init_checkpoint=converted/ \
+      --model_dir=out/race --do_train --do_eval
+
+With `--data_dir`, missing records are built into `--record_dir` first. Writes `eval_results.json` with
+the accuracy on middle, high and all questions, and `predict_<split>.tsv` (question id, answer letter).
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags  # noqa: E402
+
+from run import common_flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    common_flags.define_strategy_flags()
+    common_flags.define_model_flags()
+    common_flags.define_optimizer_flags(learning_rate=2e-5, weight_decay=0.0, adam_epsilon=1e-6)
+    common_flags.define_loop_flags(train_steps=12000, steps_per_loop=100, save_steps=1000,
+                                   train_batch_size=32)
+    common_flags.define_finetune_flags(max_seq_length=512)
+    flags.DEFINE_integer("max_qa_length", 128, "Question+option budget (must match the records).")
+
+
+def race_metrics(labels, logits, levels, weights):
+    """Accuracy over all real questions and per level (middle = 0, high = 1) where present."""
+    from xlnet_tf import metrics
+
+    predictions = logits.argmax(-1)
+    out = {"all": metrics.classification_metrics(labels, predictions, weights)}
+    for name, level in (("middle", 0), ("high", 1)):
+        mask = (weights > 0) & (levels == level)
+        if mask.any():
+            out[name] = metrics.classification_metrics(labels, predictions, mask.astype("float32"))
+    flat = {"accuracy": out["all"]["accuracy"], "num_examples": out["all"]["num_examples"]}
+    for name in ("middle", "high"):
+        if name in out:
+            flat[f"accuracy_{name}"] = out[name]["accuracy"]
+            flat[f"num_examples_{name}"] = out[name]["num_examples"]
+    return flat
+
+
+def run():
+    import keras
+
+    from tfrecords import race_data
+    from xlnet_tf import checkpoints, distribute, finetuning
+    from xlnet_tf.models import XLNetMultipleChoice
+
+    common_flags.require(FLAGS, "record_dir", "model_dir")
+    record_dir = FLAGS.record_dir
+    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
+        raise flags.IllegalFlagValueError("Nothing to do: give --do_train, --do_eval and/or --do_predict")
+    if FLAGS.data_dir and not os.path.exists(os.path.join(record_dir, "manifest.json")):
+        common_flags.require(FLAGS, "spiece_model_file")
+        splits = [s for s, on in (("train", FLAGS.do_train), (FLAGS.eval_split, FLAGS.do_eval),
+                                  (FLAGS.predict_split, FLAGS.do_predict)) if on]
+        race_data.build_race_records(FLAGS.data_dir, FLAGS.spiece_model_file, record_dir,
+                                     max_seq_length=FLAGS.max_seq_length, max_qa_length=FLAGS.max_qa_length,
+                                     splits=sorted(set(splits)), uncased=FLAGS.uncased,
+                                     eval_batch_size=FLAGS.eval_batch_size, seed=FLAGS.seed,
+                                     log=lambda line: print(line, flush=True))
+    data_args = dict(max_seq_length=FLAGS.max_seq_length, spiece_model=FLAGS.spiece_model_file,
+                     max_qa_length=FLAGS.max_qa_length, uncased=FLAGS.uncased)
+
+    strategy = distribute.get_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.num_cpu_replicas)
+    replicas = strategy.num_replicas_in_sync
+    if FLAGS.train_batch_size % (FLAGS.gradient_accumulation_steps * replicas):
+        raise flags.IllegalFlagValueError(
+            f"--train_batch_size={FLAGS.train_batch_size} must be divisible by "
+            f"--gradient_accumulation_steps={FLAGS.gradient_accumulation_steps} x {replicas} replicas")
+    micro = FLAGS.train_batch_size // FLAGS.gradient_accumulation_steps
+    config = common_flags.model_config_from_flags(FLAGS)
+    os.makedirs(FLAGS.model_dir, exist_ok=True)
+    config.to_json_file(os.path.join(FLAGS.model_dir, "xlnet_config.json"))
+
+    keras.utils.set_random_seed(FLAGS.seed)
+    with strategy.scope():
+        model = XLNetMultipleChoice(config, summary_type=FLAGS.summary_type, use_proj=FLAGS.use_summ_proj,
+                                    dtype=common_flags.dtype_policy(FLAGS))
+        if FLAGS.init_checkpoint:
+            checkpoints.load_init_checkpoint(model, FLAGS.init_checkpoint)
+
+    if FLAGS.do_train:
+        def train_dataset_fn(ctx, skip_batches):
+            return race_data.race_dataset(record_dir, ctx.get_per_replica_batch_size(micro), True,
+                                          split="train", seed=FLAGS.seed, shuffle_buffer=FLAGS.shuffle_buffer,
+                                          input_context=ctx, **data_args).skip(skip_batches)
+
+        trainer = finetuning.build_optimizer_and_trainer(
+            strategy, model, FLAGS, train_dataset_fn, examples_per_step=FLAGS.train_batch_size,
+            seq_len=FLAGS.max_seq_length * 4, log=lambda line: print(line, flush=True))
+        trainer.train()
+
+    def run_split(split, batch_size):
+        ds = race_data.race_dataset(record_dir, batch_size, False, split=split, **data_args)
+        return finetuning.predict(strategy, model, ds, ("logits",),
+                                  passthrough=("example_index", "is_real_example", "label", "level"))
+
+    if FLAGS.do_eval:
+        def evaluate(step):
+            out = run_split(FLAGS.eval_split, FLAGS.eval_batch_size)
+            result = race_metrics(out["label"], out["logits"], out["level"], out["is_real_example"])
+            print(f"eval {FLAGS.eval_split} step {step}: {result}", flush=True)
+            return result
+
+        finetuning.evaluate_checkpoints(model, FLAGS.model_dir, evaluate, FLAGS.eval_all_checkpoints,
+                                        "accuracy")
+
+    if FLAGS.do_predict:
+        if not FLAGS.do_train:
+            latest = finetuning.list_checkpoints(FLAGS.model_dir)
+            if latest:
+                finetuning.restore_weights(model, latest[-1])
+        out = run_split(FLAGS.predict_split, FLAGS.predict_batch_size)
+        guids = race_data.read_race_guids(record_dir, FLAGS.predict_split)
+        path = os.path.join(FLAGS.model_dir, f"predict_{FLAGS.predict_split}.tsv")
+        rows = sorted((int(i), k) for k, i in enumerate(out["example_index"]) if out["is_real_example"][k] > 0)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            f.write("id\tanswer\n")
+            for index, k in rows:
+                f.write(f"{guids[index]}\t{'ABCD'[int(out['logits'][k].argmax())]}\n")
+        os.replace(path + ".tmp", path)
+        print(f"Wrote {len(rows)} predictions to {path}", flush=True)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    run()
+
+
+define_flags()
+
+if __name__ == "__main__":
+    app.run(main)

@@ -1,0 +1,176 @@
+"""Fine-tuning runners end to end on real labeled data (data/finetune), gradient accumulation, errors."""
+
+import json
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+from absl.testing import flagsaver
+
+from tests import data_fixtures
+
+REPO = data_fixtures.REPO_ROOT
+DATA = os.path.join(REPO, "data", "finetune")
+TINY = ["--n_layer=2", "--d_model=64", "--n_head=2", "--d_head=32", "--d_inner=128",
+        f"--n_token={data_fixtures.TINY_VOCAB}", "--dropout=0.0", "--dropatt=0.0", "--warmup_steps=30",
+        "--steps_per_loop=50", "--jit_compile=true", f"--spiece_model_file={data_fixtures.tiny_spm()}"]
+
+
+def _run(module, args):
+    with flagsaver.flagsaver():
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS([module.__name__] + args)
+        module.run()
+
+
+def _majority(path):
+    labels = [line.split("\t")[0] for line in open(path, encoding="utf-8").read().splitlines()[1:]]
+    return max(labels.count(x) for x in set(labels)) / len(labels)
+
+
+def test_topic_classifier_beats_majority_baseline(tmp_path):
+    from run import run_classifier
+
+    model_dir = tmp_path / "topic"
+    _run(run_classifier, TINY + [
+        "--task=tsv", f"--data_dir={DATA}/topic", f"--record_dir={tmp_path}/records",
+        f"--model_dir={model_dir}", "--do_train", "--do_eval", "--do_predict", "--predict_split=dev",
+        "--max_seq_length=96", "--train_batch_size=32", "--train_steps=300", "--save_steps=150",
+        "--learning_rate=1e-3", "--eval_all_checkpoints"])
+    report = json.load(open(model_dir / "eval_results.json"))
+    assert [c["step"] for c in report["checkpoints"]] == [150, 300]
+    baseline = _majority(f"{DATA}/topic/dev.tsv")
+    assert report["best"]["accuracy"] > baseline + 0.12, (report["best"], baseline)
+    assert report["last"]["num_examples"] == 300 and "macro_f1" in report["last"]
+    rows = open(model_dir / "predict_dev.tsv", encoding="utf-8").read().splitlines()
+    labels = set(open(f"{DATA}/topic/labels.txt", encoding="utf-8").read().split("\n")) - {""}
+    assert rows[0] == "index\tprediction" and len(rows) == 301
+    assert all(r.split("\t")[1] in labels for r in rows[1:])
+
+
+@pytest.mark.slow
+def test_paraphrase_classifier_beats_majority_baseline(tmp_path):
+    from run import run_classifier
+
+    _run(run_classifier, TINY + [
+        "--task=tsv", f"--data_dir={DATA}/paraphrase", f"--record_dir={tmp_path}/records",
+        f"--model_dir={tmp_path}/m", "--do_train", "--do_eval", "--max_seq_length=128",
+        "--train_batch_size=32", "--train_steps=1500", "--save_steps=1500", "--steps_per_loop=100",
+        "--learning_rate=2e-3", "--warmup_steps=100"])
+    result = json.load(open(tmp_path / "m" / "eval_results.json"))["last"]
+    assert result["accuracy"] > _majority(f"{DATA}/paraphrase/dev.tsv") + 0.04, result
+
+
+def _classifier(seed=0):
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.models import XLNetClassifier
+
+    keras.utils.set_random_seed(seed)
+    return XLNetClassifier(XLNetConfig(n_token=50, n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32,
+                                       dropout=0.0, dropatt=0.0), num_labels=3)
+
+
+def test_gradient_accumulation_equals_one_big_batch(tmp_path, rng):
+    from xlnet_tf import distribute, finetuning, optimization, training
+
+    features = {"input_ids": rng.randint(0, 50, (8, 10)).astype(np.int32),
+                "segment_ids": np.zeros((8, 10), np.int32), "attention_mask": np.ones((8, 10), np.float32),
+                "label": rng.randint(0, 3, 8).astype(np.int32)}
+    strategy = distribute.get_strategy("default")
+    results = {}
+    for k in (1, 2):
+        model = _classifier()
+        optimizer = optimization.create_optimizer(model, learning_rate=1e-3, train_steps=3, clip=1.0)
+        loop = training.TrainLoopConfig(model_dir=str(tmp_path / f"k{k}"), train_steps=3, steps_per_loop=3,
+                                        save_steps=3, gradient_accumulation_steps=k, global_batch_size=8)
+        dataset_fn = lambda ctx, skip, k=k: tf.data.Dataset.from_tensor_slices(features).batch(
+            8 // k, drop_remainder=True).repeat()
+        trainer = training.Trainer(strategy, model, optimizer, finetuning.task_loss_fn, dataset_fn, loop,
+                                   log=lambda line: None)
+        history = trainer.train()
+        results[k] = (history[-1]["loss"], [w.copy() for w in model.get_weights()])
+    assert abs(results[1][0] - results[2][0]) < 1e-6
+    for a, b in zip(results[1][1], results[2][1]):
+        np.testing.assert_allclose(a, b, atol=2e-6)
+
+
+def test_checkpoint_for_another_vocabulary_is_a_clear_error(tmp_path):
+    from xlnet_tf import checkpoints
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.models import XLNetPretrainer
+
+    other = XLNetPretrainer(XLNetConfig(n_token=60, n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32))
+    checkpoints.save_original_checkpoint(other, str(tmp_path / "xlnet_model.ckpt"))
+    with pytest.raises(checkpoints.CheckpointMismatchError, match="word_embedding/lookup_table.*60"):
+        checkpoints.load_init_checkpoint(_classifier(), str(tmp_path))
+
+
+def test_runner_refuses_to_do_nothing_and_missing_records(tmp_path):
+    from run import run_classifier
+
+    with pytest.raises(flags.IllegalFlagValueError, match="Nothing to do"):
+        _run(run_classifier, TINY + [f"--record_dir={tmp_path}", f"--model_dir={tmp_path}/m"])
+    with pytest.raises(ValueError, match="record directory does not exist"):
+        _run(run_classifier, TINY + [f"--record_dir={tmp_path}/none", f"--model_dir={tmp_path}/m", "--do_eval"])
+
+
+def _first_sentence_baseline(path, v2):
+    import re
+
+    from xlnet_tf import squad_metrics
+
+    dataset = json.load(open(path, encoding="utf-8"))
+    preds = {q["id"]: re.split(r"(?<=\.)\s", p["context"], maxsplit=1)[0]
+             for a in dataset["data"] for p in a["paragraphs"] for q in p["qas"]}
+    return squad_metrics.evaluate(dataset, preds, None, version_2_with_negative=v2)
+
+
+@pytest.mark.parametrize("version", ["v1.1", pytest.param("v2.0", marks=pytest.mark.slow)])
+def test_squad_beats_first_sentence_baseline(tmp_path, version):
+    from run import run_squad
+
+    v2 = version == "v2.0"
+    predict_file = f"{DATA}/squad_wordnet/dev-{version}.json"
+    _run(run_squad, TINY + [
+        f"--train_file={DATA}/squad_wordnet/train-{version}.json", f"--predict_file={predict_file}",
+        f"--record_dir={tmp_path}/records", f"--model_dir={tmp_path}/m", "--do_train", "--do_predict",
+        "--max_seq_length=128", "--doc_stride=64", "--max_query_length=48", "--train_batch_size=32",
+        "--train_steps=400", "--save_steps=400", "--steps_per_loop=100", "--learning_rate=1e-3"])
+    report = json.load(open(tmp_path / "m" / "eval_results.json"))
+    baseline = _first_sentence_baseline(predict_file, v2)
+    em = "exact" if v2 else "exact_match"
+    assert report[em] >= baseline[em] + 3.0, (report, baseline)
+    assert report["f1"] > baseline["f1"], (report, baseline)
+    predictions = json.load(open(tmp_path / "m" / "predictions.json"))
+    assert len(predictions) == 300 and all(isinstance(v, str) for v in predictions.values())
+    if v2:
+        assert os.path.exists(tmp_path / "m" / "null_odds.json") and "best_f1" in report
+
+
+def test_race_runner_end_to_end(tmp_path):
+    from run import run_race
+
+    _run(run_race, TINY + [
+        f"--data_dir={DATA}/mc_wordnet", f"--record_dir={tmp_path}/records", f"--model_dir={tmp_path}/m",
+        "--do_train", "--do_eval", "--do_predict", "--predict_split=dev", "--max_seq_length=128",
+        "--max_qa_length=48", "--train_batch_size=16", "--train_steps=100", "--save_steps=100",
+        "--learning_rate=1e-3"])
+    report = json.load(open(tmp_path / "m" / "eval_results.json"))
+    assert report["last"]["num_examples"] == 300 and 0.0 <= report["last"]["accuracy"] <= 1.0
+    rows = open(tmp_path / "m" / "predict_dev.tsv").read().splitlines()
+    assert rows[0] == "id\tanswer" and len(rows) == 301 and all(r[-1] in "ABCD" for r in rows[1:])
+
+
+def test_race_metrics_per_level():
+    from run.run_race import race_metrics
+
+    labels = np.array([0, 1, 2, 3, 0, 1])
+    logits = np.eye(4)[[0, 1, 0, 0, 0, 2]]
+    levels = np.array([0, 0, 1, 1, 1, -1])
+    weights = np.array([1, 1, 1, 1, 1, 0], np.float32)
+    out = race_metrics(labels, logits, levels, weights)
+    assert out["accuracy"] == pytest.approx(3 / 5)
+    assert out["accuracy_middle"] == 1.0 and out["accuracy_high"] == pytest.approx(1 / 3)
