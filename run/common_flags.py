@@ -126,3 +126,17 @@ def model_config_from_flags(FLAGS, **runtime) -> XLNetConfig:
 def dtype_policy(FLAGS) -> str:
     return {"float32": "float32", "bfloat16": "mixed_bfloat16",
             "float16": "mixed_float16"}[FLAGS.mixed_precision]
+
+
+def write_export_info(model_dir: str, **info) -> None:
+    """`<model_dir>/export_info.json`: what run/export_savedmodel.py needs to rebuild the serving model."""
+    import json
+    import os
+
+    spm = info.get("spiece_model_file")
+    if spm:
+        info["spiece_model_file"] = os.path.abspath(spm)
+    path = os.path.join(model_dir, "export_info.json")
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(info, f, indent=2)
+    os.replace(path + ".tmp", path)

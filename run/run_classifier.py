@@ -87,6 +87,16 @@ def run():
     os.makedirs(FLAGS.model_dir, exist_ok=True)
     config.to_json_file(os.path.join(FLAGS.model_dir, "xlnet_config.json"))
 
+    split = "train" if FLAGS.do_train else FLAGS.eval_split
+    sample = classifier_data.classifier_dataset(FLAGS.record_dir, 8, False, split=split, **data_args).take(16)
+    text_pair = any(bool(np.any(b["segment_ids"].numpy() == 1)) for b in sample)
+    common_flags.write_export_info(
+        FLAGS.model_dir, task="regression" if manifest["is_regression"] else "classifier",
+        labels=manifest.get("label_list"), num_labels=manifest.get("num_labels"), text_pair=text_pair,
+        max_seq_length=FLAGS.max_seq_length, uncased=FLAGS.uncased, spiece_model_file=FLAGS.spiece_model_file,
+        summary_type=FLAGS.summary_type, use_summ_proj=FLAGS.use_summ_proj,
+        task_name=(FLAGS.task or manifest["task"]).lower())
+
     keras.utils.set_random_seed(FLAGS.seed)
     with strategy.scope():
         model = XLNetClassifier(config, num_labels=manifest.get("num_labels") or 2,

@@ -84,6 +84,10 @@ def run():
     os.makedirs(FLAGS.model_dir, exist_ok=True)
     config.to_json_file(os.path.join(FLAGS.model_dir, "xlnet_config.json"))
 
+    common_flags.write_export_info(
+        FLAGS.model_dir, task="race", max_seq_length=FLAGS.max_seq_length, max_qa_length=FLAGS.max_qa_length,
+        uncased=FLAGS.uncased, spiece_model_file=FLAGS.spiece_model_file, summary_type=FLAGS.summary_type,
+        use_summ_proj=FLAGS.use_summ_proj)
     keras.utils.set_random_seed(FLAGS.seed)
     with strategy.scope():
         model = XLNetMultipleChoice(config, summary_type=FLAGS.summary_type, use_proj=FLAGS.use_summ_proj,

@@ -86,6 +86,10 @@ def run():
     os.makedirs(FLAGS.model_dir, exist_ok=True)
     config.to_json_file(os.path.join(FLAGS.model_dir, "xlnet_config.json"))
 
+    common_flags.write_export_info(
+        FLAGS.model_dir, task="squad", max_seq_length=FLAGS.max_seq_length, max_query_length=FLAGS.max_query_length,
+        max_answer_length=FLAGS.max_answer_length, start_n_top=FLAGS.start_n_top, end_n_top=FLAGS.end_n_top,
+        version_2_with_negative=v2, uncased=FLAGS.uncased, spiece_model_file=FLAGS.spiece_model_file)
     keras.utils.set_random_seed(FLAGS.seed)
     with strategy.scope():
         # SQuAD 1.1 has no unanswerable questions: no answer-class head (windows without the answer are

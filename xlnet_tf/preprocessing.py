@@ -80,12 +80,32 @@ class XLNetTextEncoder(tf.Module):
 
     def encode(self, text):
         """`[N]` strings -> RaggedTensor `[N, (tokens)]` int32 ids, as `XLNetTokenizer.encode`."""
-        text = normalize(text, self.uncased, self.keep_accents)
-        ids = self.tokenizer.tokenize(text)
-        return self._split_digit_comma(ids)
+        return self._tokenize(normalize(text, self.uncased, self.keep_accents))[0]
+
+    def encode_normalized_with_offsets(self, normalized):
+        """Already-normalized `[N]` strings -> `(ids, begin, end)` RaggedTensors `[N, (tokens)]`; begin/end
+        are byte offsets of each token's SentencePiece piece in its string (the pieces of a digit-comma
+        re-split share the span of the piece they came from)."""
+        ids, source, begin, end = self._tokenize(normalized, with_offsets=True)
+        return ids, begin, end
+
+    def _tokenize(self, normalized, with_offsets: bool = False):
+        if with_offsets:
+            ids, begin, end = self.tokenizer.tokenize_with_offsets(normalized)
+        else:
+            ids = self.tokenizer.tokenize(normalized)
+        new_ids, source = self._split_digit_comma(ids)
+        if not with_offsets:
+            return new_ids, source
+        begin = new_ids.with_flat_values(tf.gather(begin.flat_values, source))
+        end = new_ids.with_flat_values(tf.gather(end.flat_values, source))
+        return new_ids, source, begin, end
 
     def _split_digit_comma(self, ids):
-        """The original `encode_pieces` re-split of pieces like `▁2000,` into `▁2000` + `,`."""
+        """The original `encode_pieces` re-split of pieces like `▁2000,` into `▁2000` + `,`.
+
+        Returns the new ids `[N, (tokens')]` and, per new token, the flat index of the token it came from.
+        """
         flat = ids.flat_values  # [T] ids of all texts
         is_dc = tf.gather(self._digit_comma, flat)
         dc_pos = tf.where(is_dc)[:, 0]
@@ -109,11 +129,16 @@ class XLNetTextEncoder(tf.Module):
         # Every token becomes a list (itself, or its re-split), back in token order, then per text.
         keep_pos = tf.where(tf.logical_not(is_dc))[:, 0]
         singles = tf.RaggedTensor.from_tensor(tf.gather(flat, keep_pos)[:, None])
-        lists = tf.gather(tf.concat([singles, replaced], axis=0),
-                          tf.math.invert_permutation(tf.concat([keep_pos, dc_pos], axis=0)))
+        order = tf.math.invert_permutation(tf.concat([keep_pos, dc_pos], axis=0))
+        lists = tf.gather(tf.concat([singles, replaced], axis=0), order)
+        sources = tf.concat([keep_pos, tf.repeat(dc_pos, replaced.row_lengths())], axis=0)
+        source_lists = tf.gather(
+            tf.RaggedTensor.from_row_lengths(sources, tf.concat([singles.row_lengths(), replaced.row_lengths()], 0)),
+            order)
         per_text = tf.reduce_sum(tf.RaggedTensor.from_row_lengths(lists.row_lengths(), ids.row_lengths()),
                                  axis=1)
-        return tf.RaggedTensor.from_row_lengths(lists.flat_values, per_text)
+        return (tf.RaggedTensor.from_row_lengths(lists.flat_values, per_text),
+                source_lists.flat_values)
 
 
 def pair_lengths(len_a, len_b, budget):

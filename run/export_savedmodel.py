@@ -1,0 +1,103 @@
+"""Exports a fine-tuned (or pretrained, for `embedding`) XLNet as a TF Serving SavedModel.
+
+  python run/export_savedmodel.py --model_dir=out/mrpc --export_dir=serving/mrpc --version=1
+  python run/export_savedmodel.py --checkpoint=out/squad/ckpt-8000 --model_dir=out/squad \
+      --export_dir=serving/squad --version=2
+
+Writes `<export_dir>/<version>/` with the signatures `serving_default` (raw UTF-8 strings, tokenized
+in-graph with the SentencePiece model embedded in the SavedModel) and `from_ids`, plus
+`assets.extra/tf_serving_warmup_requests`. The task, labels, lengths and SentencePiece model come from
+`<model_dir>/export_info.json`, written by the fine-tuning runners; flags override them.
+Query it: `saved_model_cli show --dir serving/mrpc/1 --all`, or from Python (import tensorflow_text first):
+`tf.saved_model.load(path).signatures["serving_default"](text=tf.constant(["..."]), ...)`.
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from absl import app, flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+
+
+def define_flags():
+    """Defined when run as a script (its --model_dir/--task would clash with the runners' in tests)."""
+    flags.DEFINE_string("model_dir", None, "Fine-tuning model directory (xlnet_config.json, export_info.json, "
+                        "checkpoints).")
+    flags.DEFINE_string("checkpoint", None, "Weights to export (default: the latest checkpoint of --model_dir). "
+                        "Any format --init_checkpoint accepts.")
+    flags.DEFINE_enum("task", None, ["classifier", "regression", "squad", "race", "embedding"],
+                      "Default: from export_info.json.")
+    flags.DEFINE_string("export_dir", None, "Base directory of the exported versions.")
+    flags.DEFINE_integer("version", 1, "Version sub-directory (TF Serving serves the highest).")
+    flags.DEFINE_string("export_spiece_model", None, "SentencePiece model (default: export_info.json's).")
+    flags.DEFINE_integer("export_max_seq_length", None, "Maximum length (default: export_info.json's).")
+
+
+def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, task=None, spiece_model=None,
+                          max_seq_length=None):
+    """Library entry point of the CLI; returns the export path."""
+    import json
+
+    import numpy as np
+
+    from xlnet_tf import checkpoints, finetuning, serving
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.models import XLNetClassifier, XLNetForSquad, XLNetMultipleChoice
+
+    info_path = os.path.join(model_dir, "export_info.json") if model_dir else None
+    info = json.load(open(info_path)) if info_path and os.path.exists(info_path) else {}
+    task = task or info.get("task")
+    if task is None:
+        raise ValueError(f"--task is required: no export_info.json in --model_dir={model_dir}")
+    spiece_model = spiece_model or info.get("spiece_model_file")
+    if not spiece_model or not os.path.exists(spiece_model):
+        raise ValueError(f"SentencePiece model not found ({spiece_model!r}); pass --export_spiece_model")
+    max_seq_length = max_seq_length or info.get("max_seq_length")
+    if not max_seq_length:
+        raise ValueError("--export_max_seq_length is required (no export_info.json)")
+    config = XLNetConfig.from_json_file(os.path.join(model_dir, "xlnet_config.json"), dropout=0.0, dropatt=0.0)
+    summary = dict(summary_type=info.get("summary_type", "last"), use_proj=info.get("use_summ_proj", True))
+    if task in ("classifier", "regression", "embedding"):
+        model = XLNetClassifier(config, num_labels=max(info.get("num_labels", 2), 2),
+                                regression=task == "regression", task_name=info.get("task_name", "task"),
+                                **summary)
+    elif task == "race":
+        model = XLNetMultipleChoice(config, **summary)
+    else:
+        model = XLNetForSquad(config, start_n_top=info.get("start_n_top", 5), end_n_top=info.get("end_n_top", 5),
+                              use_answer_class=info.get("version_2_with_negative", True))
+    if checkpoint is None:
+        found = finetuning.list_checkpoints(model_dir)
+        if not found:
+            raise ValueError(f"No checkpoint in {model_dir}; pass --checkpoint")
+        checkpoint = found[-1]
+    checkpoints.load_init_checkpoint(model, checkpoint, require_heads=task != "embedding")
+    options = dict(uncased=info.get("uncased", False), labels=info.get("labels"),
+                   text_pair=info.get("text_pair", False), max_query_length=info.get("max_query_length", 64),
+                   max_qa_length=info.get("max_qa_length", 128),
+                   max_answer_length=info.get("max_answer_length", 64))
+    sample = "XLNet warm-up request for TF Serving."
+    warmup = {"squad": {"question": np.array([b"What is warmed up?"]), "context": np.array([sample.encode()])},
+              "race": {"article": np.array([sample.encode()]), "question": np.array([b"What is it?"]),
+                       "options": np.array([[b"a", b"b", b"c", b"d"]])}}.get(
+        task, {"text": np.array([sample.encode()]), **({"text_b": np.array([sample.encode()])}
+                                                      if options["text_pair"] else {})})
+    return serving.export(model, task, spiece_model, export_dir, version, max_seq_length, warmup, **options)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if not FLAGS.export_dir or not (FLAGS.model_dir or FLAGS.checkpoint):
+        raise app.UsageError("--export_dir and --model_dir (or --checkpoint with --model_dir) are required")
+    path = export_from_model_dir(FLAGS.model_dir, FLAGS.export_dir, FLAGS.version, FLAGS.checkpoint, FLAGS.task,
+                                 FLAGS.export_spiece_model, FLAGS.export_max_seq_length)
+    print(f"Exported to {path}")
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)

@@ -1,0 +1,189 @@
+"""SavedModel export: fine-tuned classifier (pair task) and SQuAD 2.0 models, reloaded in a fresh process
+that imports only tensorflow and tensorflow_text, give the training-side predictions on raw text."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from absl import flags
+from absl.testing import flagsaver
+
+from tests import data_fixtures
+
+REPO = data_fixtures.REPO_ROOT
+DATA = os.path.join(REPO, "data", "finetune")
+TINY = ["--n_layer=2", "--d_model=32", "--n_head=2", "--d_head=16", "--d_inner=64",
+        f"--n_token={data_fixtures.TINY_VOCAB}", "--dropout=0.0", "--dropatt=0.0", "--warmup_steps=5",
+        "--steps_per_loop=10", "--train_steps=20", "--save_steps=20", "--learning_rate=1e-3",
+        f"--spiece_model_file={data_fixtures.tiny_spm()}"]
+
+RELOAD = r'''
+import json, sys
+import numpy as np
+import tensorflow as tf
+import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
+path, inputs_file, out_file = sys.argv[1:]
+loaded = tf.saved_model.load(path)
+requests = json.load(open(inputs_file))
+out = {}
+for name, kwargs in requests.items():
+    signature, args = kwargs["signature"], kwargs["args"]
+    dtypes = kwargs.get("dtypes", {})
+    tensors = {k: tf.constant(v, dtype=dtypes.get(k) or ("string" if np.asarray(v).dtype.kind == "U" else None))
+               for k, v in args.items()}
+    result = loaded.signatures[signature](**tensors)
+    for key, value in result.items():
+        value = value.numpy()
+        out[f"{name}/{key}"] = value.astype("S") if value.dtype == object else value
+np.savez(out_file, **out)
+'''
+
+
+def _run(module, args):
+    with flagsaver.flagsaver():
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS([module.__name__] + args)
+        return module.run()
+
+
+def _reload_in_subprocess(path, requests, tmp_path):
+    (tmp_path / "reload.py").write_text(RELOAD)
+    (tmp_path / "requests.json").write_text(json.dumps(requests))
+    out = tmp_path / "out.npz"
+    proc = subprocess.run([sys.executable, str(tmp_path / "reload.py"), path, str(tmp_path / "requests.json"),
+                           str(out)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ""}, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return dict(np.load(out, allow_pickle=False))
+
+
+@pytest.fixture(scope="module")
+def classifier_export(tmp_path_factory):
+    from run import export_savedmodel, run_classifier
+
+    root = tmp_path_factory.mktemp("clf")
+    _run(run_classifier, TINY + ["--task=tsv", f"--data_dir={DATA}/paraphrase", f"--record_dir={root}/records",
+                                 f"--model_dir={root}/m", "--do_train", "--max_seq_length=64",
+                                 "--train_batch_size=16"])
+    path = export_savedmodel.export_from_model_dir(str(root / "m"), str(root / "export"), version=3)
+    return root, path
+
+
+def _pairs(n=12):
+    rows = [line.split("\t") for line in open(f"{DATA}/paraphrase/dev.tsv", encoding="utf-8").read().splitlines()[1:]]
+    texts = [r[1] for r in rows[:n]] + ["", "Café naïve ``quoted'' text, 1,000,000 words " * 20]
+    texts_b = [r[2] for r in rows[:n]] + ["Only B.", ""]
+    return texts, texts_b
+
+
+def test_classifier_export_matches_in_process_model(classifier_export, tmp_path):
+    from tfrecords import classifier_data
+    from xlnet_tf import checkpoints, finetuning, tokenization
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.models import XLNetClassifier
+
+    root, path = classifier_export
+    assert path.endswith(os.path.join("export", "3"))
+    info = json.load(open(root / "m" / "export_info.json"))
+    assert info["text_pair"] and info["labels"] == ["0", "1"]
+    texts, texts_b = _pairs()
+    # training-side predictions: the Python tokenizer and the record builder's packing
+    tokenizer = tokenization.XLNetTokenizer(data_fixtures.tiny_spm())
+    packed = [classifier_data.pack_example(tokenizer, a, b, 64) for a, b in zip(texts, texts_b)]
+    features = {k: np.stack([p[k] for p in packed]) for k in packed[0]}
+    model = XLNetClassifier(XLNetConfig.from_json_file(str(root / "m" / "xlnet_config.json")), num_labels=2,
+                            task_name="tsv")
+    checkpoints.load_init_checkpoint(model, finetuning.list_checkpoints(str(root / "m"))[-1], require_heads=True)
+    expected = model(features)["logits"].numpy()
+
+    out = _reload_in_subprocess(path, {
+        "text": {"signature": "serving_default", "args": {"text": texts, "text_b": texts_b}},
+        "ids": {"signature": "from_ids", "args": {k: features[k].tolist() for k in features},
+                "dtypes": {"input_ids": "int32", "segment_ids": "int32", "attention_mask": "float32"}},
+        "empty": {"signature": "serving_default", "args": {"text": [], "text_b": []},
+                  "dtypes": {"text": "string", "text_b": "string"}},
+    }, tmp_path)
+    np.testing.assert_allclose(out["text/logits"], expected, atol=1e-5)
+    np.testing.assert_allclose(out["ids/logits"], expected, atol=1e-5)
+    np.testing.assert_allclose(out["text/probabilities"].sum(-1), 1.0, atol=1e-5)
+    assert list(out["text/label"]) == [info["labels"][i].encode() for i in expected.argmax(-1)]
+    assert out["empty/logits"].shape == (0, 2)
+
+
+def test_in_graph_packing_equals_the_builder(classifier_export):
+    from tfrecords import classifier_data
+    from xlnet_tf import tokenization
+    from xlnet_tf.serving import ServingModule
+
+    root, _ = classifier_export
+    tokenizer = tokenization.XLNetTokenizer(data_fixtures.tiny_spm())
+    module = ServingModule.__new__(ServingModule)  # only the encoder and packing are used here
+    from xlnet_tf.preprocessing import XLNetTextEncoder
+
+    module.encoder = XLNetTextEncoder(open(data_fixtures.tiny_spm(), "rb").read())
+    module.max_seq_length = 64
+    texts, texts_b = _pairs()
+    ids, segs, mask = module._pack_texts(tf.constant(texts), tf.constant(texts_b))
+    for k, (a, b) in enumerate(zip(texts, texts_b)):
+        want = classifier_data.pack_example(tokenizer, a, b, 64)
+        np.testing.assert_array_equal(ids.numpy()[k], want["input_ids"])
+        np.testing.assert_array_equal(segs.numpy()[k], want["segment_ids"])
+        np.testing.assert_array_equal(mask.numpy()[k], want["attention_mask"])
+
+
+def test_saved_model_cli_warmup_and_bad_requests(classifier_export, tmp_path):
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    _, path = classifier_export
+    cli = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+    shown = subprocess.run([cli, "show", "--dir", path, "--all"], capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}).stdout
+    for fragment in ("signature_def['serving_default']", "inputs['text'] tensor_info:", "dtype: DT_STRING",
+                     "inputs['text_b']", "outputs['probabilities']", "outputs['label_id']", "dtype: DT_INT32",
+                     "signature_def['from_ids']", "inputs['input_ids']", "shape: (-1, -1)"):
+        assert fragment in shown, fragment
+    warmup = os.path.join(path, "assets.extra", "tf_serving_warmup_requests")
+    records = list(tf.data.TFRecordDataset(warmup).as_numpy_iterator())
+    assert records
+    log = prediction_log_pb2.PredictionLog.FromString(records[0])
+    assert set(log.predict_log.request.inputs) == {"text", "text_b"}
+    loaded = tf.saved_model.load(path)
+    with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError)):
+        loaded.signatures["serving_default"](text=tf.constant([1, 2]), text_b=tf.constant([3, 4]))
+    with pytest.raises(FileExistsError):
+        from run import export_savedmodel
+
+        export_savedmodel.export_from_model_dir(os.path.dirname(os.path.dirname(path)) + "/m",
+                                                os.path.dirname(path), version=3)
+
+
+def test_squad_export_answers_like_the_python_post_processing(tmp_path):
+    from run import export_savedmodel, run_squad
+    from xlnet_tf import squad_postprocess
+
+    root = tmp_path
+    _run(run_squad, TINY + [f"--train_file={DATA}/squad_wordnet/train-v2.0.json",
+                            f"--predict_file={DATA}/squad_wordnet/dev-v2.0.json", f"--record_dir={root}/records",
+                            f"--model_dir={root}/m", "--do_train", "--do_predict", "--max_seq_length=192",
+                            "--doc_stride=128", "--max_query_length=48", "--train_batch_size=16"])
+    path = export_savedmodel.export_from_model_dir(str(root / "m"), str(root / "export"), version=1)
+    predictions = json.load(open(root / "m" / "predictions.json"))
+    eval_data = squad_postprocess.load_eval_data(str(root / "records"), "dev")
+    windows = np.bincount(eval_data.features["example_index"], minlength=len(eval_data.examples))
+    dataset = json.load(open(f"{DATA}/squad_wordnet/dev-v2.0.json"))
+    qas = [(q["id"], q["question"], p["context"]) for a in dataset["data"] for p in a["paragraphs"] for q in p["qas"]]
+    single = {ex["id"] for k, ex in enumerate(eval_data.examples) if windows[k] == 1}
+    qas = [x for x in qas if x[0] in single][:60]
+    assert len(qas) >= 40
+    out = _reload_in_subprocess(path, {"q": {"signature": "serving_default", "args": {
+        "question": [q for _, q, _ in qas], "context": [c for _, _, c in qas]}}}, tmp_path)
+    answers = [a.decode("utf-8") for a in out["q/answer"]]
+    same = sum(answers[k] == predictions[qid] for k, (qid, _, _) in enumerate(qas))
+    assert same == len(qas), [(predictions[qid], answers[k]) for k, (qid, _, _) in enumerate(qas)
+                              if answers[k] != predictions[qid]][:5]
+    for key in ("start_top_index", "end_top_index", "cls_logits", "answer_start", "score"):
+        assert f"q/{key}" in out

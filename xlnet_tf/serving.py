@@ -1,0 +1,294 @@
+"""SavedModel export for TF Serving: raw UTF-8 strings in (tokenized in-graph exactly as training), named
+predictions out; a second signature takes token ids. Written with `tf.saved_model.save` on a `tf.Module`
+with explicit signatures (Keras 3's `model.export()` writes every variable twice).
+
+Signatures (`serving_default` / `from_ids`), by task:
+- `classifier`: `text` (+ `text_b` for pair tasks) -> `probabilities [B, C]`, `logits [B, C]`,
+  `label_id [B]` int32, `label [B]` string.
+- `regression`: `text` (+ `text_b`) -> `score [B]`.
+- `race`: `article [B]`, `question [B]`, `options [B, 4]` -> `probabilities [B, 4]`, `logits`, `label_id`,
+  `answer [B]` (the chosen option).
+- `squad`: `question [B]`, `context [B]` -> `answer [B]` (text of the original context), `answer_start`,
+  `answer_end` (byte offsets), `score`, `start_top_index/log_probs [B, Ks]`, `end_top_index/log_probs
+  [B, Ks*Ke]` (start-major), `cls_logits [B]` (2.0). One window of `max_seq_length` tokens: longer
+  contexts are truncated (their tail cannot be answered).
+- `embedding`: `text` (+ `text_b`) -> `pooled [B, D]` (the sequence summary) and `sequence [B, L, D]`.
+`from_ids` takes `input_ids`, `segment_ids` int32 `[B, L]` and `attention_mask` float32 `[B, L]` (1 = real
+token; SQuAD adds `p_mask`, `cls_index`; RACE takes `[B, 4, L]`). Inputs longer than `max_seq_length`
+are truncated the same way as the record builders do. Batch size and length are variable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from xlnet_tf import preprocessing, tokenization
+
+TASKS = ("classifier", "regression", "squad", "race", "embedding")
+WARMUP_FILE = "tf_serving_warmup_requests"
+
+
+def _trim_left(input_ids, segment_ids, attention_mask):
+    """Drops leading columns that are padding in every row (left-padded inputs), keeping >= 1 column."""
+    real = tf.reduce_max(tf.cast(attention_mask, tf.int32), axis=0)  # [L]: 1 where some row is real
+    first = tf.argmax(tf.concat([real, [1]], 0), output_type=tf.int32)
+    first = tf.maximum(tf.minimum(first, tf.shape(attention_mask)[1] - 1), 0)
+    return input_ids[:, first:], segment_ids[:, first:], attention_mask[:, first:]
+
+
+class _Untracked:
+    """Holds the Keras model out of the SavedModel's object graph (saving would otherwise try to trace
+    the Keras model's own `call` with default float inputs); its variables are tracked explicitly."""
+
+    def __init__(self, value):
+        self.value = value
+
+
+class ServingModule(tf.Module):
+    """The exported module: the task model, the in-graph encoder and the signatures of one task."""
+
+    def __init__(self, model, task: str, spiece_proto: bytes, max_seq_length: int, uncased: bool = False,
+                 keep_accents: bool = False, labels: Optional[Sequence[str]] = None, text_pair: bool = False,
+                 max_query_length: int = 64, max_qa_length: int = 128, max_answer_length: int = 64):
+        super().__init__(name=f"xlnet_{task}")
+        if task not in TASKS:
+            raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+        self._model = _Untracked(model)
+        self.model_variables = list(model.variables)  # tracked explicitly: they are what gets saved
+        self.encoder = preprocessing.XLNetTextEncoder(spiece_proto, uncased=uncased, keep_accents=keep_accents)
+        self.task = task
+        self.max_seq_length = max_seq_length
+        self.text_pair = text_pair
+        self.max_query_length = max_query_length
+        self.max_qa_length = max_qa_length
+        self.max_answer_length = max_answer_length
+        num = getattr(model, "num_labels", 4 if task == "race" else 0)
+        self.labels = tf.constant(list(labels) if labels else [str(i) for i in range(max(num, 1))])
+
+    @property
+    def model(self):
+        return self._model.value
+
+    # ------------------------------------------------------------------------------------ text tasks
+    def _classify(self, input_ids, segment_ids, attention_mask):
+        input_ids, segment_ids, attention_mask = _trim_left(input_ids, segment_ids, attention_mask)
+        features = {"input_ids": input_ids, "segment_ids": segment_ids, "attention_mask": attention_mask}
+        if self.task == "embedding":
+            out = self.model.backbone(input_ids, segment_ids=segment_ids, attention_mask=attention_mask)
+            pooled = self.model.sequence_summary(out["content"], attention_mask)
+            return {"pooled": tf.cast(pooled, tf.float32), "sequence": tf.cast(out["content"], tf.float32)}
+        out = self.model(features, training=False)
+        if self.task == "regression":
+            return {"score": out["score"]}
+        return self._label_outputs(out["logits"])
+
+    def _label_outputs(self, logits):
+        label_id = tf.argmax(logits, -1, output_type=tf.int32)
+        return {"logits": logits, "probabilities": tf.nn.softmax(logits, -1), "label_id": label_id,
+                "label": tf.gather(self.labels, label_id)}
+
+    def _pack_texts(self, text, text_b=None):
+        ids_b = None if text_b is None else self.encoder.encode(text_b)
+        return preprocessing.pack_pair(self.encoder.encode(text), ids_b, self.max_seq_length)
+
+    # ------------------------------------------------------------------------------------------ RACE
+    def _race_qa(self, question, options):
+        """The builders' choice text: a cloze `_` filled by the option, else `question option`."""
+        q = tf.repeat(question, tf.shape(options)[1])
+        o = tf.reshape(options, [-1])
+        parts = tf.strings.split(q, "_")
+        after = parts[:, 1:]
+        filled = tf.strings.join([after.with_flat_values(tf.repeat(o, after.row_lengths())), after])
+        rest = tf.strings.reduce_join(filled, axis=1)
+        cloze = tf.strings.join([parts[:, 0], rest])
+        plain = tf.strings.join([q, o], separator=" ")
+        return tf.where(tf.strings.regex_full_match(q, ".*_.*"), cloze, plain)
+
+    def _race_pack(self, article, question, options):
+        n_choices = tf.shape(options)[1]
+        qa = self.encoder.encode(self._race_qa(question, options))  # [B*C, (q)]
+        qa = qa[:, -self.max_qa_length:]  # keep the tail, as the builder's default
+        ctx = self.encoder.encode(article)
+        ctx = tf.gather(ctx, tf.repeat(tf.range(tf.shape(article)[0]), n_choices))
+        budget = self.max_seq_length - 3 - qa.row_lengths()
+        ctx = tf.ragged.boolean_mask(ctx, tf.ragged.range(ctx.row_lengths()) < budget[:, None])
+        ids, segs, mask = preprocessing.pack_pair(ctx, qa, self.max_seq_length)
+        shape = tf.stack([-1, n_choices, self.max_seq_length])
+        return tf.reshape(ids, shape), tf.reshape(segs, shape), tf.reshape(mask, shape)
+
+    def _race(self, input_ids, segment_ids, attention_mask, options=None):
+        b, c, length = tf.shape(input_ids)[0], tf.shape(input_ids)[1], tf.shape(input_ids)[2]
+        flat = [tf.reshape(x, [-1, length]) for x in (input_ids, segment_ids, attention_mask)]
+        ids, segs, mask = _trim_left(*flat)
+        shape = tf.stack([b, c, -1])
+        out = self.model({"input_ids": tf.reshape(ids, shape), "segment_ids": tf.reshape(segs, shape),
+                          "attention_mask": tf.reshape(mask, shape)}, training=False)
+        result = self._label_outputs(out["logits"])
+        result["label"] = tf.gather(tf.constant(list("ABCD")), result["label_id"])
+        if options is not None:
+            result["answer"] = tf.gather(options, result["label_id"], batch_dims=1)
+        return result
+
+    # ----------------------------------------------------------------------------------------- SQuAD
+    def _squad_pack(self, question, context):
+        import tensorflow_text as tf_text
+
+        words, w_begin, w_end = tf_text.WhitespaceTokenizer().tokenize_with_offsets(context)
+        flat = words.flat_values
+        norm = preprocessing.normalize(flat, self.encoder.uncased, self.encoder.keep_accents)
+        ids, p_begin, p_end = self.encoder.encode_normalized_with_offsets(norm)  # [words, (pieces)]
+        word_of = ids.value_rowids()
+        same = tf.gather(tf.equal(norm, flat), word_of)  # normalization kept the word: exact offsets
+        wb = tf.cast(tf.gather(w_begin.flat_values, word_of), tf.int64)
+        we = tf.cast(tf.gather(w_end.flat_values, word_of), tf.int64)
+        begin = tf.where(same, wb + tf.cast(p_begin.flat_values, tf.int64), wb)
+        end = tf.where(same, wb + tf.cast(p_end.flat_values, tf.int64), we)
+        per_ctx = tf.reduce_sum(tf.RaggedTensor.from_row_lengths(ids.row_lengths(), words.row_lengths()), 1)
+        doc = tf.RaggedTensor.from_row_lengths(ids.flat_values, per_ctx)
+        doc_begin = tf.RaggedTensor.from_row_lengths(begin, per_ctx)
+        doc_end = tf.RaggedTensor.from_row_lengths(end, per_ctx)
+        query = self.encoder.encode(question)[:, :self.max_query_length]
+        q_len = query.row_lengths()
+        p_len = tf.minimum(doc.row_lengths(), self.max_seq_length - 3 - q_len)
+        keep = tf.ragged.range(doc.row_lengths()) < p_len[:, None]
+        doc, doc_begin, doc_end = (tf.ragged.boolean_mask(x, keep) for x in (doc, doc_begin, doc_end))
+        n = tf.shape(question, out_type=tf.int64)[0]
+        one = lambda v: tf.RaggedTensor.from_row_lengths(tf.fill([n], v), tf.ones([n], tf.int64))  # noqa: E731
+        tokens = tf.concat([tf.cast(doc, tf.int32), one(tokenization.SEP_ID), tf.cast(query, tf.int32),
+                            one(tokenization.SEP_ID), one(tokenization.CLS_ID)], axis=1)
+        segs = tf.concat([tf.zeros_like(doc, tf.int32), one(0), tf.ones_like(query, tf.int32), one(1), one(2)], 1)
+        p_mask = tf.concat([tf.zeros_like(doc, tf.float32), one(1.0), tf.ones_like(query, tf.float32),
+                            one(1.0), one(0.0)], 1)
+        shape = [None, self.max_seq_length]
+        features = {"input_ids": tokens.to_tensor(0, shape=shape),
+                    "segment_ids": segs.to_tensor(tokenization.SEG_ID_PAD, shape=shape),
+                    "attention_mask": tf.ones_like(tokens, tf.float32).to_tensor(0.0, shape=shape),
+                    "p_mask": p_mask.to_tensor(1.0, shape=shape),
+                    "cls_index": tf.cast(p_len + q_len + 2, tf.int32)}
+        spans = {"begin": doc_begin.to_tensor(tf.constant(-1, tf.int64), shape=shape),
+                 "end": doc_end.to_tensor(tf.constant(-1, tf.int64), shape=shape),
+                 "p_len": tf.cast(p_len, tf.int32)}
+        return features, spans
+
+    def _squad(self, features):
+        length = tf.maximum(tf.reduce_max(tf.cast(tf.reduce_sum(features["attention_mask"], 1), tf.int32)), 1)
+        trimmed = {k: (v[:, :length] if v.shape.rank == 2 else v) for k, v in features.items()}
+        out = self.model(trimmed, training=False)
+        result = {k: out[k] for k in ("start_top_log_probs", "start_top_index", "end_top_log_probs",
+                                      "end_top_index")}
+        result["cls_logits"] = out.get("cls_logits", tf.zeros_like(out["start_top_log_probs"][:, 0]) - 1e9)
+        return result
+
+    def _squad_answer(self, context, result, spans):
+        ke = self.model.end_n_top
+        starts = tf.repeat(result["start_top_index"], ke, axis=1)
+        start_lp = tf.repeat(result["start_top_log_probs"], ke, axis=1)
+        ends = result["end_top_index"]
+        p_len = spans["p_len"][:, None]
+        valid = ((starts < p_len) & (ends < p_len) & (ends >= starts)
+                 & (ends - starts + 1 <= self.max_answer_length))
+        score = tf.where(valid, start_lp + result["end_top_log_probs"], -np.inf)
+        best = tf.argmax(score, axis=1, output_type=tf.int32)
+        has = tf.reduce_any(valid, axis=1)
+        s = tf.gather(starts, best, batch_dims=1)
+        e = tf.gather(ends, best, batch_dims=1)
+        begin = tf.gather(spans["begin"], s, batch_dims=1)
+        end = tf.gather(spans["end"], e, batch_dims=1)
+        zero = tf.zeros_like(begin)
+        begin, end = tf.where(has, begin, zero), tf.where(has, end, zero)
+        answer = tf.strings.strip(tf.strings.substr(context, begin, tf.maximum(end - begin, 0)))
+        return {"answer": tf.where(has, answer, ""), "answer_start": begin, "answer_end": end,
+                "score": tf.where(has, tf.gather(score, best, batch_dims=1), -np.inf), **result}
+
+    # ------------------------------------------------------------------------------------ signatures
+    def signatures(self) -> Dict[str, tf.types.experimental.ConcreteFunction]:
+        S = tf.TensorSpec
+        ids_specs = [S([None, None], tf.int32, name="input_ids"), S([None, None], tf.int32, name="segment_ids"),
+                     S([None, None], tf.float32, name="attention_mask")]
+        if self.task in ("classifier", "regression", "embedding"):
+            if self.text_pair:
+                text_fn = tf.function(lambda text, text_b: self._classify(*self._pack_texts(text, text_b)),
+                                      input_signature=[S([None], tf.string, name="text"),
+                                                       S([None], tf.string, name="text_b")])
+            else:
+                text_fn = tf.function(lambda text: self._classify(*self._pack_texts(text)),
+                                      input_signature=[S([None], tf.string, name="text")])
+            ids_fn = tf.function(self._classify, input_signature=ids_specs)
+        elif self.task == "race":
+            text_fn = tf.function(
+                lambda article, question, options: self._race(*self._race_pack(article, question, options),
+                                                              options=options),
+                input_signature=[S([None], tf.string, name="article"), S([None], tf.string, name="question"),
+                                 S([None, None], tf.string, name="options")])
+            ids_fn = tf.function(lambda input_ids, segment_ids, attention_mask:
+                                 self._race(input_ids, segment_ids, attention_mask),
+                                 input_signature=[S([None, None, None], tf.int32, name="input_ids"),
+                                                  S([None, None, None], tf.int32, name="segment_ids"),
+                                                  S([None, None, None], tf.float32, name="attention_mask")])
+        else:
+            def squad_text(question, context):
+                features, spans = self._squad_pack(question, context)
+                return self._squad_answer(context, self._squad(features), spans)
+
+            text_fn = tf.function(squad_text, input_signature=[S([None], tf.string, name="question"),
+                                                               S([None], tf.string, name="context")])
+            ids_fn = tf.function(
+                lambda input_ids, segment_ids, attention_mask, p_mask, cls_index: self._squad(
+                    {"input_ids": input_ids, "segment_ids": segment_ids, "attention_mask": attention_mask,
+                     "p_mask": p_mask, "cls_index": cls_index}),
+                input_signature=ids_specs + [S([None, None], tf.float32, name="p_mask"),
+                                             S([None], tf.int32, name="cls_index")])
+        self.serve_text, self.serve_ids = text_fn, ids_fn
+        return {"serving_default": text_fn.get_concrete_function(), "from_ids": ids_fn.get_concrete_function()}
+
+
+def write_warmup_requests(export_path: str, inputs: Dict[str, np.ndarray], model_name: str = "xlnet",
+                          signature_name: str = "serving_default", num_records: int = 1) -> str:
+    """`assets.extra/tf_serving_warmup_requests`: TFRecord of `PredictionLog`s (TF Serving's format)."""
+    from tensorflow_serving.apis import model_pb2, predict_pb2, prediction_log_pb2
+
+    directory = os.path.join(export_path, "assets.extra")
+    tf.io.gfile.makedirs(directory)
+    path = os.path.join(directory, WARMUP_FILE)
+    request = predict_pb2.PredictRequest(
+        model_spec=model_pb2.ModelSpec(name=model_name, signature_name=signature_name))
+    for key, value in inputs.items():
+        request.inputs[key].CopyFrom(tf.make_tensor_proto(value))
+    log = prediction_log_pb2.PredictionLog(predict_log=prediction_log_pb2.PredictLog(request=request))
+    with tf.io.TFRecordWriter(path) as writer:
+        for _ in range(num_records):
+            writer.write(log.SerializeToString())
+    return path
+
+
+def export(model, task: str, spiece_model: str, export_dir: str, version: int, max_seq_length: int,
+           warmup_inputs: Optional[Dict[str, np.ndarray]] = None, **options) -> str:
+    """Writes `<export_dir>/<version>/` (SavedModel + warm-up requests + `xlnet_export.json`); returns it.
+
+    Written to a temporary directory and renamed, so a failed export never leaves a half version.
+    """
+    with open(spiece_model, "rb") as f:
+        proto = f.read()
+    module = ServingModule(model, task, proto, max_seq_length, **options)
+    signatures = module.signatures()
+    path = os.path.join(export_dir, str(int(version)))
+    if tf.io.gfile.exists(path):
+        raise FileExistsError(f"{path} exists: choose another --version (TF Serving loads the highest)")
+    tmp = os.path.join(export_dir, f".tmp-{int(version)}")
+    if tf.io.gfile.exists(tmp):
+        tf.io.gfile.rmtree(tmp)
+    tf.saved_model.save(module, tmp, signatures=signatures)
+    if warmup_inputs:
+        write_warmup_requests(tmp, warmup_inputs)
+    with tf.io.gfile.GFile(os.path.join(tmp, "assets.extra", "xlnet_export.json"), "w") as f:
+        json.dump({"task": task, "max_seq_length": max_seq_length, "config": model.config.to_dict(),
+                   "spiece_model_sha256": tokenization.file_sha256(spiece_model),
+                   **{k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in options.items()}}, f,
+                  indent=2)
+    tf.io.gfile.rename(tmp, path)
+    return path
