@@ -90,14 +90,15 @@ def run():
         return ds.skip(skip_batches * local_replicas)
 
     eval_results = []
+    eval_dir = [FLAGS.eval_records_dir]
 
     def evaluate(step):
-        if not FLAGS.eval_records_dir:
+        if not eval_dir[0]:
             return
-        m = manifest_lib.read_manifest(FLAGS.eval_records_dir)
+        m = manifest_lib.read_manifest(eval_dir[0])
         layout = m["stream_layout"]
         ds = pretrain_data.pretrain_dataset(
-            FLAGS.eval_records_dir, global_batch_size=layout["global_batch_size"],
+            eval_dir[0], global_batch_size=layout["global_batch_size"],
             num_replicas=layout["num_replicas"], replica_id=0, **data_args)
         result = training.evaluate_plm(model, ds, FLAGS.mem_len, FLAGS.eval_batches or None)
         result["step"] = step
@@ -114,12 +115,20 @@ def run():
     trainer = training.Trainer(strategy, model, optimizer, training.plm_loss_fn, dataset_fn, loop,
                                mem_len=FLAGS.mem_len, per_replica_batch=per_replica,
                                log=lambda line: print(line, flush=True))
-    if trainer.manager.latest_checkpoint is None:
+    eval_dir[0] = FLAGS.eval_records_dir if trainer.chief else None  # the chief evaluates and writes results
+    baseline = None
+    if eval_dir[0]:
+        baseline = pretrain_data.unigram_baseline(FLAGS.record_dir, eval_dir[0], config.n_token)
+        print(f"unigram baseline (train-set token frequencies, no context): held-out loss "
+              f"{baseline['loss']:.4f}, accuracy {baseline['accuracy']:.4f}", flush=True)
+    if tf.train.latest_checkpoint(FLAGS.model_dir) is None:
         evaluate(0)
     history = trainer.train(
         on_loop_end=lambda step: evaluate(step) if step % FLAGS.save_steps == 0 else None)
-    if FLAGS.eval_records_dir and (not eval_results or eval_results[-1]["step"] != FLAGS.train_steps):
+    if eval_dir[0] and (not eval_results or eval_results[-1]["step"] != FLAGS.train_steps):
         evaluate(FLAGS.train_steps)
+    if not trainer.chief:
+        return {"history": history, "eval": [], "final_checkpoint": None, "unigram_baseline": None}
     final = checkpoints.save_original_checkpoint(model, os.path.join(FLAGS.model_dir, "final",
                                                                      "xlnet_model.ckpt"))
     config.to_json_file(os.path.join(FLAGS.model_dir, "final", "xlnet_config.json"))
@@ -128,8 +137,8 @@ def run():
         first, last = eval_results[0], eval_results[-1]
         print(f"Held-out permutation-LM loss: {first['loss']:.4f} (step {first['step']}) -> "
               f"{last['loss']:.4f} (step {last['step']}); accuracy {first['accuracy']:.4f} -> "
-              f"{last['accuracy']:.4f}", flush=True)
-    return {"history": history, "eval": eval_results, "final_checkpoint": final}
+              f"{last['accuracy']:.4f}; unigram baseline {baseline['loss']:.4f}", flush=True)
+    return {"history": history, "eval": eval_results, "final_checkpoint": final, "unigram_baseline": baseline}
 
 
 def main(argv):

@@ -61,6 +61,8 @@ def test_training_reduces_heldout_loss(records, tmp_path):
     before, after = result["eval"][0], result["eval"][-1]
     assert before["step"] == 0 and after["step"] == 60
     assert after["loss"] < before["loss"] - 1.0, (before, after)
+    baseline = result["unigram_baseline"]
+    assert 0 < baseline["loss"] < before["loss"] and baseline["num_tokens"] > 0
     assert json.load(open(tmp_path / "m" / "eval_results.json"))[-1]["loss"] == after["loss"]
     assert os.path.exists(result["final_checkpoint"] + ".index")
     assert glob.glob(str(tmp_path / "m" / "train" / "events.out.tfevents.*"))

@@ -757,3 +757,34 @@ def make_pretrain_dataset_fn(data_dir: str, **kwargs) -> Callable:
         return pretrain_dataset(data_dir, input_context=input_context, **kwargs)
 
     return dataset_fn
+
+
+def unigram_baseline(train_dir: str, eval_dir: str, vocab_size: int, max_records: int = 200_000
+                     ) -> Dict[str, float]:
+    """The held-out loss of a context-free model: cross-entropy (nats) of the eval records' real
+    target tokens under the train records' unigram distribution (add-one smoothed), and its accuracy
+    (always predicting the most frequent token). A model that learned anything must beat it."""
+    import tensorflow as tf
+
+    def compact(directory):
+        m = manifest_lib.read_manifest(directory)
+        p = m["params"]
+        files = manifest_lib.check_record_files(m)
+        ds = tf.data.TFRecordDataset(files).take(max_records).batch(256)
+        return ds.map(lambda s: parse_compact(s, p["seq_len"], p["num_predict"]))
+
+    counts = np.ones([vocab_size], np.float64)
+    for batch in compact(train_dir):
+        counts += np.bincount(batch["input_ids"].numpy().reshape(-1), minlength=vocab_size)[:vocab_size]
+    logp = np.log(counts / counts.sum())
+    total, nll, hits = 0, 0.0, 0
+    top = int(np.argmax(counts))
+    for batch in compact(eval_dir):
+        targets = batch["target_ids"].numpy()
+        real = batch["target_index"].numpy() >= 0
+        nll -= float(logp[targets[real]].sum())
+        hits += int((targets[real] == top).sum())
+        total += int(real.sum())
+    if total == 0:
+        raise BuildError(f"{eval_dir}: no target tokens")
+    return {"loss": nll / total, "accuracy": hits / total, "num_tokens": total}

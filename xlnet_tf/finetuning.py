@@ -15,10 +15,14 @@ from xlnet_tf import checkpoints
 
 
 def task_loss_fn(model, features, mems, training):
-    """`loss_fn` for `training.Trainer` with any task model that has `compute_loss` (no memories)."""
+    """`loss_fn` for `training.Trainer` with a task model (`per_example_loss`; no memories): the loss
+    summed over the batch's real examples (`is_real_example`, when present) and their count."""
     del mems
     outputs = model(features, training=training)
-    return model.compute_loss(features, outputs), None, {}
+    losses = model.per_example_loss(features, outputs)
+    weights = features.get("is_real_example")
+    weights = tf.ones_like(losses) if weights is None else tf.cast(weights, losses.dtype)
+    return tf.reduce_sum(losses * weights), tf.reduce_sum(weights), None
 
 
 def predict(strategy, model, dataset: tf.data.Dataset, output_keys: Sequence[str],

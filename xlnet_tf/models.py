@@ -208,9 +208,12 @@ class XLNetMultipleChoice(_FineTuningModel):
         scores = tf.cast(self.scorer(pooled), tf.float32)
         return {"logits": tf.reshape(scores, [-1, self.num_choices])}
 
-    def compute_loss(self, features, outputs):
-        losses = tf.nn.sparse_softmax_cross_entropy_with_logits(
+    def per_example_loss(self, features, outputs):
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(
             labels=tf.cast(features["label"], tf.int32), logits=outputs["logits"])
+
+    def compute_loss(self, features, outputs):
+        losses = self.per_example_loss(features, outputs)
         weights = features.get("is_real_example")
         return tf.reduce_mean(losses) if weights is None else masked_mean(losses, weights)
 
@@ -262,6 +265,9 @@ class XLNetForSquad(keras.Model):
                          training=training)
 
     def compute_loss(self, features, outputs):
+        return tf.reduce_mean(self.per_example_loss(features, outputs))
+
+    def per_example_loss(self, features, outputs):
         def gold_nll(log_probs, positions):
             return -tf.gather(log_probs, tf.cast(positions, tf.int32)[:, None], batch_dims=1)[:, 0]
 
@@ -270,7 +276,7 @@ class XLNetForSquad(keras.Model):
         if self.use_answer_class:
             loss += 0.5 * tf.nn.sigmoid_cross_entropy_with_logits(
                 labels=tf.cast(features["is_impossible"], tf.float32), logits=outputs["cls_logits"])
-        return tf.reduce_mean(loss)
+        return loss
 
     def original_variables(self):
         h = self.head

@@ -42,7 +42,7 @@ class TrainLoopConfig:
 class MemoryState:
     """Per-replica Transformer-XL memories `[n_layer, B_replica, mem_len, D]` (float32), kept in
     on-read-synchronized variables so each replica reads and writes its own copy, plus a plain
-    `[num_replicas, ...]` variable that holds all replicas' copies for checkpoints."""
+    `[local replicas, ...]` variable that holds this worker's copies for checkpoints."""
 
     def __init__(self, strategy, n_layer: int, per_replica_batch: int, mem_len: int, d_model: int):
         self.strategy = strategy
@@ -51,8 +51,8 @@ class MemoryState:
             self.local = tf.Variable(tf.zeros(self.shape), trainable=False, name="mems",
                                      synchronization=tf.VariableSynchronization.ON_READ,
                                      aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-        with tf.device("/cpu:0"):
-            self.saved = tf.Variable(tf.zeros([strategy.num_replicas_in_sync] + self.shape),
+        with tf.device("/cpu:0"):  # this worker's replicas (a multi-worker run checkpoints per worker)
+            self.saved = tf.Variable(tf.zeros([len(self._components())] + self.shape),
                                      trainable=False, name="mems_all_replicas")
 
     def read(self, dtype) -> List[tf.Tensor]:
@@ -78,6 +78,17 @@ class MemoryState:
             v.assign(tf.zeros(self.shape))
 
 
+def is_chief(strategy) -> bool:
+    """True unless this process is a non-chief worker of a multi-worker strategy."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or resolver.task_type is None:
+        return True
+    if resolver.task_type == "chief":
+        return True
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    return resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief
+
+
 def write_scalar(name: str, value: float, step: int):
     """A TensorBoard scalar written with the core summary op (TF 2.21 no longer ships tensorboard,
     whose `tf.summary.scalar` implementation this replaces; the files are what TensorBoard reads)."""
@@ -101,8 +112,9 @@ class Trainer:
       strategy: from `xlnet_tf.distribute.get_strategy`.
       model: a built task model (created under `strategy.scope()`), with `.config`.
       optimizer: from `xlnet_tf.optimization.create_optimizer` (created under the scope).
-      loss_fn: `loss_fn(model, features, mems, training) -> (loss, new_mems or None, metrics dict)`,
-        loss = mean over the replica's batch.
+      loss_fn: `loss_fn(model, features, mems, training) -> (loss_sum, weight, new_mems or None)`: the
+        summed loss of the replica's batch and its weight (number of real targets or examples); the
+        optimized loss is the global sum over the global weight.
       dataset_fn: `dataset_fn(input_context, skip_batches) -> tf.data.Dataset` of per-replica
         (micro-)batches, skipping the first `skip_batches` batches of each replica (`global step x
         gradient_accumulation_steps`), so a resumed run sees the batches it would have seen.
@@ -139,41 +151,56 @@ class Trainer:
         if self.mems is not None:
             tracked["mems"] = self.mems.saved
         self.checkpoint = tf.train.Checkpoint(**tracked)
-        self.manager = tf.train.CheckpointManager(self.checkpoint, config.model_dir,
+        # Every worker of a multi-worker run must save (the save is collective); only the chief's
+        # checkpoints land in model_dir, the others write to a private directory.
+        self.chief = is_chief(strategy)
+        directory = config.model_dir
+        if not self.chief:
+            directory = os.path.join(config.model_dir, ".workers", str(strategy.cluster_resolver.task_id))
+        self.manager = tf.train.CheckpointManager(self.checkpoint, directory,
                                                   max_to_keep=config.keep_checkpoints,
                                                   checkpoint_name="ckpt")
         self.compute = tf.function(self._compute, jit_compile=config.jit_compile)
         self._loop = tf.function(self._train_loop)
-        self.writer = tf.summary.create_file_writer(os.path.join(config.model_dir, "train"))
+        self.writer = (tf.summary.create_file_writer(os.path.join(config.model_dir, "train")) if self.chief
+                       else tf.summary.create_noop_writer())
 
     # --------------------------------------------------------------------------------------- the step
     def _compute(self, features, mems):
-        """Loss, gradients and new memories of one replica's micro-batch (the XLA-compiled part)."""
+        """Summed loss, its weight, gradients of the sum and new memories of one replica's micro-batch
+        (the XLA-compiled part)."""
         with tf.GradientTape() as tape:
-            loss, new_mems, metrics = self.loss_fn(self.model, features, mems, True)
-            scaled = loss / (self.num_replicas * self.config.gradient_accumulation_steps)
-            if hasattr(self.optimizer, "scale_loss"):
-                scaled = self.optimizer.scale_loss(scaled)
+            loss_sum, weight, new_mems = self.loss_fn(self.model, features, mems, True)
+            scaled = self.optimizer.scale_loss(loss_sum) if hasattr(self.optimizer, "scale_loss") else loss_sum
         grads = tape.gradient(scaled, self.model.trainable_variables)
         grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
                  for g, v in zip(grads, self.model.trainable_variables)]
-        return loss, grads, new_mems, metrics
+        return loss_sum, tf.cast(weight, tf.float32), grads, new_mems
 
     def _replica_step(self, micro_batches):
-        """One optimizer step over `gradient_accumulation_steps` micro-batches of this replica."""
-        grads, losses = None, []
+        """One optimizer step over `gradient_accumulation_steps` micro-batches of this replica.
+
+        The loss is the sum over every micro-batch of every replica divided by the total weight (e.g.
+        the number of real target tokens), so replicas and accumulation give the same update as one
+        device with the whole batch, even when replicas hold different numbers of targets.
+        """
+        grads, loss_sum, weight = None, 0.0, 0.0
         for features in micro_batches:
             mems = self.mems.read(self.model.compute_dtype) if self.mems is not None else None
-            loss, micro_grads, new_mems, _ = self.compute(features, mems)
+            micro_loss, micro_weight, micro_grads, new_mems = self.compute(features, mems)
             if self.mems is not None:
                 self.mems.write(new_mems)
             grads = micro_grads if grads is None else [a + b for a, b in zip(grads, micro_grads)]
-            losses.append(loss)
-        ctx = tf.distribute.get_replica_context()
+            loss_sum += micro_loss
+            weight += micro_weight
         if self.num_replicas > 1:
-            # Clip the *global* gradient (the optimizer would clip per replica before its all-reduce),
-            # then hand it over divided by the replica count, since the optimizer sums across replicas.
-            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+            # All-reduce here so that the *global* gradient is clipped (the optimizer would clip each
+            # replica's part before its own all-reduce); it is handed over divided by the replica count,
+            # since the optimizer sums across replicas again.
+            ctx = tf.distribute.get_replica_context()
+            grads, loss_sum, weight = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [grads, loss_sum, weight])
+        weight = tf.maximum(weight, 1e-9)
+        grads = [g / weight for g in grads]
         grad_norm = tf.linalg.global_norm(grads)
         # With loss scaling (float16) the gradients are still scaled here; the wrapped optimizer unscales
         # and clips them itself (per replica).
@@ -183,7 +210,7 @@ class Trainer:
         if self.num_replicas > 1:
             grads = [g / self.num_replicas for g in grads]
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        return tf.add_n(losses) / len(losses), grad_norm
+        return loss_sum / weight, grad_norm
 
     def _train_loop(self, iterator, steps):
         loss_sum = tf.constant(0.0)
@@ -192,6 +219,7 @@ class Trainer:
         for _ in tf.range(steps):
             micro_batches = tuple(next(iterator) for _ in range(accumulation))
             loss, norm = self.strategy.run(self._replica_step, args=(micro_batches,))
+            # every replica holds the same global values after its all-reduce
             loss_sum += self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
             norm_sum += self.strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None)
             self.global_step.assign_add(1)
@@ -201,7 +229,7 @@ class Trainer:
     # --------------------------------------------------------------------------------------- the loop
     def restore(self) -> int:
         """Restores the latest checkpoint in `model_dir` (if any); returns the global step."""
-        latest = self.manager.latest_checkpoint
+        latest = self.manager.latest_checkpoint  # a non-chief worker resumes its own memories
         if latest:
             self.checkpoint.read(latest).assert_existing_objects_matched()
             if self.mems is not None:
@@ -255,17 +283,18 @@ class Trainer:
             if on_loop_end is not None:
                 on_loop_end(step)
         self.writer.flush()
-        with open(os.path.join(c.model_dir, "train_history.json"), "a", encoding="utf-8") as f:
-            for record in history:
-                f.write(json.dumps(record) + "\n")
+        if self.chief:
+            with open(os.path.join(c.model_dir, "train_history.json"), "a", encoding="utf-8") as f:
+                for record in history:
+                    f.write(json.dumps(record) + "\n")
         return history
 
 
 def plm_loss_fn(model, features, mems, training):
-    """`loss_fn` of the permutation-LM pretrainer."""
+    """`loss_fn` of the permutation-LM pretrainer: cross-entropy summed over the real target slots."""
     out = model(features, mems=mems, training=training)
-    loss, accuracy, _ = model.plm_metrics(features, out)
-    return loss, out["new_mems"], {"accuracy": accuracy}
+    mask = tf.cast(features["target_mask"], tf.float32)
+    return tf.reduce_sum(model.per_token_loss(features, out) * mask), tf.reduce_sum(mask), out["new_mems"]
 
 
 def evaluate_plm(model, dataset, mem_len: int, max_batches: Optional[int] = None) -> Dict[str, float]:
