@@ -140,3 +140,13 @@ def write_export_info(model_dir: str, **info) -> None:
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         json.dump(info, f, indent=2)
     os.replace(path + ".tmp", path)
+
+
+def micro_batch_size(FLAGS, num_replicas: int) -> int:
+    """Global micro-batch (`--train_batch_size / --gradient_accumulation_steps`), checked to split evenly."""
+    k = FLAGS.gradient_accumulation_steps
+    if FLAGS.train_batch_size % (k * num_replicas):
+        raise flags.IllegalFlagValueError(
+            f"--train_batch_size={FLAGS.train_batch_size} must be divisible by --gradient_accumulation_steps={k} "
+            f"x {num_replicas} replicas")
+    return FLAGS.train_batch_size // k

@@ -77,12 +77,7 @@ def run():
                      uncased=FLAGS.uncased)
 
     strategy = distribute.get_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.num_cpu_replicas)
-    replicas = strategy.num_replicas_in_sync
-    micro = FLAGS.train_batch_size // FLAGS.gradient_accumulation_steps
-    if FLAGS.train_batch_size % (FLAGS.gradient_accumulation_steps * replicas):
-        raise flags.IllegalFlagValueError(
-            f"--train_batch_size={FLAGS.train_batch_size} must be divisible by "
-            f"--gradient_accumulation_steps={FLAGS.gradient_accumulation_steps} x {replicas} replicas")
+    micro = common_flags.micro_batch_size(FLAGS, strategy.num_replicas_in_sync)
     config = common_flags.model_config_from_flags(FLAGS)
     os.makedirs(FLAGS.model_dir, exist_ok=True)
     config.to_json_file(os.path.join(FLAGS.model_dir, "xlnet_config.json"))
@@ -141,25 +136,17 @@ def run():
         print(f"best {key}: {report['best'].get(key)} at step {report['best']['step']}", flush=True)
 
     if FLAGS.do_predict:
-        if not FLAGS.do_train:  # predict with the latest fine-tuned weights (#56 of the original)
-            latest = finetuning.list_checkpoints(FLAGS.model_dir)
-            if latest:
-                finetuning.restore_weights(model, latest[-1])
+        if not FLAGS.do_train:
+            finetuning.restore_latest_weights(model, FLAGS.model_dir)
         out = run_split(FLAGS.predict_split, FLAGS.predict_batch_size)
-        guids = classifier_data.read_guids(FLAGS.record_dir, FLAGS.predict_split)
         labels = manifest.get("label_list")
         path = os.path.join(FLAGS.model_dir, f"predict_{FLAGS.predict_split}.tsv")
-        rows = sorted((int(i), k) for k, i in enumerate(out["example_index"]) if out["is_real_example"][k] > 0)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.write("index\tprediction\n")
-            for index, k in rows:
-                if manifest["is_regression"]:
-                    value = f"{float(out['score'][k]):.6f}"
-                else:
-                    value = labels[int(np.argmax(out["logits"][k]))]
-                f.write(f"{guids[index]}\t{value}\n")
-        os.replace(path + ".tmp", path)
-        print(f"Wrote {len(rows)} predictions to {path}", flush=True)
+        value = ((lambda k: f"{float(out['score'][k]):.6f}") if manifest["is_regression"]
+                 else (lambda k: labels[int(np.argmax(out["logits"][k]))]))
+        count = finetuning.write_predictions_tsv(
+            path, ("index", "prediction"), out, classifier_data.read_guids(FLAGS.record_dir, FLAGS.predict_split),
+            value)
+        print(f"Wrote {count} predictions to {path}", flush=True)
 
 
 def main(argv):

@@ -74,12 +74,7 @@ def run():
                      max_qa_length=FLAGS.max_qa_length, uncased=FLAGS.uncased)
 
     strategy = distribute.get_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.num_cpu_replicas)
-    replicas = strategy.num_replicas_in_sync
-    if FLAGS.train_batch_size % (FLAGS.gradient_accumulation_steps * replicas):
-        raise flags.IllegalFlagValueError(
-            f"--train_batch_size={FLAGS.train_batch_size} must be divisible by "
-            f"--gradient_accumulation_steps={FLAGS.gradient_accumulation_steps} x {replicas} replicas")
-    micro = FLAGS.train_batch_size // FLAGS.gradient_accumulation_steps
+    micro = common_flags.micro_batch_size(FLAGS, strategy.num_replicas_in_sync)
     config = common_flags.model_config_from_flags(FLAGS)
     os.makedirs(FLAGS.model_dir, exist_ok=True)
     config.to_json_file(os.path.join(FLAGS.model_dir, "xlnet_config.json"))
@@ -123,19 +118,13 @@ def run():
 
     if FLAGS.do_predict:
         if not FLAGS.do_train:
-            latest = finetuning.list_checkpoints(FLAGS.model_dir)
-            if latest:
-                finetuning.restore_weights(model, latest[-1])
+            finetuning.restore_latest_weights(model, FLAGS.model_dir)
         out = run_split(FLAGS.predict_split, FLAGS.predict_batch_size)
-        guids = race_data.read_race_guids(record_dir, FLAGS.predict_split)
         path = os.path.join(FLAGS.model_dir, f"predict_{FLAGS.predict_split}.tsv")
-        rows = sorted((int(i), k) for k, i in enumerate(out["example_index"]) if out["is_real_example"][k] > 0)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            f.write("id\tanswer\n")
-            for index, k in rows:
-                f.write(f"{guids[index]}\t{'ABCD'[int(out['logits'][k].argmax())]}\n")
-        os.replace(path + ".tmp", path)
-        print(f"Wrote {len(rows)} predictions to {path}", flush=True)
+        count = finetuning.write_predictions_tsv(
+            path, ("id", "answer"), out, race_data.read_race_guids(record_dir, FLAGS.predict_split),
+            lambda k: "ABCD"[int(out["logits"][k].argmax())])
+        print(f"Wrote {count} predictions to {path}", flush=True)
 
 
 def main(argv):

@@ -76,12 +76,7 @@ def run():
                      doc_stride=FLAGS.doc_stride, max_query_length=FLAGS.max_query_length, uncased=FLAGS.uncased)
 
     strategy = distribute.get_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.num_cpu_replicas)
-    replicas = strategy.num_replicas_in_sync
-    if FLAGS.train_batch_size % (FLAGS.gradient_accumulation_steps * replicas):
-        raise flags.IllegalFlagValueError(
-            f"--train_batch_size={FLAGS.train_batch_size} must be divisible by "
-            f"--gradient_accumulation_steps={FLAGS.gradient_accumulation_steps} x {replicas} replicas")
-    micro = FLAGS.train_batch_size // FLAGS.gradient_accumulation_steps
+    micro = common_flags.micro_batch_size(FLAGS, strategy.num_replicas_in_sync)
     config = common_flags.model_config_from_flags(FLAGS)
     os.makedirs(FLAGS.model_dir, exist_ok=True)
     config.to_json_file(os.path.join(FLAGS.model_dir, "xlnet_config.json"))
@@ -111,11 +106,8 @@ def run():
         trainer.train()
 
     if FLAGS.do_predict:
-        if not FLAGS.do_train:  # the original ignored init_checkpoint here and predicted at random (#56)
-            latest = finetuning.list_checkpoints(FLAGS.model_dir)
-            if latest:
-                finetuning.restore_weights(model, latest[-1])
-            elif not FLAGS.init_checkpoint:
+        if not FLAGS.do_train:  # the original ignored the fine-tuned weights here and predicted at random (#56)
+            if not finetuning.restore_latest_weights(model, FLAGS.model_dir) and not FLAGS.init_checkpoint:
                 raise ValueError(f"--do_predict without training: no checkpoint in {FLAGS.model_dir} and no "
                                  f"--init_checkpoint")
         eval_data = squad_postprocess.load_eval_data(record_dir, FLAGS.eval_split)

@@ -68,6 +68,27 @@ def checkpoint_step(path: str) -> int:
     return int(m.group(1)) if m else -1
 
 
+def restore_latest_weights(model, model_dir: str) -> Optional[str]:
+    """Loads the latest training checkpoint of `model_dir` into `model` (for predicting without training;
+    the original's predict ignored the fine-tuned weights, #56); returns its path, or None."""
+    found = list_checkpoints(model_dir)
+    if found:
+        restore_weights(model, found[-1])
+    return found[-1] if found else None
+
+
+def write_predictions_tsv(path: str, header: Sequence[str], outputs: Dict[str, np.ndarray], guids: Sequence[str],
+                          value_fn: Callable[[int], str]) -> int:
+    """One row per real example, in example order: `guid<TAB>value_fn(row in outputs)` (atomic write)."""
+    rows = sorted((int(i), k) for k, i in enumerate(outputs["example_index"]) if outputs["is_real_example"][k] > 0)
+    with tf.io.gfile.GFile(path + ".tmp", "w") as f:
+        f.write("\t".join(header) + "\n")
+        for index, k in rows:
+            f.write(f"{guids[index]}\t{value_fn(k)}\n")
+    tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+    return len(rows)
+
+
 def restore_weights(model, path: str) -> None:
     """Loads only the weights of one of our training checkpoints into `model`."""
     checkpoints.assign_arrays(model, checkpoints.read_object_checkpoint(path), path, require_heads=True)
