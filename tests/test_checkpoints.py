@@ -6,7 +6,6 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
-import torch
 import transformers
 from transformers.models.xlnet.modeling_xlnet import load_tf_weights_in_xlnet
 

@@ -1,6 +1,5 @@
 """Mixed precision forwards stay finite and close to float32; train steps compile with XLA."""
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf

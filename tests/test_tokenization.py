@@ -1,6 +1,5 @@
 """xlnet_tf.tokenization: normalization, digit-comma split, special ids, batch encoding."""
 
-import numpy as np
 import pytest
 
 from tests import data_fixtures

@@ -19,7 +19,7 @@ import sys
 if __package__ in (None, ""):  # `python tfrecords/spm.py`: make the repo importable
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, Sequence
 
 from xlnet_tf import tokenization
 from tfrecords import corpus
