@@ -285,6 +285,7 @@ def export(model, task: str, spiece_model: str, export_dir: str, version: int, m
     tf.saved_model.save(module, tmp, signatures=signatures)
     if warmup_inputs:
         write_warmup_requests(tmp, warmup_inputs)
+    tf.io.gfile.makedirs(os.path.join(tmp, "assets.extra"))
     with tf.io.gfile.GFile(os.path.join(tmp, "assets.extra", "xlnet_export.json"), "w") as f:
         json.dump({"task": task, "max_seq_length": max_seq_length, "config": model.config.to_dict(),
                    "spiece_model_sha256": tokenization.file_sha256(spiece_model),
