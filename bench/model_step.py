@@ -11,7 +11,6 @@ import argparse
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -22,20 +21,10 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 
 from tests.parity_utils import hf_config  # noqa: E402
+from bench.run import median_ms  # noqa: E402
 from xlnet_tf import checkpoints  # noqa: E402
 from xlnet_tf.config import XLNetConfig  # noqa: E402
 from xlnet_tf.models import XLNetPretrainer  # noqa: E402
-
-
-def _time(fn, repeats, warmup=2):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1000 * float(np.median(times))
 
 
 def make_inputs(rng, config, batch, seq_len, num_predict):
@@ -110,9 +99,9 @@ def run(args):
     hf_fns = {"content": hf_content, "plm": hf_plm, "forward": hf_forward}
     results = []
     for name in ("forward", "content", "plm"):
-        ours_ms = _time(lambda: tf.nest.map_structure(lambda t: None if t is None else t.numpy(), tf_fns[name](),
+        ours_ms = median_ms(lambda: tf.nest.map_structure(lambda t: None if t is None else t.numpy(), tf_fns[name](),
                                                      expand_composites=True), args.repeats)
-        hf_ms = _time(hf_fns[name], args.repeats)
+        hf_ms = median_ms(hf_fns[name], args.repeats)
         row = {"workload": name, "batch": args.batch, "seq_len": args.seq_len, "n_layer": args.n_layer,
                "d_model": args.d_model, "jit_compile": jit, "ours_ms": round(ours_ms, 1),
                "hf_ms": round(hf_ms, 1), "ratio": round(hf_ms / ours_ms, 3)}

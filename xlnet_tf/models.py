@@ -81,6 +81,14 @@ class XLNetPretrainer(keras.Model):
         return {"config": self.config.to_dict(), "query_stream": self.query_stream, "name": self.name}
 
 
+def finetuning_config(config) -> XLNetConfig:
+    """The config a fine-tuning model runs with: no memories, no bidirectional data, no same_length
+    (as the original's RunConfig when fine-tuning)."""
+    if isinstance(config, dict):
+        config = XLNetConfig.from_dict(config)
+    return config.replace(mem_len=None, reuse_len=None, bi_data=False, same_length=False)
+
+
 def _summary_variables(summary: SequenceSummary, scope: str = "model/sequnece_summary"):
     """Original names of a `SequenceSummary`'s variables (the typo `sequnece` is the original's)."""
     out = {}
@@ -101,11 +109,7 @@ class _FineTuningModel(keras.Model):
 
     def __init__(self, config, summary_type: str = "last", use_proj: bool = True, **kwargs):
         super().__init__(**kwargs)
-        if isinstance(config, dict):
-            config = XLNetConfig.from_dict(config)
-        # Fine-tuning runs without memories or bidirectional data, as the original's RunConfig.
-        config = config.replace(mem_len=None, reuse_len=None, bi_data=False, same_length=False)
-        self.config = config
+        self.config = config = finetuning_config(config)
         self.summary_type = summary_type
         self.use_proj = use_proj
         init = keras.initializers.RandomNormal(stddev=config.initializer_range)
@@ -243,10 +247,7 @@ class XLNetForSquad(keras.Model):
     def __init__(self, config, start_n_top: int = 5, end_n_top: int = 5, use_answer_class: bool = True,
                  **kwargs):
         super().__init__(**kwargs)
-        if isinstance(config, dict):
-            config = XLNetConfig.from_dict(config)
-        config = config.replace(mem_len=None, reuse_len=None, bi_data=False, same_length=False)
-        self.config = config
+        self.config = config = finetuning_config(config)
         self.start_n_top = start_n_top
         self.end_n_top = end_n_top
         self.use_answer_class = use_answer_class
