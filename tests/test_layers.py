@@ -114,3 +114,29 @@ def test_keras_saving_round_trip(tmp_path):
 def test_bad_query_stream_mode():
     with pytest.raises(ValueError, match="query_stream"):
         XLNetBackbone(XLNetConfig(n_layer=1), query_stream="sometimes")
+
+
+def test_random_init_gives_every_weight_its_own_values():
+    """Keras 3 initializers without a seed repeat their values: a shared instance made q = k = v = o = r."""
+    from xlnet_tf.models import XLNetClassifier, XLNetForSquad
+
+    config = XLNetConfig(n_token=50, n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64)
+    ids = np.ones((2, 6), np.int32)
+    models = [XLNetClassifier(config, num_labels=3, summary_type="attn"), XLNetForSquad(config)]
+    for model in models:
+        model({"input_ids": ids, "segment_ids": ids * 0, "attention_mask": np.ones((2, 6), np.float32),
+               "p_mask": np.zeros((2, 6), np.float32), "cls_index": np.full((2,), 5, np.int32)})
+    pre = XLNetPretrainer(config)
+    pre({"input_ids": ids, "target_mapping": np.eye(6, dtype=np.float32)[None, :2].repeat(2, 0)})
+    for model in models + [pre]:
+        random = [w for w in model.weights if float(np.std(w.numpy())) > 0]
+        firsts = [w.numpy().ravel()[:4].tobytes() for w in random]
+        assert len(set(firsts)) == len(firsts), [w.path for w in random]
+    keras.utils.set_random_seed(3)
+    a = XLNetPretrainer(config)
+    a({"input_ids": ids, "target_mapping": np.eye(6, dtype=np.float32)[None, :2].repeat(2, 0)})
+    keras.utils.set_random_seed(3)
+    b = XLNetPretrainer(config)
+    b({"input_ids": ids, "target_mapping": np.eye(6, dtype=np.float32)[None, :2].repeat(2, 0)})
+    for x, y in zip(a.get_weights(), b.get_weights()):
+        np.testing.assert_array_equal(x, y)

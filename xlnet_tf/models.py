@@ -10,6 +10,7 @@ import tensorflow as tf
 from xlnet_tf.backbone import XLNetBackbone
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.heads import LMHead, SequenceSummary, SquadHead
+from xlnet_tf import initializers
 
 
 def masked_mean(values, weights):
@@ -112,8 +113,6 @@ class _FineTuningModel(keras.Model):
         self.config = config = finetuning_config(config)
         self.summary_type = summary_type
         self.use_proj = use_proj
-        init = keras.initializers.RandomNormal(stddev=config.initializer_range)
-        self._init = init
         self.backbone = XLNetBackbone(config, name="transformer", dtype=self.dtype_policy)
         self.sequence_summary = SequenceSummary(
             config.d_model, summary_type, use_proj=use_proj, dropout=config.dropout, n_head=config.n_head,
@@ -150,7 +149,7 @@ class XLNetClassifier(_FineTuningModel):
         self.num_labels = 1 if regression else num_labels
         self.regression = regression
         self.task_name = task_name
-        self.logit = keras.layers.Dense(self.num_labels, kernel_initializer=self._init, name="logit",
+        self.logit = keras.layers.Dense(self.num_labels, kernel_initializer=initializers.normal(self.config.initializer_range), name="logit",
                                         dtype=self.dtype_policy)
         self.logit.build((None, self.config.d_model))
 
@@ -199,7 +198,7 @@ class XLNetMultipleChoice(_FineTuningModel):
                  **kwargs):
         super().__init__(config, summary_type=summary_type, use_proj=use_proj, **kwargs)
         self.num_choices = num_choices
-        self.scorer = keras.layers.Dense(1, kernel_initializer=self._init, name="logits",
+        self.scorer = keras.layers.Dense(1, kernel_initializer=initializers.normal(self.config.initializer_range), name="logits",
                                          dtype=self.dtype_policy)
         self.scorer.build((None, self.config.d_model))
 

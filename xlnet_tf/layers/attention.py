@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 import tensorflow as tf
+from xlnet_tf import initializers
 
 # Added to blocked scores. Scores are always float32 when masked (softmax runs in float32), so this
 # never overflows, whatever the compute dtype.
@@ -99,16 +100,15 @@ class RelativeAttention(keras.layers.Layer):
         self.prob_dropout = keras.layers.Dropout(dropatt, dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
-        init = keras.initializers.RandomNormal(stddev=self.initializer_range)
         shape = (self.d_model, self.n_head, self.d_head)
         for name in ("q", "k", "v", "o", "r"):
-            setattr(self, name, self.add_weight(name=name, shape=shape, initializer=init))
+            setattr(self, name, self.add_weight(name=name, shape=shape, initializer=initializers.normal(self.initializer_range)))
         if self.own_biases:
             for name in ("r_w_bias", "r_r_bias", "r_s_bias"):
                 setattr(self, name, self.add_weight(name=name, shape=(self.n_head, self.d_head),
-                                                    initializer=init))
+                                                    initializer=initializers.normal(self.initializer_range)))
         self.seg_embed = self.add_weight(name="seg_embed", shape=(2, self.n_head, self.d_head),
-                                         initializer=init)
+                                         initializer=initializers.normal(self.initializer_range))
         self.layer_norm.build((None, None, self.d_model))
         super().build(input_shape)
 
@@ -118,6 +118,18 @@ class RelativeAttention(keras.layers.Layer):
 
     def _project(self, x, kernel):
         return tf.einsum("bld,dnh->blnh", x, self._w(kernel))
+
+    def _project_positions(self, pos_emb, batch):
+        """`[n_dir, P, D]` -> `[n_dir, P, H, Dh]`: projected once per direction, shared by the batch rows
+        (the reference implementations broadcast the encoding to `[B, P, D]` and project it per example;
+        `bench/variants.py` measures that as an A/B)."""
+        del batch
+        return tf.einsum("xpd,dnh->xpnh", pos_emb, self._w(self.r))
+
+    def _project_keys_values(self, keys):
+        """`[B, M+L, D]` -> keys and values `[B, M+L, H, Dh]` (two matmuls; a single fused matmul over
+        the concatenated kernels is measured as an A/B in `bench/variants.py`)."""
+        return self._project(keys, self.k), self._project(keys, self.v)
 
     def _position_scores(self, q_r, k_r):
         """q_r `[B, Q, H, Dh]`, k_r `[n_dir, P, H, Dh]` -> `[B, H, Q, P]` (rows of batch half x use k_r[x])."""
@@ -162,9 +174,8 @@ class RelativeAttention(keras.layers.Layer):
             biases = (self.r_w_bias, self.r_r_bias, self.r_s_bias)
         qlen = tf.shape(content)[1]
         keys = content if mems is None else tf.concat([tf.cast(mems, content.dtype), content], axis=1)
-        k_head = self._project(keys, self.k)
-        v_head = self._project(keys, self.v)
-        k_r = tf.einsum("xpd,dnh->xpnh", pos_emb, self._w(self.r))
+        k_head, v_head = self._project_keys_values(keys)
+        k_r = self._project_positions(pos_emb, tf.shape(content)[0])
 
         vec = self._core(self._project(content, self.q), k_head, v_head, k_r, biases, seg_diff,
                          content_mask, None, qlen, training)

@@ -1,0 +1,61 @@
+"""Benchmark-only A/B variants of the attention layer.
+
+Each context manager swaps one method of `xlnet_tf.layers.attention.RelativeAttention` for the
+alternative formulation while a model is built and traced, so the harness can measure what the
+production choice buys. Outputs are numerically the same (tests/test_bench_variants.py checks it); only
+the work done differs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import tensorflow as tf
+
+from xlnet_tf.layers.attention import RelativeAttention
+
+
+@contextlib.contextmanager
+def _patched(**methods):
+    saved = {name: getattr(RelativeAttention, name) for name in methods}
+    for name, fn in methods.items():
+        setattr(RelativeAttention, name, fn)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(RelativeAttention, name, fn)
+
+
+def _per_example_positions(self, pos_emb, batch):
+    # The reference formulation: the encoding is broadcast to every example ([B, P, D], each bi_data half
+    # taking its direction) and projected per example.
+    full = tf.repeat(pos_emb, batch // pos_emb.shape[0], axis=0)  # [B, P, D]
+    return tf.einsum("bpd,dnh->bpnh", full, self._w(self.r))
+
+
+def _per_example_scores(self, q_r, k_r):
+    return tf.einsum("bind,bpnd->bnip", q_r, k_r)
+
+
+def _fused_keys_values(self, keys):
+    kernel = tf.concat([self._w(self.k), self._w(self.v)], axis=1)  # [D, 2H, Dh]
+    kv = tf.einsum("bld,dnh->blnh", keys, kernel)
+    return kv[:, :, :self.n_head], kv[:, :, self.n_head:]
+
+
+def positional_projection_per_example():
+    """Project the relative encoding per example, as Hugging Face and the original do (A side)."""
+    return _patched(_project_positions=_per_example_positions, _position_scores=_per_example_scores)
+
+
+def fused_key_value_projection():
+    """One matmul over the concatenated key and value kernels instead of two."""
+    return _patched(_project_keys_values=_fused_keys_values)
+
+
+VARIANTS = {
+    "production": contextlib.nullcontext,
+    "positional projection per example": positional_projection_per_example,
+    "fused key/value projection": fused_key_value_projection,
+}
