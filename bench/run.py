@@ -1,17 +1,19 @@
 """Benchmark harness: our XLNet vs Hugging Face's PyTorch XLNet, side by side in one process.
 
-  python bench/run.py --suite=pretrain_step|finetune_step|serving|builder|all --output_dir=bench_output
+  python bench/run.py --suite=all|pretrain_step,finetune_step,serving,builder,memory --output_dir=bench_output
 
-Every row carries the absolute figures of both implementations and `ratio` = reference time / our time
-(> 1 = we are faster), measured in the same run at identical shapes and weights. The machine description
-and its measured dense matmul peak (float32 and bfloat16, XLA) head the report; model FLOP utilisation
-(MFU) = achieved training FLOP/s / measured float32 peak. Writes `report.json` and `report.md`.
+Every timed row carries the absolute figures of both implementations and `ratio` = reference time / our
+time (> 1 = we are faster), measured in the same run at identical shapes and weights; A/B rows also carry
+`vs_production` = production time / variant time (< 1 = the production choice is faster). The machine
+description and its measured dense matmul peak (float32 and bfloat16, XLA) head the report; model FLOP
+utilisation (MFU) = achieved training FLOP/s / measured float32 peak. Writes `report.json` and `report.md`.
 Timings are medians after warm-up; run on a quiet machine (concurrent load changes them up to 2x).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -27,7 +29,36 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-SUITES = ("pretrain_step", "finetune_step", "serving", "builder")
+tf.get_logger().setLevel("ERROR")  # each A/B variant traces its own functions on purpose
+
+SUITES = ("pretrain_step", "finetune_step", "serving", "builder", "memory")
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One way of running our training step; the first of a list is the production path."""
+
+    name: str
+    jit: bool = True
+    policy: str = "float32"
+    query_stream: str = "targets"
+    attention: str = "production"  # a key of bench.variants.VARIANTS
+    optimizer_in_xla: bool = False
+
+
+PRODUCTION = Variant("production: XLA, float32, query stream at targets, positions projected once")
+PLM_VARIANTS = [
+    PRODUCTION,
+    Variant("A/B no XLA (jit_compile=False)", jit=False),
+    Variant("A/B query stream over full length (original formulation)", query_stream="full"),
+    Variant("A/B positional projection per example (reference formulation)",
+            attention="positional projection per example"),
+    Variant("A/B fused key/value projection matmul", attention="fused key/value projection"),
+    Variant("A/B AdamW update inside the XLA cluster", optimizer_in_xla=True),
+    Variant("A/B mixed_bfloat16", policy="mixed_bfloat16"),
+]
+FINETUNE_VARIANTS = [PRODUCTION, Variant("A/B no XLA (jit_compile=False)", jit=False),
+                     Variant("A/B mixed_bfloat16", policy="mixed_bfloat16")]
 
 
 def median_ms(fn, repeats: int, warmup: int = 2) -> float:
@@ -45,154 +76,210 @@ def machine() -> dict:
     cpu = ""
     if os.path.exists("/proc/cpuinfo"):
         cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line), "")
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
     import torch
+    import transformers
 
-    return {"platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "tensorflow": tf.__version__, "torch": torch.__version__,
+    return {"platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_gb, 1),
+            "python": platform.python_version(), "tensorflow": tf.__version__, "torch": torch.__version__,
+            "transformers": transformers.__version__, "torch_threads": torch.get_num_threads(),
             "gpus": [d.name for d in tf.config.list_physical_devices("GPU")]}
 
 
 def matmul_peak(dtype: str, n: int = 2048, repeats: int = 10) -> float:
     """Dense matmul GFLOP/s (XLA), the denominator of MFU."""
-    a = tf.random.normal([n, n], dtype=tf.float32)
-    a = tf.cast(a, dtype)
+    a = tf.cast(tf.random.normal([n, n], dtype=tf.float32), dtype)
     f = tf.function(lambda x: tf.matmul(x, x), jit_compile=True)
     ms = median_ms(lambda: f(a).numpy(), repeats)
     return 2 * n ** 3 / (ms / 1000) / 1e9
 
 
-def train_flops(config, batch: int, seq_len: int, num_predict: int = 0) -> float:
-    """Approximate FLOPs of one forward+backward (3x forward) step: projections, attention scores and
-    values, feed-forward, positional projection, LM head over the predicted tokens."""
+def bench_config(n_layer: int, d_model: int, mem_len: int = 0):
+    from xlnet_tf.config import XLNetConfig
+
+    return XLNetConfig(n_token=32000, n_layer=n_layer, d_model=d_model, n_head=d_model // 64, d_head=64,
+                       d_inner=4 * d_model, dropout=0.0, dropatt=0.0, mem_len=mem_len or None)
+
+
+def train_flops(config, batch: int, seq_len: int, num_predict: int = 0, mlen: int = 0) -> float:
+    """Model FLOPs of one forward+backward (3x forward) step: projections, attention scores and values
+    over `mlen + seq_len` keys, feed-forward, positional projection, LM head over the predicted tokens."""
     d, h, dh, di, n = config.d_model, config.n_head, config.d_head, config.d_inner, config.n_layer
-    tokens = batch * seq_len
-    per_layer = 2 * tokens * d * h * dh * 4 + 2 * tokens * d * di * 2
-    per_layer += 2 * 2 * batch * h * seq_len * (2 * seq_len) * dh  # ac + bd (P = 2L positions)
-    per_layer += 2 * batch * h * seq_len * seq_len * dh  # prob @ v
+    klen, tokens = mlen + seq_len, batch * seq_len
+    per_layer = 2 * tokens * d * h * dh * 2 + 2 * batch * klen * d * h * dh * 2 + 2 * tokens * d * di * 2
+    per_layer += 2 * (klen + seq_len) * d * h * dh  # positional projection (once per direction)
+    per_layer += 2 * 2 * batch * h * seq_len * (klen + seq_len) * dh  # ac + bd
+    per_layer += 2 * batch * h * seq_len * klen * dh  # prob @ v
     if num_predict:
         q_tokens = batch * num_predict
         per_layer += 2 * q_tokens * d * h * dh * 2 + 2 * q_tokens * d * di * 2
-        per_layer += 3 * 2 * batch * h * num_predict * (2 * seq_len) * dh
+        per_layer += 3 * 2 * batch * h * num_predict * (klen + seq_len) * dh
     forward = n * per_layer + (2 * batch * num_predict * d * config.n_token if num_predict else 0)
     return 3.0 * forward
 
 
-def _pair(config, model_kind: str):
+def _hf_model(config, kind: str):
     import transformers
 
     from tests.parity_utils import hf_config
-    from xlnet_tf import checkpoints
-    from xlnet_tf.models import XLNetClassifier, XLNetPretrainer
 
     cfg = hf_config(config)
-    if model_kind == "plm":
-        hf = transformers.XLNetLMHeadModel(cfg)
-        ours = XLNetPretrainer(config)
-    else:
-        cfg.num_labels = 2
-        hf = transformers.XLNetForSequenceClassification(cfg)
-        ours = XLNetClassifier(config, num_labels=2, task_name="hf")
-    checkpoints.load_hf_weights(ours, {k: v.detach().numpy() for k, v in hf.state_dict().items()}, require_heads=True)
-    return hf, ours
+    cfg.use_mems_train = bool(config.mem_len)
+    if kind == "plm":
+        return transformers.XLNetLMHeadModel(cfg)
+    cfg.num_labels = 2
+    return transformers.XLNetForSequenceClassification(cfg)
 
 
-def _inputs(config, batch, seq_len, num_predict):
-    rng = np.random.RandomState(0)
-    mapping = np.zeros((batch, num_predict, seq_len), np.float32)
-    for b in range(batch):
-        mapping[b, np.arange(num_predict), np.sort(rng.choice(seq_len, num_predict, replace=False))] = 1
-    return {"input_ids": rng.randint(0, config.n_token, (batch, seq_len)).astype(np.int32),
-            "segment_ids": np.zeros((batch, seq_len), np.int32), "attention_mask": np.ones((batch, seq_len), np.float32),
-            "perm_mask": (rng.rand(batch, seq_len, seq_len) > 0.5).astype(np.float32), "target_mapping": mapping,
-            "target_ids": rng.randint(0, config.n_token, (batch, num_predict)).astype(np.int32),
-            "target_mask": np.ones((batch, num_predict), np.float32), "label": rng.randint(0, 2, batch).astype(np.int32)}
+def _our_model(config, kind: str, policy: str = "float32"):
+    from xlnet_tf.models import XLNetClassifier, XLNetPretrainer
+
+    if kind == "plm":
+        return XLNetPretrainer(config, dtype=policy)
+    return XLNetClassifier(config, num_labels=2, task_name="hf", dtype=policy)
 
 
-def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, repeats: int, peak: float, variants):
-    """Training steps (forward + backward + AdamW) of ours (each variant) and HF at the same shapes."""
-    import keras
+def _inputs(config, batch, seq_len, num_predict, mlen=0):
+    from bench.peak_rss import inputs
+
+    return inputs(config.n_token, config.n_layer, config.d_model, batch, seq_len, num_predict, mlen)
+
+
+def _torch_inputs(data, mems, kind):
     import torch
 
-    from xlnet_tf import optimization
-
-    torch.set_num_threads(os.cpu_count())
-    hf, ours = _pair(config, kind)
-    data = _inputs(config, batch, seq_len, num_predict)
-    feats = {k: tf.constant(v) for k, v in data.items()}
     pt = {"input_ids": torch.tensor(data["input_ids"]).long(), "token_type_ids": torch.tensor(data["segment_ids"]).long(),
           "attention_mask": torch.tensor(data["attention_mask"])}
     if kind == "plm":
         pt.update(perm_mask=torch.tensor(data["perm_mask"]), target_mapping=torch.tensor(data["target_mapping"]),
                   labels=torch.tensor(data["target_ids"]).long())
+        if mems is not None:  # HF memories are length-major [M, B, D]
+            pt["mems"] = [torch.tensor(m.transpose(1, 0, 2)) for m in mems]
     else:
         pt["labels"] = torch.tensor(data["label"]).long()
+    return pt
+
+
+def hf_train_step(hf, pt):
+    import torch
+
     hf.train()
-    opt_pt = torch.optim.AdamW(hf.parameters(), lr=1e-5)
+    opt = torch.optim.AdamW(hf.parameters(), lr=1e-5)
 
-    def hf_step():
-        opt_pt.zero_grad(set_to_none=True)
+    def step():
+        opt.zero_grad(set_to_none=True)
         hf(**pt).loss.backward()
-        opt_pt.step()
+        torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
+        opt.step()
 
-    hf_ms = median_ms(hf_step, repeats)
-    flops = train_flops(config, batch, seq_len, num_predict if kind == "plm" else 0)
-    rows = []
-    for name, jit, policy, query_stream in variants:
-        from xlnet_tf.models import XLNetClassifier, XLNetPretrainer
+    return step
 
-        keras.utils.set_random_seed(0)
-        model = (XLNetPretrainer(config, dtype=policy) if kind == "plm"
-                 else XLNetClassifier(config, num_labels=2, task_name="hf", dtype=policy))
-        model.set_weights(ours.get_weights())
+
+def our_train_step(model, feats, mems, kind: str, variant: Variant):
+    """The runners' step: loss and gradients (XLA with `jit`), global-norm clipping, AdamW
+    (`xlnet_tf.optimization.create_optimizer`). Returns (step, forward, forward_backward) callables."""
+    from xlnet_tf import optimization
+
+    opt = optimization.create_optimizer(model, learning_rate=1e-5, train_steps=1000, weight_decay=0.01)
+    opt.build(model.trainable_variables)
+    variables = model.trainable_variables
+
+    def loss_fn():
         if kind == "plm":
-            model.backbone.query_stream = query_stream
-        opt = optimization.create_optimizer(model, learning_rate=1e-5, train_steps=1000)
-        opt.build(model.trainable_variables)
+            out = model(feats, mems=mems, training=True)
+            return model.compute_plm_loss(feats, out), out.get("new_mems")
+        return model.compute_loss(feats, model(feats, training=True)), None
 
-        def loss_fn():
-            out = model(feats, training=True)
-            return model.compute_plm_loss(feats, out) if kind == "plm" else model.compute_loss(feats, out)
+    def grads():
+        with tf.GradientTape() as tape:
+            loss, _ = loss_fn()
+        g = tape.gradient(loss, variables)
+        return loss, [tf.zeros_like(v) if x is None else tf.convert_to_tensor(x) for x, v in zip(g, variables)]
 
-        @tf.function(jit_compile=jit)
-        def grads():
-            with tf.GradientTape() as tape:
-                loss = loss_fn()
-            return loss, tape.gradient(loss, model.trainable_variables)
+    def apply(loss, g):
+        g, _ = tf.clip_by_global_norm(g, 1.0)
+        opt.apply_gradients(zip(g, variables))
+        return loss
 
-        @tf.function
-        def step():
-            loss, g = grads()
-            g = [tf.zeros_like(v) if x is None else tf.convert_to_tensor(x) for x, v in zip(g, model.trainable_variables)]
-            opt.apply_gradients(zip(g, model.trainable_variables))
-            return loss
+    if variant.optimizer_in_xla:
+        step = tf.function(lambda: apply(*grads()), jit_compile=variant.jit)
+    else:
+        compiled = tf.function(grads, jit_compile=variant.jit)
+        step = tf.function(lambda: apply(*compiled()))
+    forward = tf.function(lambda: loss_fn()[0], jit_compile=variant.jit)
+    forward_backward = tf.function(lambda: grads()[0], jit_compile=variant.jit)
+    return step, forward, forward_backward
 
-        ms = median_ms(lambda: step().numpy(), repeats)
-        rows.append({"suite": f"{kind}_step", "variant": name, "batch": batch, "seq_len": seq_len,
-                     "n_layer": config.n_layer, "d_model": config.d_model, "ours_ms": round(ms, 1),
-                     "reference_ms": round(hf_ms, 1), "ratio": round(hf_ms / ms, 3),
-                     "tokens_per_s": round(batch * seq_len / (ms / 1000), 1),
-                     "mfu_fp32": round(flops / (ms / 1000) / 1e9 / peak, 3)})
-        print(json.dumps(rows[-1]), flush=True)
+
+def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, mlen: int, repeats: int,
+              peak: float, variants, breakdown: bool = True):
+    """Training steps (forward + backward + clipping + AdamW) of ours (each variant) and HF, same shapes and
+    weights. The first variant is the production path; with `breakdown` its step is split into forward,
+    backward and optimizer time."""
+    import keras
+    import torch
+
+    from bench import variants as attention_variants
+    from xlnet_tf import checkpoints
+
+    torch.set_num_threads(os.cpu_count())
+    hf = _hf_model(config, kind)
+    data, mems = _inputs(config, batch, seq_len, num_predict, mlen)
+    hf_ms = median_ms(hf_train_step(hf, _torch_inputs(data, mems, kind)), repeats)
+    weights = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
+    del hf
+    feats = {k: tf.constant(v) for k, v in data.items()}
+    tf_mems = [tf.constant(m) for m in mems] if mems else None
+    flops = train_flops(config, batch, seq_len, num_predict if kind == "plm" else 0, mlen)
+    rows, production_ms = [], None
+    for v in variants:
+        keras.utils.set_random_seed(0)
+        with attention_variants.VARIANTS[v.attention]():
+            model = _our_model(config, kind, v.policy)
+            checkpoints.load_hf_weights(model, weights, require_heads=True)
+            if kind == "plm":
+                model.backbone.query_stream = v.query_stream
+            step, forward, forward_backward = our_train_step(model, feats, tf_mems, kind, v)
+            ms = median_ms(lambda: step().numpy(), repeats)
+            row = {"suite": f"{'pretrain' if kind == 'plm' else 'finetune'}_step", "variant": v.name,
+                   "batch": batch, "seq_len": seq_len, "mem_len": mlen, "num_predict": num_predict if kind == "plm" else 0,
+                   "n_layer": config.n_layer, "d_model": config.d_model, "ours_ms": round(ms, 1),
+                   "reference_ms": round(hf_ms, 1), "ratio": round(hf_ms / ms, 3),
+                   "tokens_per_s": round(batch * seq_len / (ms / 1000), 1),
+                   "mfu_fp32": round(flops / (ms / 1000) / 1e9 / peak, 3)}
+            if production_ms is None:
+                production_ms = ms
+                if breakdown:
+                    f_ms = median_ms(lambda: forward().numpy(), repeats)
+                    fb_ms = median_ms(lambda: forward_backward().numpy(), repeats)
+                    row["breakdown_ms"] = {"forward": round(f_ms, 1), "backward": round(fb_ms - f_ms, 1),
+                                           "clip_and_adamw": round(ms - fb_ms, 1)}
+            else:
+                row["vs_production"] = round(production_ms / ms, 3)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
     return rows
 
 
-def serving_rows(config, batch: int, seq_len: int, repeats: int):
-    """SavedModel `from_ids` (fresh load) vs HF PyTorch eager inference, batch `batch`."""
+def serving_rows(config, batch: int, seq_len: int, repeats: int, spiece_model: str):
+    """SavedModel `from_ids` (fresh load) vs HF PyTorch eager inference (no_grad), batch `batch`."""
     import torch
 
-    from tests import data_fixtures
-    from xlnet_tf import serving
+    from xlnet_tf import checkpoints, serving
 
-    hf, ours = _pair(config, "classifier")
+    hf = _hf_model(config, "classifier")
     hf.eval()
-    data = _inputs(config, batch, seq_len, 1)
+    ours = _our_model(config, "classifier")
+    checkpoints.load_hf_weights(ours, {k: v.detach().numpy() for k, v in hf.state_dict().items()},
+                                require_heads=True)
+    data, _ = _inputs(config, batch, seq_len, 1)
     with tempfile.TemporaryDirectory() as tmp:
-        path = serving.export(ours, "classifier", data_fixtures.tiny_spm(), tmp, 1, seq_len, text_pair=True)
+        path = serving.export(ours, "classifier", spiece_model, tmp, 1, seq_len, text_pair=True)
         fn = tf.saved_model.load(path).signatures["from_ids"]
         args = {k: tf.constant(data[k]) for k in ("input_ids", "segment_ids", "attention_mask")}
         ms = median_ms(lambda: fn(**args)["logits"].numpy(), repeats)
-    pt = {"input_ids": torch.tensor(data["input_ids"]).long(), "token_type_ids": torch.tensor(data["segment_ids"]).long(),
-          "attention_mask": torch.tensor(data["attention_mask"])}
+    pt = _torch_inputs(data, None, "classifier")
+    pt.pop("labels")
 
     def hf_infer():
         with torch.no_grad():
@@ -207,70 +294,229 @@ def serving_rows(config, batch: int, seq_len: int, repeats: int):
     return [row]
 
 
+def input_pipeline_rows(config, batch: int, seq_len: int, num_predict: int, repeats: int, corpus: str,
+                        spiece_model: str, peak: float):
+    """The pretraining reader (records -> dense masks) against the rate the production step consumes, and
+    the production step fed by the reader vs by constant tensors (same shapes, no memories)."""
+    from tfrecords import pretrain_data
+
+    work = tempfile.mkdtemp(prefix="xlnet_bench_records_")
+    cfg = pretrain_data.PretrainConfig(seq_len=seq_len, reuse_len=seq_len // 2, num_predict=num_predict,
+                                       perm_size=seq_len // 2, bi_data=False, global_batch_size=batch)
+    pretrain_data.build_pretrain_records(corpus, spiece_model, work, cfg, log=None)
+    kwargs = dict(seq_len=seq_len, reuse_len=seq_len // 2, num_predict=num_predict, global_batch_size=batch,
+                  repeat=True)
+
+    def reader_rate(ds, steps=200):
+        it = iter(ds)
+        for _ in range(10):
+            next(it)
+        start = time.perf_counter()
+        for _ in range(steps):
+            x = next(it)
+        x["perm_mask"].numpy()
+        return steps * batch / (time.perf_counter() - start)
+
+    parallel = reader_rate(pretrain_data.pretrain_dataset(work, **kwargs))
+    from tfrecords import manifest as manifest_lib
+
+    files = manifest_lib.check_record_files(manifest_lib.read_manifest(work))
+    sequential = tf.data.TFRecordDataset(files).batch(batch, drop_remainder=True).repeat().map(
+        lambda s: pretrain_data.parse_and_decode(s, seq_len, seq_len // 2, num_predict))
+    serial = reader_rate(sequential)
+
+    import keras
+
+    keras.utils.set_random_seed(0)
+    model = _our_model(config, "plm")
+    from xlnet_tf import optimization
+
+    opt = optimization.create_optimizer(model, learning_rate=1e-5, train_steps=1000)
+    iterator = iter(pretrain_data.pretrain_dataset(work, **kwargs))
+    first = next(iterator)
+    feats = {k: tf.identity(v) for k, v in first.items()}
+    model(feats)
+    opt.build(model.trainable_variables)
+
+    @tf.function(jit_compile=True)
+    def grads(batch_features):
+        with tf.GradientTape() as tape:
+            loss = model.compute_plm_loss(batch_features, model(batch_features, training=True))
+        return loss, tape.gradient(loss, model.trainable_variables)
+
+    def apply(loss, g):
+        g, _ = tf.clip_by_global_norm(g, 1.0)
+        opt.apply_gradients(zip(g, model.trainable_variables))
+        return loss
+
+    from_reader = tf.function(lambda it: apply(*grads(next(it))))
+    from_constant = tf.function(lambda: apply(*grads(feats)))
+    const_ms = median_ms(lambda: from_constant().numpy(), repeats)
+    reader_ms = median_ms(lambda: from_reader(iterator).numpy(), repeats)
+    consumed = batch / (const_ms / 1000)
+    common = {"suite": "input_pipeline", "batch": batch, "seq_len": seq_len, "n_layer": config.n_layer,
+              "d_model": config.d_model}
+    rows = [dict(common, variant="reader (parallel decode + prefetch) / examples consumed by the step",
+                 reader_examples_per_s=round(parallel, 1), step_examples_per_s=round(consumed, 1),
+                 headroom=round(parallel / consumed, 1)),
+            dict(common, variant="A/B reader without parallel decode or prefetch",
+                 reader_examples_per_s=round(serial, 1), vs_production=round(serial / parallel, 3)),
+            dict(common, variant="production step fed by the reader vs by constant tensors",
+                 ours_ms=round(reader_ms, 1), constant_input_ms=round(const_ms, 1),
+                 input_overhead=round(reader_ms / const_ms - 1, 3),
+                 mfu_fp32=round(train_flops(config, batch, seq_len, num_predict) / (reader_ms / 1000) / 1e9 / peak, 3))]
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    return rows
+
+
 def builder_rows(corpus_glob: str):
-    """The record builder and reader (bench/build_pretrain.py, seq_len 512)."""
+    """The record builder and reader (bench/build_pretrain.py, seq_len 512, 32k vocabulary)."""
     out = os.path.join(tempfile.mkdtemp(), "builder.json")
     cmd = [sys.executable, os.path.join(REPO, "bench", "build_pretrain.py"), f"--corpus_glob={corpus_glob}",
            "--processes=1,2", f"--out={out}"]
-    subprocess.run(cmd, check=True)
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     result = json.load(open(out))
-    return [{"suite": "builder", "variant": "tfrecords/build_pretrain (seq 512)", "details": result}]
+    rows = [{"suite": "builder", "variant": f"build_pretrain, {n.replace('_', ' ')}", "seq_len": 512,
+             "batch": result["config"]["global_batch_size"], **stats} for n, stats in result["builder"].items()]
+    rows.append({"suite": "builder", "variant": "reader (records -> dense masks)", "seq_len": 512,
+                 "batch": result["config"]["global_batch_size"], **result["reader"],
+                 "record_bytes_per_example": result["record_bytes_per_example"], "corpus_mb": result["corpus_mb"]})
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    return rows
 
 
-def write_report(report: dict, output_dir: str):
+def memory_rows(n_layer: int, d_model: int, batch: int, seq_len: int, num_predict: int, mlen: int):
+    """Peak RSS of the pretraining step at `seq_len`, each implementation alone in its own process
+    (bench/peak_rss.py imports only TensorFlow or only PyTorch)."""
+    result = {}
+    for impl in ("ours", "hf"):
+        cmd = [sys.executable, os.path.join(REPO, "bench", "peak_rss.py"), f"--impl={impl}", f"--n_layer={n_layer}",
+               f"--d_model={d_model}", f"--batch={batch}", f"--seq_len={seq_len}", f"--num_predict={num_predict}",
+               f"--mem_len={mlen}"]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        result[impl] = json.loads(out)
+    row = {"suite": "memory", "variant": "peak RSS of the pretraining step (whole process)", "batch": batch,
+           "seq_len": seq_len, "mem_len": mlen, "n_layer": n_layer, "d_model": d_model,
+           "ours_mb": result["ours"]["peak_rss_mb"], "reference_mb": result["hf"]["peak_rss_mb"],
+           "ratio": round(result["hf"]["peak_rss_mb"] / result["ours"]["peak_rss_mb"], 3),
+           "ours_training_growth_mb": result["ours"]["training_growth_mb"],
+           "reference_training_growth_mb": result["hf"]["training_growth_mb"]}
+    print(json.dumps(row), flush=True)
+    return [row]
+
+
+def _fmt(row, *keys):
+    for key in keys:
+        if key in row:
+            return str(row[key])
+    return ""
+
+
+def write_report(report: dict, output_dir: str) -> str:
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, "report.json"), "w") as f:
         json.dump(report, f, indent=2)
-    lines = ["# xlnet_tf benchmarks", "", f"Machine: {json.dumps(report['machine'])}", "",
+    m = report["machine"]
+    lines = ["# xlnet_tf benchmarks", "",
+             f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['platform']}; Python {m['python']}, "
+             f"TensorFlow {m['tensorflow']}, PyTorch {m['torch']} ({m['torch_threads']} threads), "
+             f"transformers {m['transformers']}; GPUs: {m['gpus'] or 'none'}.", "",
              f"Measured matmul peak (2048^2, XLA): float32 {report['peak_gflops']['float32']:.1f} GFLOP/s, "
-             f"bfloat16 {report['peak_gflops']['bfloat16']:.1f} GFLOP/s", "",
-             "| suite | variant | batch | seq | ours ms | reference ms | ratio | tokens/s or ex/s | MFU fp32 |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"bfloat16 {report['peak_gflops']['bfloat16']:.1f} GFLOP/s. Wall time {report['wall_s']:.0f} s.", "",
+             "ratio = reference / ours (> 1: ours faster or smaller); vs prod. = production / variant "
+             "(< 1: the production choice is faster).", "",
+             "| suite | variant | layers x d | batch | seq (mem) | ours | reference | ratio | vs prod. | "
+             "tokens/s or ex/s | MFU fp32 | notes |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in report["rows"]:
-        if "ours_ms" in r:
-            speed = r.get("tokens_per_s", r.get("examples_per_s", ""))
-            lines.append(f"| {r['suite']} | {r['variant']} | {r['batch']} | {r['seq_len']} | {r['ours_ms']} | "
-                         f"{r['reference_ms']} | {r['ratio']} | {speed} | {r.get('mfu_fp32', '')} |")
-        else:
-            lines.append(f"| {r['suite']} | {r['variant']} | | | | | | {json.dumps(r['details'])[:200]} | |")
+        shape = f"{r['n_layer']}x{r['d_model']}" if "n_layer" in r else ""
+        seq = f"{r.get('seq_len', '')}" + (f" ({r['mem_len']})" if r.get("mem_len") else "")
+        ours = _fmt(r, "ours_ms", "ours_mb")
+        ours += " ms" if "ours_ms" in r else (" MB" if "ours_mb" in r else "")
+        ref = _fmt(r, "reference_ms", "reference_mb")
+        ref += " ms" if "reference_ms" in r else (" MB" if "reference_mb" in r else "")
+        speed = _fmt(r, "tokens_per_s", "examples_per_s", "reader_examples_per_s")
+        notes = {k: v for k, v in r.items() if k in ("breakdown_ms", "headroom", "step_examples_per_s",
+                                                      "constant_input_ms", "input_overhead", "seconds",
+                                                      "input_mb_per_s", "record_bytes_per_example",
+                                                      "ours_training_growth_mb", "reference_training_growth_mb",
+                                                      "dense_mb_per_example")}
+        lines.append(f"| {r['suite']} | {r['variant']} | {shape} | {r.get('batch', '')} | {seq} | {ours} | {ref} | "
+                     f"{r.get('ratio', '')} | {r.get('vs_production', '')} | {speed} | {r.get('mfu_fp32', '')} | "
+                     f"{json.dumps(notes)[1:-1] if notes else ''} |")
+    text = "\n".join(lines) + "\n"
     with open(os.path.join(output_dir, "report.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    return "\n".join(lines)
+        f.write(text)
+    return text
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--suite", default="all", choices=SUITES + ("all",))
+    parser.add_argument("--suite", default="all", help=f"all, or a comma-separated list of {', '.join(SUITES)}")
     parser.add_argument("--output_dir", default="bench_output")
     parser.add_argument("--n_layer", type=int, default=4)
     parser.add_argument("--d_model", type=int, default=768)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq_lens", default="128")
-    parser.add_argument("--num_predict", type=int, default=21)
+    parser.add_argument("--seq_lens", default="128,512", help="Training-step lengths; A/B variants at the first.")
+    parser.add_argument("--num_predict", type=int, default=0, help="Targets per sequence (0: 85/512 of seq_len).")
+    parser.add_argument("--mem_len", type=int, default=-1, help="Memory length (-1: seq_len / 2).")
+    parser.add_argument("--base_config", default=True, action=argparse.BooleanOptionalAction,
+                        help="Also time the full base config (12 layers) production step against HF.")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--corpus_glob", default=os.path.join(REPO, "..", "shared", "data", "corpus", "train", "*.txt"))
     args = parser.parse_args()
-    from xlnet_tf.config import XLNetConfig
+    seq_lens = [int(s) for s in args.seq_lens.split(",")]
 
-    config = XLNetConfig(n_token=32000, n_layer=args.n_layer, d_model=args.d_model, n_head=args.d_model // 64,
-                         d_head=64, d_inner=4 * args.d_model, dropout=0.0, dropatt=0.0)
-    suites = SUITES if args.suite == "all" else (args.suite,)
-    report = {"machine": machine(), "peak_gflops": {"float32": matmul_peak("float32"),
-                                                    "bfloat16": matmul_peak("bfloat16")}, "rows": []}
+    def predict(L):
+        return args.num_predict or max(1, round(85 * L / 512))
+
+    def mem(L):
+        return L // 2 if args.mem_len < 0 else args.mem_len
+
+    began = time.time()
+    from tests import data_fixtures
+
+    spiece_model = data_fixtures.tiny_spm()
+    suites = SUITES if args.suite == "all" else tuple(args.suite.split(","))
+    unknown = set(suites) - set(SUITES)
+    if unknown:
+        parser.error(f"--suite: unknown {sorted(unknown)}; choose from {SUITES} or all")
+    report = {"machine": machine(), "args": vars(args), "peak_gflops": {"float32": matmul_peak("float32"),
+                                                                       "bfloat16": matmul_peak("bfloat16")}, "rows": []}
     peak = report["peak_gflops"]["float32"]
-    variants = [("XLA, float32, query at targets", True, "float32", "targets"),
-                ("no XLA, float32", False, "float32", "targets"),
-                ("XLA, float32, query full length (A/B)", True, "float32", "full"),
-                ("XLA, mixed_bfloat16", True, "mixed_bfloat16", "targets")]
-    for seq_len in [int(s) for s in args.seq_lens.split(",")]:
+    config = bench_config(args.n_layer, args.d_model)
+    for i, L in enumerate(seq_lens):
+        first = i == 0
+        repeats = args.repeats if first else max(2, args.repeats // 2)
         if "pretrain_step" in suites:
-            report["rows"] += step_rows("plm", config, args.batch, seq_len, args.num_predict, args.repeats, peak, variants)
+            report["rows"] += step_rows("plm", bench_config(args.n_layer, args.d_model, mem(L)), args.batch, L,
+                                        predict(L), mem(L), repeats, peak, PLM_VARIANTS if first else PLM_VARIANTS[:1])
         if "finetune_step" in suites:
-            report["rows"] += step_rows("classifier", config, args.batch, seq_len, 0, args.repeats, peak, variants[:2])
+            report["rows"] += step_rows("classifier", config, args.batch, L, 0, 0, repeats, peak,
+                                        FINETUNE_VARIANTS if first else FINETUNE_VARIANTS[:1])
+    L = seq_lens[0]
+    if "pretrain_step" in suites:
+        report["rows"] += input_pipeline_rows(config, args.batch, L, predict(L), args.repeats,
+                                              os.path.join(REPO, "data", "demo", "train.txt"), spiece_model, peak)
+        if args.base_config:
+            report["rows"] += step_rows("plm", bench_config(12, 768, mem(L)), args.batch, L, predict(L), mem(L),
+                                        max(2, args.repeats // 2), peak, PLM_VARIANTS[:1], breakdown=False)
+    if "finetune_step" in suites and args.base_config:
+        report["rows"] += step_rows("classifier", bench_config(12, 768), args.batch, L, 0, 0,
+                                    max(2, args.repeats // 2), peak, FINETUNE_VARIANTS[:1], breakdown=False)
     if "serving" in suites:
-        report["rows"] += serving_rows(config, 32, 128, args.repeats)
-    if "builder" in suites and os.path.exists(os.path.dirname(args.corpus_glob)):
-        report["rows"] += builder_rows(args.corpus_glob)
+        report["rows"] += serving_rows(config, 32, 128, args.repeats, spiece_model)
+    if "memory" in suites:
+        report["rows"] += memory_rows(args.n_layer, args.d_model, args.batch, seq_lens[-1], predict(seq_lens[-1]),
+                                      mem(seq_lens[-1]))
+    if "builder" in suites:
+        if tf.io.gfile.glob(args.corpus_glob):
+            report["rows"] += builder_rows(args.corpus_glob)
+        else:
+            print(f"builder suite skipped: no files match --corpus_glob={args.corpus_glob}", flush=True)
+    report["wall_s"] = time.time() - began
     print(write_report(report, args.output_dir))
 
 

@@ -1,0 +1,130 @@
+"""Peak resident memory of one pretraining step, one implementation per process.
+
+  python bench/peak_rss.py --impl=ours|hf --n_layer=4 --d_model=768 --batch=8 --seq_len=512 \
+      --num_predict=85 --mem_len=256
+
+Imports only the framework it measures (TensorFlow for `ours`, PyTorch for `hf`), builds the model,
+records the resident set size, takes 3 training steps (forward, backward, AdamW) and prints one JSON line:
+the process's peak RSS and the peak growth during training. bench/run.py's `memory` suite runs it twice.
+"""
+
+import argparse
+import json
+import os
+import resource
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def current_rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def inputs(n_token, n_layer, d_model, batch, seq_len, num_predict, mem_len, seed=0):
+    """Random pretraining inputs (numpy) shared by bench/run.py and this script."""
+    rng = np.random.RandomState(seed)
+    mapping = np.zeros((batch, num_predict, seq_len), np.float32)
+    for b in range(batch):
+        mapping[b, np.arange(num_predict), np.sort(rng.choice(seq_len, num_predict, replace=False))] = 1
+    data = {"input_ids": rng.randint(0, n_token, (batch, seq_len)).astype(np.int32),
+            "segment_ids": (np.arange(seq_len)[None] >= seq_len // 2).repeat(batch, 0).astype(np.int32),
+            "attention_mask": np.ones((batch, seq_len), np.float32),
+            "perm_mask": (rng.rand(batch, seq_len, seq_len) > 0.5).astype(np.float32), "target_mapping": mapping,
+            "target_ids": rng.randint(0, n_token, (batch, num_predict)).astype(np.int32),
+            "target_mask": np.ones((batch, num_predict), np.float32),
+            "label": rng.randint(0, 2, batch).astype(np.int32)}
+    mems = [rng.randn(batch, mem_len, d_model).astype(np.float32) for _ in range(n_layer)] if mem_len else None
+    return data, mems
+
+
+def hf_step(args, data, mems):
+    import torch
+    import transformers
+
+    torch.set_num_threads(os.cpu_count())
+    cfg = transformers.XLNetConfig(vocab_size=args.n_token, d_model=args.d_model, n_layer=args.n_layer,
+                                   n_head=args.d_model // 64, d_inner=4 * args.d_model, ff_activation="gelu_new",
+                                   dropout=0.0, mem_len=args.mem_len or None, use_mems_train=bool(args.mem_len))
+    model = transformers.XLNetLMHeadModel(cfg)
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    pt = {"input_ids": torch.tensor(data["input_ids"]).long(), "token_type_ids": torch.tensor(data["segment_ids"]).long(),
+          "attention_mask": torch.tensor(data["attention_mask"]), "perm_mask": torch.tensor(data["perm_mask"]),
+          "target_mapping": torch.tensor(data["target_mapping"]), "labels": torch.tensor(data["target_ids"]).long()}
+    if mems:
+        pt["mems"] = [torch.tensor(m.transpose(1, 0, 2)) for m in mems]
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        model(**pt).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    return step
+
+
+def our_step(args, data, mems):
+    import tensorflow as tf
+
+    from xlnet_tf import optimization
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.models import XLNetPretrainer
+
+    config = XLNetConfig(n_token=args.n_token, n_layer=args.n_layer, d_model=args.d_model, n_head=args.d_model // 64,
+                         d_head=64, d_inner=4 * args.d_model, dropout=0.0, dropatt=0.0, mem_len=args.mem_len or None)
+    model = XLNetPretrainer(config)
+    feats = {k: tf.constant(v) for k, v in data.items()}
+    tf_mems = [tf.constant(m) for m in mems] if mems else None
+    model(feats, mems=tf_mems)
+    opt = optimization.create_optimizer(model, learning_rate=1e-5, train_steps=1000, weight_decay=0.01)
+    opt.build(model.trainable_variables)
+
+    @tf.function(jit_compile=True)
+    def grads():
+        with tf.GradientTape() as tape:
+            loss = model.compute_plm_loss(feats, model(feats, mems=tf_mems, training=True))
+        return loss, tape.gradient(loss, model.trainable_variables)
+
+    @tf.function
+    def step():
+        loss, g = grads()
+        g, _ = tf.clip_by_global_norm(g, 1.0)
+        opt.apply_gradients(zip(g, model.trainable_variables))
+        return loss
+
+    return lambda: step().numpy()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--impl", choices=["ours", "hf"], required=True)
+    ap.add_argument("--n_token", type=int, default=32000)
+    ap.add_argument("--n_layer", type=int, default=4)
+    ap.add_argument("--d_model", type=int, default=768)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq_len", type=int, default=512)
+    ap.add_argument("--num_predict", type=int, default=85)
+    ap.add_argument("--mem_len", type=int, default=256)
+    args = ap.parse_args()
+    data, mems = inputs(args.n_token, args.n_layer, args.d_model, args.batch, args.seq_len, args.num_predict,
+                        args.mem_len)
+    step = (hf_step if args.impl == "hf" else our_step)(args, data, mems)
+    built = current_rss_mb()
+    for _ in range(3):
+        step()
+    print(json.dumps({"impl": args.impl, "peak_rss_mb": round(peak_rss_mb(), 1),
+                      "rss_after_build_mb": round(built, 1),
+                      "training_growth_mb": round(peak_rss_mb() - built, 1)}))
+
+
+if __name__ == "__main__":
+    main()
