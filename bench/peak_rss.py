@@ -88,16 +88,11 @@ def our_step(args, data, mems):
     opt = optimization.create_optimizer(model, learning_rate=1e-5, train_steps=1000, weight_decay=0.01)
     opt.build(model.trainable_variables)
 
-    @tf.function(jit_compile=True)
-    def grads():
+    @tf.function(jit_compile=True)  # the Trainer's one-replica step: everything in one XLA cluster
+    def step():
         with tf.GradientTape() as tape:
             loss = model.compute_plm_loss(feats, model(feats, mems=tf_mems, training=True))
-        return loss, tape.gradient(loss, model.trainable_variables)
-
-    @tf.function
-    def step():
-        loss, g = grads()
-        g, _ = tf.clip_by_global_norm(g, 1.0)
+        g, _ = tf.clip_by_global_norm(tape.gradient(loss, model.trainable_variables), 1.0)
         opt.apply_gradients(zip(g, model.trainable_variables))
         return loss
 

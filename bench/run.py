@@ -46,19 +46,28 @@ class Variant:
     optimizer_in_xla: bool = False
 
 
-PRODUCTION = Variant("production: XLA, float32, query stream at targets, positions projected once")
+# What training.Trainer runs with --jit_compile on one replica: loss, gradients, clipping and AdamW in one
+# XLA cluster.
+PRODUCTION = Variant("production: XLA step incl. AdamW, float32, query stream at targets, positions projected once",
+                     optimizer_in_xla=True)
+
+
+def _ab(name: str, **changes) -> Variant:
+    return dataclasses.replace(PRODUCTION, name=f"A/B {name}", **changes)
+
+
 PLM_VARIANTS = [
     PRODUCTION,
-    Variant("A/B no XLA (jit_compile=False)", jit=False),
-    Variant("A/B query stream over full length (original formulation)", query_stream="full"),
-    Variant("A/B positional projection per example (reference formulation)",
-            attention="positional projection per example"),
-    Variant("A/B fused key/value projection matmul", attention="fused key/value projection"),
-    Variant("A/B AdamW update inside the XLA cluster", optimizer_in_xla=True),
-    Variant("A/B mixed_bfloat16", policy="mixed_bfloat16"),
+    _ab("no XLA (jit_compile=False)", jit=False),
+    _ab("query stream over full length (original formulation)", query_stream="full"),
+    _ab("positional projection per example (reference formulation)", attention="positional projection per example"),
+    _ab("fused key/value projection matmul", attention="fused key/value projection"),
+    _ab("AdamW outside the XLA cluster (the multi-replica path)", optimizer_in_xla=False),
+    _ab("mixed_bfloat16", policy="mixed_bfloat16"),
 ]
-FINETUNE_VARIANTS = [PRODUCTION, Variant("A/B no XLA (jit_compile=False)", jit=False),
-                     Variant("A/B mixed_bfloat16", policy="mixed_bfloat16")]
+FINETUNE_VARIANTS = [PRODUCTION, _ab("no XLA (jit_compile=False)", jit=False),
+                     _ab("AdamW outside the XLA cluster (the multi-replica path)", optimizer_in_xla=False),
+                     _ab("mixed_bfloat16", policy="mixed_bfloat16")]
 
 
 def median_ms(fn, repeats: int, warmup: int = 2) -> float:
@@ -207,7 +216,8 @@ def our_train_step(model, feats, mems, kind: str, variant: Variant):
         compiled = tf.function(grads, jit_compile=variant.jit)
         step = tf.function(lambda: apply(*compiled()))
     forward = tf.function(lambda: loss_fn()[0], jit_compile=variant.jit)
-    forward_backward = tf.function(lambda: grads()[0], jit_compile=variant.jit)
+    # the gradients' norm is returned so that XLA cannot prune the backward pass
+    forward_backward = tf.function(lambda: tf.linalg.global_norm(grads()[1]), jit_compile=variant.jit)
     return step, forward, forward_backward
 
 
@@ -216,11 +226,9 @@ def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, mle
     """Training steps (forward + backward + clipping + AdamW) of ours (each variant) and HF, same shapes and
     weights. The first variant is the production path; with `breakdown` its step is split into forward,
     backward and optimizer time."""
-    import keras
     import torch
 
     from bench import variants as attention_variants
-    from xlnet_tf import checkpoints
 
     torch.set_num_threads(os.cpu_count())
     hf = _hf_model(config, kind)
@@ -233,32 +241,55 @@ def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, mle
     flops = train_flops(config, batch, seq_len, num_predict if kind == "plm" else 0, mlen)
     rows, production_ms = [], None
     for v in variants:
-        keras.utils.set_random_seed(0)
         with attention_variants.VARIANTS[v.attention]():
-            model = _our_model(config, kind, v.policy)
-            checkpoints.load_hf_weights(model, weights, require_heads=True)
-            if kind == "plm":
-                model.backbone.query_stream = v.query_stream
-            step, forward, forward_backward = our_train_step(model, feats, tf_mems, kind, v)
-            ms = median_ms(lambda: step().numpy(), repeats)
-            row = {"suite": f"{'pretrain' if kind == 'plm' else 'finetune'}_step", "variant": v.name,
-                   "batch": batch, "seq_len": seq_len, "mem_len": mlen, "num_predict": num_predict if kind == "plm" else 0,
-                   "n_layer": config.n_layer, "d_model": config.d_model, "ours_ms": round(ms, 1),
-                   "reference_ms": round(hf_ms, 1), "ratio": round(hf_ms / ms, 3),
-                   "tokens_per_s": round(batch * seq_len / (ms / 1000), 1),
-                   "mfu_fp32": round(flops / (ms / 1000) / 1e9 / peak, 3)}
-            if production_ms is None:
-                production_ms = ms
-                if breakdown:
-                    f_ms = median_ms(lambda: forward().numpy(), repeats)
-                    fb_ms = median_ms(lambda: forward_backward().numpy(), repeats)
-                    row["breakdown_ms"] = {"forward": round(f_ms, 1), "backward": round(fb_ms - f_ms, 1),
-                                           "clip_and_adamw": round(ms - fb_ms, 1)}
-            else:
-                row["vs_production"] = round(production_ms / ms, 3)
+            ms, timings = _time_variant(config, kind, v, weights, feats, tf_mems, repeats,
+                                        breakdown and production_ms is None)
+        _release()
+        row = {"suite": f"{'pretrain' if kind == 'plm' else 'finetune'}_step", "variant": v.name,
+               "batch": batch, "seq_len": seq_len, "mem_len": mlen, "num_predict": num_predict if kind == "plm" else 0,
+               "n_layer": config.n_layer, "d_model": config.d_model, "ours_ms": round(ms, 1),
+               "reference_ms": round(hf_ms, 1), "ratio": round(hf_ms / ms, 3),
+               "tokens_per_s": round(batch * seq_len / (ms / 1000), 1),
+               "mfu_fp32": round(flops / (ms / 1000) / 1e9 / peak, 3)}
+        if production_ms is None:
+            production_ms = ms
+            if timings:
+                row["breakdown_ms"] = {"forward": round(timings[0], 1), "backward": round(timings[1] - timings[0], 1),
+                                       "clip_and_adamw": round(ms - timings[1], 1)}
+        else:
+            row["vs_production"] = round(production_ms / ms, 3)
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
+
+
+def _time_variant(config, kind, variant, weights, feats, mems, repeats, breakdown):
+    """Median ms of one variant's training step, and with `breakdown` (forward ms, forward+backward ms)."""
+    import keras
+
+    from xlnet_tf import checkpoints
+
+    keras.utils.set_random_seed(0)
+    model = _our_model(config, kind, variant.policy)
+    checkpoints.load_hf_weights(model, weights, require_heads=True)
+    if kind == "plm":
+        model.backbone.query_stream = variant.query_stream
+    step, forward, forward_backward = our_train_step(model, feats, mems, kind, variant)
+    ms = median_ms(lambda: step().numpy(), repeats)
+    if not breakdown:
+        return ms, None
+    return ms, (median_ms(lambda: forward().numpy(), repeats), median_ms(lambda: forward_backward().numpy(), repeats))
+
+
+def _release():
+    """Frees the models, optimizers and compiled functions of a finished measurement (a full run would
+    otherwise accumulate ~20 GB)."""
+    import gc
+
+    import keras
+
+    keras.backend.clear_session()
+    gc.collect()
 
 
 def serving_rows(config, batch: int, seq_len: int, repeats: int, spiece_model: str):
@@ -487,6 +518,9 @@ def main():
                                                                        "bfloat16": matmul_peak("bfloat16")}, "rows": []}
     peak = report["peak_gflops"]["float32"]
     config = bench_config(args.n_layer, args.d_model)
+    if "memory" in suites:  # first, while this process is small (each implementation runs in a child)
+        report["rows"] += memory_rows(args.n_layer, args.d_model, args.batch, seq_lens[-1], predict(seq_lens[-1]),
+                                      mem(seq_lens[-1]))
     for i, L in enumerate(seq_lens):
         first = i == 0
         repeats = args.repeats if first else max(2, args.repeats // 2)
@@ -500,6 +534,7 @@ def main():
     if "pretrain_step" in suites:
         report["rows"] += input_pipeline_rows(config, args.batch, L, predict(L), args.repeats,
                                               os.path.join(REPO, "data", "demo", "train.txt"), spiece_model, peak)
+        _release()
         if args.base_config:
             report["rows"] += step_rows("plm", bench_config(12, 768, mem(L)), args.batch, L, predict(L), mem(L),
                                         max(2, args.repeats // 2), peak, PLM_VARIANTS[:1], breakdown=False)
@@ -508,9 +543,6 @@ def main():
                                     max(2, args.repeats // 2), peak, FINETUNE_VARIANTS[:1], breakdown=False)
     if "serving" in suites:
         report["rows"] += serving_rows(config, 32, 128, args.repeats, spiece_model)
-    if "memory" in suites:
-        report["rows"] += memory_rows(args.n_layer, args.d_model, args.batch, seq_lens[-1], predict(seq_lens[-1]),
-                                      mem(seq_lens[-1]))
     if "builder" in suites:
         if tf.io.gfile.glob(args.corpus_glob):
             report["rows"] += builder_rows(args.corpus_glob)

@@ -74,6 +74,8 @@ def _classifier(seed=0):
 
 
 def test_gradient_accumulation_equals_one_big_batch(tmp_path, rng):
+    """k micro-batches == one k-times batch, with the step in plain graph mode and as one XLA cluster
+    (jit_compile on one replica compiles loss, gradients, clipping and AdamW together)."""
     from xlnet_tf import distribute, finetuning, optimization, training
 
     features = {"input_ids": rng.randint(0, 50, (8, 10)).astype(np.int32),
@@ -81,20 +83,25 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, rng):
                 "label": rng.randint(0, 3, 8).astype(np.int32)}
     strategy = distribute.get_strategy("default")
     results = {}
-    for k in (1, 2):
-        model = _classifier()
-        optimizer = optimization.create_optimizer(model, learning_rate=1e-3, train_steps=3, clip=1.0)
-        loop = training.TrainLoopConfig(model_dir=str(tmp_path / f"k{k}"), train_steps=3, steps_per_loop=3,
-                                        save_steps=3, gradient_accumulation_steps=k, global_batch_size=8)
-        dataset_fn = lambda ctx, skip, k=k: tf.data.Dataset.from_tensor_slices(features).batch(
-            8 // k, drop_remainder=True).repeat()
-        trainer = training.Trainer(strategy, model, optimizer, finetuning.task_loss_fn, dataset_fn, loop,
-                                   log=lambda line: None)
-        history = trainer.train()
-        results[k] = (history[-1]["loss"], [w.copy() for w in model.get_weights()])
-    assert abs(results[1][0] - results[2][0]) < 1e-6
-    for a, b in zip(results[1][1], results[2][1]):
-        np.testing.assert_allclose(a, b, atol=2e-6)
+    for jit in (False, True):
+        for k in (1, 2):
+            model = _classifier()
+            optimizer = optimization.create_optimizer(model, learning_rate=1e-3, train_steps=3, clip=1.0)
+            loop = training.TrainLoopConfig(model_dir=str(tmp_path / f"k{k}_{jit}"), train_steps=3,
+                                            steps_per_loop=3, save_steps=3, gradient_accumulation_steps=k,
+                                            global_batch_size=8, jit_compile=jit)
+            dataset_fn = lambda ctx, skip, k=k: tf.data.Dataset.from_tensor_slices(features).batch(
+                8 // k, drop_remainder=True).repeat()
+            trainer = training.Trainer(strategy, model, optimizer, finetuning.task_loss_fn, dataset_fn, loop,
+                                       log=lambda line: None)
+            assert trainer.fused_step == jit
+            history = trainer.train()
+            results[jit, k] = (history[-1]["loss"], [w.copy() for w in model.get_weights()])
+    reference = results[False, 1]
+    for key, (loss, weights) in results.items():
+        assert abs(loss - reference[0]) < 1e-5, key
+        for a, b in zip(weights, reference[1]):
+            np.testing.assert_allclose(a, b, atol=1e-5, err_msg=str(key))
 
 
 def test_checkpoint_for_another_vocabulary_is_a_clear_error(tmp_path):

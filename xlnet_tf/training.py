@@ -161,6 +161,14 @@ class Trainer:
                                                   max_to_keep=config.keep_checkpoints,
                                                   checkpoint_name="ckpt")
         self.compute = tf.function(self._compute, jit_compile=config.jit_compile)
+        # With one replica (no all-reduce, no cross-replica optimizer update) and no loss scaling, the
+        # whole step - loss, gradients, clipping and the AdamW update - is one XLA cluster: ~10% faster
+        # than compiling the gradients only (bench/run.py "AdamW update inside the XLA cluster").
+        self.fused_step = (config.jit_compile and self.num_replicas == 1
+                           and not isinstance(strategy, tf.distribute.TPUStrategy)
+                           and not hasattr(self.optimizer, "inner_optimizer"))
+        self._step = (tf.function(self._replica_step, jit_compile=True) if self.fused_step
+                      else self._replica_step)
         self._loop = tf.function(self._train_loop)
         self.writer = (tf.summary.create_file_writer(os.path.join(config.model_dir, "train")) if self.chief
                        else tf.summary.create_noop_writer())
@@ -218,7 +226,7 @@ class Trainer:
         accumulation = self.config.gradient_accumulation_steps
         for _ in tf.range(steps):
             micro_batches = tuple(next(iterator) for _ in range(accumulation))
-            loss, norm = self.strategy.run(self._replica_step, args=(micro_batches,))
+            loss, norm = self.strategy.run(self._step, args=(micro_batches,))
             # every replica holds the same global values after its all-reduce
             loss_sum += self.strategy.reduce(tf.distribute.ReduceOp.MEAN, loss, axis=None)
             norm_sum += self.strategy.reduce(tf.distribute.ReduceOp.MEAN, norm, axis=None)
