@@ -46,56 +46,61 @@ def inputs(n_token, n_layer, d_model, batch, seq_len, num_predict, mem_len, seed
     return data, mems
 
 
-def hf_step(args, data, mems):
+def torch_inputs(data, mems, kind: str) -> dict:
+    """HF keyword arguments from `inputs` (`kind` "plm" or a classifier); HF memories are [M, B, D]."""
     import torch
-    import transformers
 
-    torch.set_num_threads(os.cpu_count())
-    cfg = transformers.XLNetConfig(vocab_size=args.n_token, d_model=args.d_model, n_layer=args.n_layer,
-                                   n_head=args.d_model // 64, d_inner=4 * args.d_model, ff_activation="gelu_new",
-                                   dropout=0.0, mem_len=args.mem_len or None, use_mems_train=bool(args.mem_len))
-    model = transformers.XLNetLMHeadModel(cfg)
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
     pt = {"input_ids": torch.tensor(data["input_ids"]).long(), "token_type_ids": torch.tensor(data["segment_ids"]).long(),
-          "attention_mask": torch.tensor(data["attention_mask"]), "perm_mask": torch.tensor(data["perm_mask"]),
-          "target_mapping": torch.tensor(data["target_mapping"]), "labels": torch.tensor(data["target_ids"]).long()}
-    if mems:
-        pt["mems"] = [torch.tensor(m.transpose(1, 0, 2)) for m in mems]
+          "attention_mask": torch.tensor(data["attention_mask"])}
+    if kind == "plm":
+        pt.update(perm_mask=torch.tensor(data["perm_mask"]), target_mapping=torch.tensor(data["target_mapping"]),
+                  labels=torch.tensor(data["target_ids"]).long())
+        if mems is not None:
+            pt["mems"] = [torch.tensor(m.transpose(1, 0, 2)) for m in mems]
+    else:
+        pt["labels"] = torch.tensor(data["label"]).long()
+    return pt
+
+
+def hf_train_step(hf, pt):
+    """HF's training step: forward, backward, global-norm clipping, torch AdamW."""
+    import torch
+
+    hf.train()
+    opt = torch.optim.AdamW(hf.parameters(), lr=1e-5)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        model(**pt).loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        hf(**pt).loss.backward()
+        torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
         opt.step()
 
     return step
 
 
+def hf_step(args, data, mems):
+    import torch
+    import transformers
+
+    torch.set_num_threads(os.cpu_count())
+    # built here rather than with tests.parity_utils.hf_config, which would import TensorFlow
+    cfg = transformers.XLNetConfig(vocab_size=args.n_token, d_model=args.d_model, n_layer=args.n_layer,
+                                   n_head=args.d_model // 64, d_inner=4 * args.d_model, ff_activation="gelu_new",
+                                   dropout=0.0, mem_len=args.mem_len or None, use_mems_train=bool(args.mem_len))
+    return hf_train_step(transformers.XLNetLMHeadModel(cfg), torch_inputs(data, mems, "plm"))
+
+
 def our_step(args, data, mems):
     import tensorflow as tf
 
-    from xlnet_tf import optimization
-    from xlnet_tf.config import XLNetConfig
+    from bench.run import PRODUCTION, bench_config, our_train_step
     from xlnet_tf.models import XLNetPretrainer
 
-    config = XLNetConfig(n_token=args.n_token, n_layer=args.n_layer, d_model=args.d_model, n_head=args.d_model // 64,
-                         d_head=64, d_inner=4 * args.d_model, dropout=0.0, dropatt=0.0, mem_len=args.mem_len or None)
-    model = XLNetPretrainer(config)
+    model = XLNetPretrainer(bench_config(args.n_layer, args.d_model, args.mem_len, args.n_token))
     feats = {k: tf.constant(v) for k, v in data.items()}
     tf_mems = [tf.constant(m) for m in mems] if mems else None
     model(feats, mems=tf_mems)
-    opt = optimization.create_optimizer(model, learning_rate=1e-5, train_steps=1000, weight_decay=0.01)
-    opt.build(model.trainable_variables)
-
-    @tf.function(jit_compile=True)  # the Trainer's one-replica step: everything in one XLA cluster
-    def step():
-        with tf.GradientTape() as tape:
-            loss = model.compute_plm_loss(feats, model(feats, mems=tf_mems, training=True))
-        g, _ = tf.clip_by_global_norm(tape.gradient(loss, model.trainable_variables), 1.0)
-        opt.apply_gradients(zip(g, model.trainable_variables))
-        return loss
-
+    step = our_train_step(model, feats, tf_mems, "plm", PRODUCTION)[0]  # the Trainer's one-replica step
     return lambda: step().numpy()
 
 

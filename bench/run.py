@@ -29,6 +29,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from bench.peak_rss import hf_train_step, inputs, torch_inputs  # noqa: E402 (no TensorFlow or torch there)
+
 tf.get_logger().setLevel("ERROR")  # each A/B variant traces its own functions on purpose
 
 SUITES = ("pretrain_step", "finetune_step", "serving", "builder", "memory")
@@ -109,10 +111,10 @@ def matmul_peak(dtype: str, sizes=(1024, 2048, 4096), repeats: int = 5) -> dict:
     return results
 
 
-def bench_config(n_layer: int, d_model: int, mem_len: int = 0):
+def bench_config(n_layer: int, d_model: int, mem_len: int = 0, n_token: int = 32000):
     from xlnet_tf.config import XLNetConfig
 
-    return XLNetConfig(n_token=32000, n_layer=n_layer, d_model=d_model, n_head=d_model // 64, d_head=64,
+    return XLNetConfig(n_token=n_token, n_layer=n_layer, d_model=d_model, n_head=d_model // 64, d_head=64,
                        d_inner=4 * d_model, dropout=0.0, dropatt=0.0, mem_len=mem_len or None)
 
 
@@ -155,59 +157,27 @@ def _our_model(config, kind: str, policy: str = "float32"):
 
 
 def _inputs(config, batch, seq_len, num_predict, mlen=0):
-    from bench.peak_rss import inputs
-
     return inputs(config.n_token, config.n_layer, config.d_model, batch, seq_len, num_predict, mlen)
-
-
-def _torch_inputs(data, mems, kind):
-    import torch
-
-    pt = {"input_ids": torch.tensor(data["input_ids"]).long(), "token_type_ids": torch.tensor(data["segment_ids"]).long(),
-          "attention_mask": torch.tensor(data["attention_mask"])}
-    if kind == "plm":
-        pt.update(perm_mask=torch.tensor(data["perm_mask"]), target_mapping=torch.tensor(data["target_mapping"]),
-                  labels=torch.tensor(data["target_ids"]).long())
-        if mems is not None:  # HF memories are length-major [M, B, D]
-            pt["mems"] = [torch.tensor(m.transpose(1, 0, 2)) for m in mems]
-    else:
-        pt["labels"] = torch.tensor(data["label"]).long()
-    return pt
-
-
-def hf_train_step(hf, pt):
-    import torch
-
-    hf.train()
-    opt = torch.optim.AdamW(hf.parameters(), lr=1e-5)
-
-    def step():
-        opt.zero_grad(set_to_none=True)
-        hf(**pt).loss.backward()
-        torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
-        opt.step()
-
-    return step
 
 
 def our_train_step(model, feats, mems, kind: str, variant: Variant):
     """The runners' step: loss and gradients (XLA with `jit`), global-norm clipping, AdamW
-    (`xlnet_tf.optimization.create_optimizer`). Returns the (step, forward) callables."""
+    (`xlnet_tf.optimization.create_optimizer`). Returns `(step, forward, step_on)`: the step and the forward
+    pass on `feats`, and `step_on(features)`, the same step on any batch of that shape."""
     from xlnet_tf import optimization
 
     opt = optimization.create_optimizer(model, learning_rate=1e-5, train_steps=1000, weight_decay=0.01)
     opt.build(model.trainable_variables)
     variables = model.trainable_variables
 
-    def loss_fn():
+    def loss_fn(features):
         if kind == "plm":
-            out = model(feats, mems=mems, training=True)
-            return model.compute_plm_loss(feats, out), out.get("new_mems")
-        return model.compute_loss(feats, model(feats, training=True)), None
+            return model.compute_plm_loss(features, model(features, mems=mems, training=True))
+        return model.compute_loss(features, model(features, training=True))
 
-    def grads():
+    def grads(features):
         with tf.GradientTape() as tape:
-            loss, _ = loss_fn()
+            loss = loss_fn(features)
         g = tape.gradient(loss, variables)
         return loss, [tf.zeros_like(v) if x is None else tf.convert_to_tensor(x) for x, v in zip(g, variables)]
 
@@ -217,12 +187,12 @@ def our_train_step(model, feats, mems, kind: str, variant: Variant):
         return loss
 
     if variant.optimizer_in_xla:
-        step = tf.function(lambda: apply(*grads()), jit_compile=variant.jit)
+        step_on = tf.function(lambda features: apply(*grads(features)), jit_compile=variant.jit)
     else:
         compiled = tf.function(grads, jit_compile=variant.jit)
-        step = tf.function(lambda: apply(*compiled()))
-    forward = tf.function(lambda: loss_fn()[0], jit_compile=variant.jit)
-    return step, forward
+        step_on = tf.function(lambda features: apply(*compiled(features)))
+    forward = tf.function(lambda: loss_fn(feats), jit_compile=variant.jit)
+    return (lambda: step_on(feats)), forward, step_on
 
 
 def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, mlen: int, repeats: int,
@@ -237,7 +207,7 @@ def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, mle
     torch.set_num_threads(os.cpu_count())
     hf = _hf_model(config, kind)
     data, mems = _inputs(config, batch, seq_len, num_predict, mlen)
-    hf_ms = median_ms(hf_train_step(hf, _torch_inputs(data, mems, kind)), repeats)
+    hf_ms = median_ms(hf_train_step(hf, torch_inputs(data, mems, kind)), repeats)
     weights = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
     del hf
     feats = {k: tf.constant(v) for k, v in data.items()}
@@ -278,7 +248,7 @@ def _time_variant(config, kind, variant, weights, feats, mems, repeats, breakdow
     checkpoints.load_hf_weights(model, weights, require_heads=True)
     if kind == "plm":
         model.backbone.query_stream = variant.query_stream
-    step, forward = our_train_step(model, feats, mems, kind, variant)
+    step, forward, _ = our_train_step(model, feats, mems, kind, variant)
     ms = median_ms(lambda: step().numpy(), repeats)
     return ms, (median_ms(lambda: forward().numpy(), repeats) if breakdown else None)
 
@@ -311,7 +281,7 @@ def serving_rows(config, batch: int, seq_len: int, repeats: int, spiece_model: s
         fn = tf.saved_model.load(path).signatures["from_ids"]
         args = {k: tf.constant(data[k]) for k in ("input_ids", "segment_ids", "attention_mask")}
         ms = median_ms(lambda: fn(**args)["logits"].numpy(), repeats)
-    pt = _torch_inputs(data, None, "classifier")
+    pt = torch_inputs(data, None, "classifier")
     pt.pop("labels")
 
     def hf_infer():
@@ -362,28 +332,11 @@ def input_pipeline_rows(config, batch: int, seq_len: int, num_predict: int, repe
 
     keras.utils.set_random_seed(0)
     model = _our_model(config, "plm")
-    from xlnet_tf import optimization
-
-    opt = optimization.create_optimizer(model, learning_rate=1e-5, train_steps=1000)
     iterator = iter(pretrain_data.pretrain_dataset(work, **kwargs))
-    first = next(iterator)
-    feats = {k: tf.identity(v) for k, v in first.items()}
+    feats = {k: tf.identity(v) for k, v in next(iterator).items()}
     model(feats)
-    opt.build(model.trainable_variables)
-
-    @tf.function(jit_compile=True)
-    def grads(batch_features):
-        with tf.GradientTape() as tape:
-            loss = model.compute_plm_loss(batch_features, model(batch_features, training=True))
-        return loss, tape.gradient(loss, model.trainable_variables)
-
-    def apply(loss, g):
-        g, _ = tf.clip_by_global_norm(g, 1.0)
-        opt.apply_gradients(zip(g, model.trainable_variables))
-        return loss
-
-    from_reader = tf.function(lambda it: apply(*grads(next(it))))
-    from_constant = tf.function(lambda: apply(*grads(feats)))
+    from_constant, _, step_on = our_train_step(model, feats, None, "plm", PRODUCTION)
+    from_reader = tf.function(lambda it: step_on(next(it)))
     const_ms = median_ms(lambda: from_constant().numpy(), repeats)
     reader_ms = median_ms(lambda: from_reader(iterator).numpy(), repeats)
     consumed = batch / (const_ms / 1000)
