@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Optional, Union
 
 import keras
 import tensorflow as tf
 
+from xlnet_tf import initializers
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.layers.block import XLNetLayer
 from xlnet_tf.layers.position import RelativePositionalEncoding
-from xlnet_tf import initializers
 
 QUERY_STREAM_MODES = ("targets", "full")
 
@@ -84,13 +85,14 @@ class XLNetBackbone(keras.layers.Layer):
 
     def build(self, input_shape=None):
         c = self.config
+        init = functools.partial(initializers.normal, c.initializer_range)  # a fresh one per weight
         self.word_embedding = self.add_weight(name="word_embedding", shape=(c.n_token, c.d_model),
-                                              initializer=initializers.normal(c.initializer_range))
-        self.mask_emb = self.add_weight(name="mask_emb", shape=(1, 1, c.d_model), initializer=initializers.normal(c.initializer_range))
+                                              initializer=init())
+        self.mask_emb = self.add_weight(name="mask_emb", shape=(1, 1, c.d_model), initializer=init())
         if not c.untie_r:  # shared across layers
             for name in ("r_w_bias", "r_r_bias", "r_s_bias"):
                 setattr(self, name, self.add_weight(name=name, shape=(c.n_head, c.d_head),
-                                                    initializer=initializers.normal(c.initializer_range)))
+                                                    initializer=init()))
         for layer in self.xl_layers:
             layer.build()
         super().build(input_shape)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+
 import keras
 import tensorflow as tf
+
 from xlnet_tf import initializers
 
 
@@ -67,7 +70,8 @@ class SequenceSummary(keras.layers.Layer):
         self.d_head = d_head
         self.initializer_range = initializer_range
         self.layer_norm_eps = layer_norm_eps
-        self.summary = keras.layers.Dense(d_model, activation="tanh", kernel_initializer=initializers.normal(initializer_range),
+        self.summary = keras.layers.Dense(d_model, activation="tanh",
+                                          kernel_initializer=initializers.normal(initializer_range),
                                           name="summary", dtype=self.dtype_policy) if use_proj else None
         self.layer_norm = (keras.layers.LayerNormalization(epsilon=layer_norm_eps, name="LayerNorm",
                                                            dtype=self.dtype_policy)
@@ -76,10 +80,11 @@ class SequenceSummary(keras.layers.Layer):
 
     def build(self, input_shape=None):
         if self.summary_type == "attn":
-            self.summary_bias = self.add_weight(name="summary_bias", shape=(self.d_model,), initializer=initializers.normal(self.initializer_range))
+            init = functools.partial(initializers.normal, self.initializer_range)  # a fresh one per weight
+            self.summary_bias = self.add_weight(name="summary_bias", shape=(self.d_model,), initializer=init())
             for name in ("q", "k", "v", "o"):
                 setattr(self, name, self.add_weight(name=name, shape=(self.d_model, self.n_head, self.d_head),
-                                                    initializer=initializers.normal(self.initializer_range)))
+                                                    initializer=init()))
             self.layer_norm.build((None, self.d_model))
         if self.summary is not None:
             self.summary.build((None, self.d_model))
@@ -163,7 +168,8 @@ class SquadHead(keras.layers.Layer):
         self.initializer_range = initializer_range
         self.layer_norm_eps = layer_norm_eps
         dense = lambda units, name, **kw: keras.layers.Dense(  # noqa: E731
-            units, kernel_initializer=initializers.normal(initializer_range), name=name, dtype=self.dtype_policy, **kw)
+            units, kernel_initializer=initializers.normal(initializer_range), name=name,
+            dtype=self.dtype_policy, **kw)
         self.start_dense = dense(1, "start_logits")
         self.end_dense_0 = dense(d_model, "end_logits_dense_0", activation="tanh")
         self.end_layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_eps,

@@ -7,10 +7,10 @@ from typing import Union
 import keras
 import tensorflow as tf
 
+from xlnet_tf import initializers
 from xlnet_tf.backbone import XLNetBackbone
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.heads import LMHead, SequenceSummary, SquadHead
-from xlnet_tf import initializers
 
 
 def masked_mean(values, weights):
@@ -149,8 +149,9 @@ class XLNetClassifier(_FineTuningModel):
         self.num_labels = 1 if regression else num_labels
         self.regression = regression
         self.task_name = task_name
-        self.logit = keras.layers.Dense(self.num_labels, kernel_initializer=initializers.normal(self.config.initializer_range), name="logit",
-                                        dtype=self.dtype_policy)
+        self.logit = keras.layers.Dense(self.num_labels,
+                                        kernel_initializer=initializers.normal(self.config.initializer_range),
+                                        name="logit", dtype=self.dtype_policy)
         self.logit.build((None, self.config.d_model))
 
     def call(self, features, training=False):
@@ -198,8 +199,8 @@ class XLNetMultipleChoice(_FineTuningModel):
                  **kwargs):
         super().__init__(config, summary_type=summary_type, use_proj=use_proj, **kwargs)
         self.num_choices = num_choices
-        self.scorer = keras.layers.Dense(1, kernel_initializer=initializers.normal(self.config.initializer_range), name="logits",
-                                         dtype=self.dtype_policy)
+        self.scorer = keras.layers.Dense(1, kernel_initializer=initializers.normal(self.config.initializer_range),
+                                         name="logits", dtype=self.dtype_policy)
         self.scorer.build((None, self.config.d_model))
 
     def call(self, features, training=False):

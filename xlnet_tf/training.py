@@ -161,12 +161,14 @@ class Trainer:
                                                   max_to_keep=config.keep_checkpoints,
                                                   checkpoint_name="ckpt")
         self.compute = tf.function(self._compute, jit_compile=config.jit_compile)
+        # float16 loss scaling (a LossScaleOptimizer wrapping ours) unscales and clips by itself
+        self.loss_scaling = hasattr(self.optimizer, "inner_optimizer")
         # With one replica (no all-reduce, no cross-replica optimizer update) and no loss scaling, the
-        # whole step - loss, gradients, clipping and the AdamW update - is one XLA cluster: ~10% faster
-        # than compiling the gradients only (bench/run.py "AdamW update inside the XLA cluster").
+        # whole step - loss, gradients, clipping and the AdamW update - is one XLA cluster: the gradients-
+        # only cluster is 0.80-0.85x as fast (bench/run.py "AdamW outside the XLA cluster").
         self.fused_step = (config.jit_compile and self.num_replicas == 1
                            and not isinstance(strategy, tf.distribute.TPUStrategy)
-                           and not hasattr(self.optimizer, "inner_optimizer"))
+                           and not self.loss_scaling)
         self._step = (tf.function(self._replica_step, jit_compile=True) if self.fused_step
                       else self._replica_step)
         self._loop = tf.function(self._train_loop)
@@ -212,7 +214,7 @@ class Trainer:
         grad_norm = tf.linalg.global_norm(grads)
         # With loss scaling (float16) the gradients are still scaled here; the wrapped optimizer unscales
         # and clips them itself (per replica).
-        clip = None if hasattr(self.optimizer, "inner_optimizer") else self.optimizer.global_clipnorm
+        clip = None if self.loss_scaling else self.optimizer.global_clipnorm
         if clip:
             grads, _ = tf.clip_by_global_norm(grads, clip, use_norm=grad_norm)
         if self.num_replicas > 1:

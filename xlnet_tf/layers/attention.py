@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+
 import keras
 import tensorflow as tf
+
 from xlnet_tf import initializers
 
 # Added to blocked scores. Scores are always float32 when masked (softmax runs in float32), so this
@@ -100,15 +103,16 @@ class RelativeAttention(keras.layers.Layer):
         self.prob_dropout = keras.layers.Dropout(dropatt, dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
+        init = functools.partial(initializers.normal, self.initializer_range)  # a fresh one per weight
         shape = (self.d_model, self.n_head, self.d_head)
         for name in ("q", "k", "v", "o", "r"):
-            setattr(self, name, self.add_weight(name=name, shape=shape, initializer=initializers.normal(self.initializer_range)))
+            setattr(self, name, self.add_weight(name=name, shape=shape, initializer=init()))
         if self.own_biases:
             for name in ("r_w_bias", "r_r_bias", "r_s_bias"):
                 setattr(self, name, self.add_weight(name=name, shape=(self.n_head, self.d_head),
-                                                    initializer=initializers.normal(self.initializer_range)))
+                                                    initializer=init()))
         self.seg_embed = self.add_weight(name="seg_embed", shape=(2, self.n_head, self.d_head),
-                                         initializer=initializers.normal(self.initializer_range))
+                                         initializer=init())
         self.layer_norm.build((None, None, self.d_model))
         super().build(input_shape)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import keras
+
 from xlnet_tf import initializers
 
 ACTIVATIONS = ("gelu", "gelu_exact", "relu")
@@ -43,8 +44,10 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.initializer_range = initializer_range
         policy = self.dtype_policy
         self.layer_1 = keras.layers.Dense(d_inner, activation=get_activation(activation),
-                                          kernel_initializer=initializers.normal(initializer_range), name="layer_1", dtype=policy)
-        self.layer_2 = keras.layers.Dense(d_model, kernel_initializer=initializers.normal(initializer_range), name="layer_2", dtype=policy)
+                                          kernel_initializer=initializers.normal(initializer_range),
+                                          name="layer_1", dtype=policy)
+        self.layer_2 = keras.layers.Dense(d_model, kernel_initializer=initializers.normal(initializer_range),
+                                          name="layer_2", dtype=policy)
         self.layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_eps, name="LayerNorm",
                                                           dtype=policy)
         self.drop = keras.layers.Dropout(dropout, dtype=policy)
