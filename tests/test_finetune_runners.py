@@ -174,7 +174,8 @@ def test_race_runner_end_to_end(tmp_path):
 @pytest.mark.slow
 def test_race_runner_beats_chance_on_mc_wordnet(tmp_path):
     """The benchmark flag file trains a tiny model from scratch above chance (25%) on 500 dev questions:
-    one-sided binomial test at p < 0.05 (142 of 500; measured 147-159 across seeds and settings)."""
+    one-sided binomial test at p < 0.05 (>= 142 of 500) on the last checkpoint. Measured: 153 with the flag
+    file (seed 0, deterministic on this CPU); 141 with --seed=1 (would fail); 147-148 in neighbouring settings."""
     from scipy import stats
 
     from run import run_race
