@@ -261,3 +261,37 @@ def test_check_compact_example_catches_corruption():
     bad_ids[0] += 1
     with pytest.raises(ValueError, match="target_ids"):
         P.check_compact_example(ids, seg, rank, tidx, bad_ids, 16, 8)
+
+
+def test_left_context_is_the_originals_choice_of_ctx_size():
+    """`np.random.choice(ctx_size)`: uniform over [0, ctx - 1], never ctx (which let spans touch)."""
+    rng = np.random.default_rng(0)
+    for ctx in (1, 6, 7, 30):
+        draws = np.array([P.left_context(u, ctx) for u in rng.random(20000)])
+        assert draws.min() == 0 and draws.max() == ctx - 1
+        counts = np.bincount(draws, minlength=ctx)
+        assert counts.min() > 0.8 * 20000 / ctx  # uniform
+    assert P.left_context(0.999999, 6) == 5 and P.left_context(0.0, 6) == 0
+    assert P.left_context(0.5, 0) == 0  # mask_alpha < mask_beta
+
+
+class _MaxDraws:
+    """A generator whose uniform draws are all just below 1: 5-word spans with the largest left context."""
+
+    def random(self, n):
+        return np.full(n, 1 - 1e-9)
+
+    def integers(self, n):
+        return 0
+
+
+def test_spans_keep_a_right_context_and_never_touch():
+    # every token a word; n = 5 words, ctx = 30: the original places the span at cur + 29, ours did at
+    # cur + 30; the next span starts >= 1 token after the previous one ends
+    mask = P.sample_span_mask(np.ones(200, bool), goal=10, rng=_MaxDraws(), mask_alpha=6, mask_beta=1)
+    assert np.flatnonzero(mask).tolist() == list(range(29, 34)) + list(range(34 + 1 + 29, 34 + 1 + 34))
+    for seed in range(200):  # the span phase alone (goal reachable by spans): runs are separated
+        mask = P.sample_span_mask(np.ones(512, bool), goal=20, rng=np.random.default_rng(seed))
+        d = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
+        starts, ends = np.flatnonzero(d == 1), np.flatnonzero(d == -1)
+        assert mask.sum() == 20 and (starts[1:] > ends[:-1]).all()

@@ -250,6 +250,44 @@ def test_tokenize_documents_sentence_ids():
     assert sids.tolist() == [True] * n1 + [False] * (n2 + 1) + [True] * (n3 + 1)
 
 
+def test_a_line_that_encodes_to_nothing_still_flips_the_sentence_id():
+    """As the original `_create_data`: "a war" and "peace" around an empty encoding share one id (one
+    sentence to the A/B split); the <eod> takes the id of the document's last line, also an empty one."""
+    tok = F.tiny_tokenizer()
+    empty = "\u0301"  # a lone combining accent: removed by the normalization, no pieces
+    assert tok.encode(empty) == []
+    ids, sids = PD.tokenize_documents(tok, [["the nation", "a war", empty, "peace"], ["war", empty]])
+    n = [len(tok.encode(s)) for s in ("the nation", "a war", "peace", "war")]
+    assert ids.tolist() == (tok.encode("the nation") + tok.encode("a war") + tok.encode("peace") + [EOD_ID]
+                            + tok.encode("war") + [EOD_ID])
+    # lines 0..3 (T F T F), then line 4 "war" T, line 5 empty F: its <eod> gets F
+    assert sids.tolist() == ([True] * n[0] + [False] * n[1] + [False] * (n[2] + 1) + [True] * n[3]
+                             + [False])
+
+
+def test_records_are_compact_and_old_ones_are_refused(tmp_path):
+    """perm_rank is stored + 1 (0 = context): at seq 512 a record is <= 2.5 KB (it was ~6 KB with -1
+    varints), decoding is unchanged (the decode tests above), and format-1 records get a clear error."""
+    out = str(tmp_path / "r512")
+    cfg = PD.PretrainConfig(seq_len=512, reuse_len=256, num_predict=85, perm_size=256, global_batch_size=2,
+                            num_replicas=1, bi_data=False, seed=1)
+    m = PD.build_pretrain_records(F.CORPUS_GLOB, F.tiny_spm(), out, cfg, log=None)
+    per_example = m["totals"]["num_bytes"] / m["totals"]["num_examples"]
+    assert m["totals"]["num_examples"] >= 4 and per_example <= 2500, per_example
+    import tensorflow as tf
+
+    raw = next(iter(tf.data.TFRecordDataset(os.path.join(out, m["files"][0]["name"])))).numpy()
+    stored = list(tf.train.Example.FromString(raw).features.feature["perm_rank"].int64_list.value)
+    assert min(stored) == 0 and len(stored) == 512  # no negative varints left
+    rec = next(inspect_records.iter_records(manifest_lib.check_record_files(manifest_lib.read_manifest(out)),
+                                            512, 85))
+    assert int(rec["perm_rank"].min()) == -1  # read back as rank, -1 for context
+    m.pop("_path", None), m.pop("_dir", None)
+    manifest_lib.write_manifest(out, {**m, "format_version": 1})
+    with pytest.raises(manifest_lib.ManifestError, match="format_version 1 .*rebuild the records"):
+        manifest_lib.read_manifest(out)
+
+
 def test_determinism_across_processes_and_tasks(tmp_path):
     ref = F.built_records()
     same_dirs(ref, F.built_records(num_processes=2))

@@ -100,6 +100,12 @@ def test_word_start_pieces():
     assert T.is_word_start_piece("▁the")
     assert T.is_word_start_piece("<sep>") and T.is_word_start_piece(",")
     assert not T.is_word_start_piece("s") and not T.is_word_start_piece("ing")
+    # the original's set: string.punctuation without the apostrophe (replaced by a second '"') and "<=>"
+    original = set('!"#$%&\"()*+,-./:;?@[\\]^_`{|}~')
+    import string
+    for ch in string.punctuation:
+        assert T.is_word_start_piece(ch) == (ch in original or ch == "<"), ch
+    assert not T.is_word_start_piece("'")  # "'s" continues the word before it
     tok = data_fixtures.tiny_tokenizer()
     table = tok.word_start_table()
     assert table.shape == (tok.vocab_size,) and table.dtype == bool

@@ -30,18 +30,16 @@ FLAGS = flags.FLAGS
 
 def iter_records(paths, seq_len: int, num_predict: int, limit: Optional[int] = None,
                  batch: int = 256) -> Iterator[Dict[str, np.ndarray]]:
-    """Raw records as numpy dicts (int64), in stream order."""
+    """Raw records as numpy dicts (int64, `perm_rank` -1 for context as in memory), in stream order."""
     import tensorflow as tf
 
-    spec = {k: tf.io.FixedLenFeature([seq_len], tf.int64)
-            for k in ("input_ids", "segment_ids", "perm_rank")}
-    spec.update({k: tf.io.FixedLenFeature([num_predict], tf.int64)
-                 for k in ("target_index", "target_ids")})
+    from tfrecords import pretrain_data
+
     ds = tf.data.TFRecordDataset(paths)
     if limit is not None:
         ds = ds.take(limit)
-    for b in ds.batch(batch).map(lambda s: tf.io.parse_example(s, spec)):
-        b = {k: v.numpy() for k, v in b.items()}
+    for b in ds.batch(batch).map(lambda s: pretrain_data.parse_compact(s, seq_len, num_predict)):
+        b = {k: v.numpy().astype(np.int64) for k, v in b.items() if k in pretrain_data.RECORD_FEATURES}
         for i in range(next(iter(b.values())).shape[0]):
             yield {k: v[i] for k, v in b.items()}
 

@@ -14,7 +14,17 @@ from typing import Any, Dict, List, Optional
 
 MANIFEST_NAME = "manifest.json"
 PRETRAIN_KIND = "xlnet_pretrain"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 1  # the fine-tuning record sets (classifier, RACE, SQuAD)
+# Pretraining records: 2 stores `perm_rank` as rank + 1 (0 = plain context token), ~2.3 KB per example at
+# seq 512; 1 stored -1 for context tokens (10-byte varints, ~6 KB per example).
+PRETRAIN_FORMAT_VERSION = 2
+_UPGRADES = {(PRETRAIN_KIND, 1): "format 1 stored perm_rank -1 for context tokens; rebuild the records "
+                                 "with tfrecords/build_pretrain.py into a new directory"}
+
+
+def format_version(kind: Optional[str]) -> int:
+    """The record format version a reader of `kind` expects."""
+    return PRETRAIN_FORMAT_VERSION if kind == PRETRAIN_KIND else FORMAT_VERSION
 
 
 class ManifestError(ValueError):
@@ -56,9 +66,11 @@ def read_manifest(directory: str, kind: Optional[str] = PRETRAIN_KIND) -> Dict[s
         raise ManifestError(f"cannot read {path}: {e}") from None
     if kind is not None and manifest.get("kind") != kind:
         raise ManifestError(f"{path}: kind is {manifest.get('kind')!r}, expected {kind!r}")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise ManifestError(f"{path}: format_version {manifest.get('format_version')!r} "
-                            f"is not supported (expected {FORMAT_VERSION})")
+    found, wanted = manifest.get("format_version"), format_version(manifest.get("kind"))
+    if found != wanted:
+        hint = _UPGRADES.get((manifest.get("kind"), found), "rebuild the records with this version")
+        raise ManifestError(f"{path}: format_version {found!r} is not supported (expected {wanted}): "
+                            f"{hint}")
     manifest["_path"] = path
     manifest["_dir"] = directory
     return manifest

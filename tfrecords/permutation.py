@@ -9,7 +9,8 @@ ordered independently, and the whole reuse part comes before the new part.
 
 Compact encoding of one example (DESIGN §4):
   perm_rank    int [L]  rank within its part for masked-or-functional tokens
-                        (`<sep>`/`<cls>` always), -1 for plain context tokens.
+                        (`<sep>`/`<cls>` always), -1 for plain context tokens (the record
+                        files store rank + 1, see `pretrain_data.STORED_RANK_OFFSET`).
   target_index int [P]  positions of the prediction slots, position order, -1 padded.
   target_ids   int [P]  input_ids at those positions, 0 padded.
 
@@ -60,17 +61,26 @@ def block_perm_rank(n: int, perm_size: int, rng: np.random.Generator) -> np.ndar
     return (pos // perm_size) * perm_size + sigma[pos % perm_size]
 
 
+def left_context(u: float, ctx: int) -> int:
+    """The left context of a span, uniform in `[0, ctx - 1]` for `u` uniform in [0, 1): the original's
+    `np.random.choice(ctx_size)`. The right context `ctx - l_ctx` is then >= 1, so consecutive spans
+    never touch (and never merge into a longer one). `ctx = 0` (mask_alpha < mask_beta) gives 0."""
+    return min(int(u * ctx), ctx - 1) if ctx > 0 else 0
+
+
 def sample_span_mask(word_start: np.ndarray, goal: int, rng: np.random.Generator,
                      mask_alpha: float = 6, mask_beta: float = 1, max_gram: int = MAX_GRAM,
                      reverse: bool = False) -> np.ndarray:
     """Mask exactly `goal` tokens of a segment in spans of whole words.
 
     Spans of n ~ 1/n words (n <= max_gram) are placed left to right, each in a context
-    window of about `n * mask_alpha / mask_beta` tokens (the original `_sample_mask`,
-    but counting whole words, not sub-pieces: PR #16). A span is shortened (fewer words)
+    window of `ctx = n * mask_alpha // mask_beta` tokens with the left context uniform in
+    `[0, ctx - 1]` (the original `_sample_mask`, but counting whole words, not sub-pieces:
+    PR #16; a deliberate improvement). A span is shortened (fewer words)
     when it would exceed the goal; spans touching the segment end are discarded. The
     remaining budget is filled with random unmasked whole words that fit, and only when
-    none fits, with single tokens.
+    none fits, with single tokens (the original fills it with random single sub-pieces; whole
+    words are the deliberate improvement here too).
 
     Args:
       word_start: bool [n], True where a token starts a word, in segment order.
@@ -103,7 +113,7 @@ def sample_span_mask(word_start: np.ndarray, goal: int, rng: np.random.Generator
         k += 2
         nw = min(nw, goal - npred)
         ctx = int((nw * mask_alpha) // mask_beta)
-        l_ctx = min(int(l_frac * (ctx + 1)), ctx)
+        l_ctx = left_context(l_frac, ctx)
         si = bisect.bisect_left(st, cur + l_ctx)
         if si + nw >= ns:  # no word start left, or the span would touch the end
             break

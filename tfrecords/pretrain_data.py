@@ -144,31 +144,29 @@ def tokenize_documents(tokenizer: tokenization.XLNetTokenizer, lines_per_doc: Se
         Sequence[str]], use_eod: bool = True) -> Tuple[np.ndarray, np.ndarray]:
     """One token stream for a list of documents (each a list of sentence lines).
 
-    Returns `(ids int32 [N], sent_ids bool [N])`: sentences alternate `sent_ids`; `<eod>`
-    closes every document and shares the id of the document's last sentence (as the
-    original); empty encodings are dropped.
+    Returns `(ids int32 [N], sent_ids bool [N])`, as the original `_create_data`: every line flips the
+    sentence id, also a line that encodes to nothing (so the sentences around it share an id and read
+    as one sentence to the A/B split); `<eod>` closes every document with the id of the document's last
+    line. A document whose lines all encode to nothing still contributes its `<eod>`.
     """
     flat = [ln for doc in lines_per_doc for ln in doc]
     enc = tokenizer.encode_batch(flat)
     pieces: List[np.ndarray] = []
-    lens: List[int] = []
+    flags: List[np.ndarray] = []
     k = 0
     for doc in lines_per_doc:
-        before = len(lens)
         for _ in doc:
             ids = enc[k]
-            k += 1
             if ids:
                 pieces.append(np.asarray(ids, np.int32))
-                lens.append(len(ids))
-        if use_eod and len(lens) > before:
+                flags.append(np.full(len(ids), k % 2 == 0))
+            k += 1
+        if use_eod and doc:
             pieces.append(np.asarray([EOD_ID], np.int32))
-            lens[-1] += 1  # same sentence id as the previous sentence
+            flags.append(np.asarray([(k - 1) % 2 == 0]))  # the id of the document's last line
     if not pieces:
         return np.zeros(0, np.int32), np.zeros(0, bool)
-    ids = np.concatenate(pieces)
-    flags = (np.arange(len(lens)) % 2 == 0)
-    return ids, np.repeat(flags, lens)
+    return np.concatenate(pieces), np.concatenate(flags)
 
 
 def make_rows(ids: np.ndarray, sent_ids: np.ndarray, global_batch_size: int,
@@ -311,12 +309,19 @@ def iter_steps(data: np.ndarray, sids: np.ndarray, cfg: PretrainConfig,
         i += R
 
 
+# `perm_rank` is stored shifted by one (0 = plain context token): a negative int64 costs a 10-byte
+# varint, which made -1 for the ~420 context tokens of a 512-token example about 4 KB of its ~6 KB.
+STORED_RANK_OFFSET = 1
+
+
 def serialize_example(ex: Example) -> bytes:
-    """A `tf.train.Example` with int64 features `RECORD_FEATURES`."""
+    """A `tf.train.Example` with int64 features `RECORD_FEATURES` (`perm_rank` stored + 1)."""
     import tensorflow as tf
 
     feats = {k: tf.train.Feature(int64_list=tf.train.Int64List(value=v.tolist()))
              for k, v in ex.features().items()}
+    feats["perm_rank"] = tf.train.Feature(int64_list=tf.train.Int64List(
+        value=(ex.perm_rank + STORED_RANK_OFFSET).tolist()))
     return tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString(
         deterministic=True)
 
@@ -478,6 +483,7 @@ def load_shard_rows(input_glob: str, spiece_model: str, cfg: PretrainConfig, pas
 def _fingerprint(cfg: PretrainConfig, spiece_sha: str, files: Sequence[str],
                  sizes: Sequence[int]) -> str:
     blob = json.dumps({"cfg": dataclasses.asdict(cfg), "spiece": spiece_sha,
+                       "format_version": manifest_lib.PRETRAIN_FORMAT_VERSION,
                        "inputs": [[os.path.basename(f), s] for f, s in zip(files, sizes)]},
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
@@ -590,7 +596,7 @@ def make_manifest(cfg, input_glob, files, index, spiece_model, tok, fingerprint,
             f"replica k gets rows [k*{bc}, (k+1)*{bc}), all forward")
     return {
         "kind": manifest_lib.PRETRAIN_KIND,
-        "format_version": manifest_lib.FORMAT_VERSION,
+        "format_version": manifest_lib.PRETRAIN_FORMAT_VERSION,
         "params": dataclasses.asdict(cfg),
         "spiece_model": {"path": spiece_model, "sha256": tok.sha256,
                          "vocab_size": tok.vocab_size},
@@ -611,7 +617,7 @@ def make_manifest(cfg, input_glob, files, index, spiece_model, tok, fingerprint,
         "schema": {
             "input_ids": f"int64[{cfg.seq_len}]",
             "segment_ids": f"int64[{cfg.seq_len}] (0 A, 1 B, 2 CLS)",
-            "perm_rank": f"int64[{cfg.seq_len}] rank within its part, -1 plain context",
+            "perm_rank": f"int64[{cfg.seq_len}] rank within its part + 1, 0 plain context",
             "target_index": f"int64[{cfg.num_predict}] positions, -1 padded",
             "target_ids": f"int64[{cfg.num_predict}] 0 padded",
         },
@@ -639,6 +645,7 @@ def parse_compact(serialized, seq_len: int, num_predict: int):
     spec.update({k: tf.io.FixedLenFeature([num_predict], tf.int64)
                  for k in ("target_index", "target_ids")})
     f = {k: tf.cast(v, tf.int32) for k, v in tf.io.parse_example(serialized, spec).items()}
+    f["perm_rank"] -= STORED_RANK_OFFSET  # back to rank, -1 for plain context
     f["attention_mask"] = tf.ones_like(f["input_ids"], tf.float32)
     return f
 

@@ -58,8 +58,9 @@ SEG_ID_PAD = 4
 SPIECE_UNDERLINE = "\u2581"  # "▁"
 
 # A piece "starts a word" if it begins with "▁" or "<" (special symbols), or is one
-# punctuation character (the original data_utils._is_start_piece).
-_START_PUNCTUATION = frozenset('!"#$%&\'()*+,-./:;?@[\\]^_`{|}~')
+# punctuation character (the original data_utils._is_start_piece: string.punctuation with the
+# apostrophe replaced by a second '"' and without "<=>"; so "'s" continues the word before it).
+_START_PUNCTUATION = frozenset('!"#$%&()*+,-./:;?@[\\]^_`{|}~')
 
 
 def is_word_start_piece(piece: str) -> bool:
