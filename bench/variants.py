@@ -27,14 +27,16 @@ def _patched(**methods):
             setattr(RelativeAttention, name, fn)
 
 
-def _per_example_positions(self, pos_emb, batch):
+def _per_example_positions(self, pos_emb, batch, per_example=False):
     # The reference formulation: the encoding is broadcast to every example ([B, P, D], each bi_data half
-    # taking its direction) and projected per example.
-    full = tf.repeat(pos_emb, batch // pos_emb.shape[0], axis=0)  # [B, P, D]
-    return tf.einsum("bpd,dnh->bpnh", full, self._w(self.r))
+    # taking its direction) and projected per example (training with dropout already gives [B, P, D]).
+    if not per_example:
+        pos_emb = tf.repeat(pos_emb, batch // pos_emb.shape[0], axis=0)  # [B, P, D]
+    return tf.einsum("bpd,dnh->bpnh", pos_emb, self._w(self.r))
 
 
-def _per_example_scores(self, q_r, k_r):
+def _per_example_scores(self, q_r, k_r, per_example=False):
+    del per_example  # always per example here
     return tf.einsum("bind,bpnd->bnip", q_r, k_r)
 
 

@@ -58,9 +58,20 @@ def define_optimizer_flags(learning_rate=1e-4, warmup_steps=0, weight_decay=0.0,
     flags.DEFINE_float("weight_decay", weight_decay, "Decoupled weight decay (AdamW).")
     flags.DEFINE_float("adam_epsilon", adam_epsilon, "Adam epsilon.")
     flags.DEFINE_float("clip", 1.0, "Global-norm gradient clipping (0 = off).")
-    flags.DEFINE_float("lr_layer_decay_rate", 1.0, "Per-layer learning-rate decay.")
-    flags.DEFINE_bool("adam_bias_correction", True, "False reproduces the original AdamW (no bias "
-                      "correction).")
+    flags.DEFINE_enum("clip_mode", "global", ["global", "per_replica"],
+                      "global: clip the global gradient (one device = any number of replicas); "
+                      "per_replica: clip each replica's share before the cross-replica sum, as the "
+                      "original on TPU (the effective threshold grows with the replica count).")
+    flags.DEFINE_float("lr_layer_decay_rate", 1.0, "Per-layer decay: layer i of n gets rate^(n-1-i).")
+    flags.DEFINE_enum("lr_layer_decay_mode", "learning_rate", ["learning_rate", "gradient"],
+                      "learning_rate: scale the learning rate of layer i (and of the embeddings, "
+                      "rate^n); gradient: the original, scale the clipped gradients of layer i only "
+                      "(under Adam mostly cancelled, acting through epsilon).")
+    flags.DEFINE_enum("adam_variant", "standard", ["standard", "original", "no_bias_correction", "tf1"],
+                      "standard: bias-corrected Adam(W); original: the original release's choice "
+                      "(no_bias_correction with --weight_decay > 0, else tf1); no_bias_correction: "
+                      "the original's AdamWeightDecayOptimizer; tf1: TF1 AdamOptimizer (epsilon added "
+                      "before bias correction).")
 
 
 @_once

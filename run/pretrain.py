@@ -79,7 +79,8 @@ def run():
             model, learning_rate=FLAGS.learning_rate, train_steps=FLAGS.train_steps,
             warmup_steps=FLAGS.warmup_steps, min_lr_ratio=FLAGS.min_lr_ratio, decay=FLAGS.decay_method,
             weight_decay=FLAGS.weight_decay, adam_epsilon=FLAGS.adam_epsilon, clip=FLAGS.clip,
-            lr_layer_decay_rate=FLAGS.lr_layer_decay_rate, bias_correction=FLAGS.adam_bias_correction)
+            lr_layer_decay_rate=FLAGS.lr_layer_decay_rate,
+            lr_layer_decay_mode=FLAGS.lr_layer_decay_mode, adam_variant=FLAGS.adam_variant)
         if FLAGS.mixed_precision == "float16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
 
@@ -111,7 +112,8 @@ def run():
     loop = training.TrainLoopConfig(
         model_dir=FLAGS.model_dir, train_steps=FLAGS.train_steps, steps_per_loop=FLAGS.steps_per_loop,
         save_steps=FLAGS.save_steps, keep_checkpoints=FLAGS.keep_checkpoints,
-        jit_compile=FLAGS.jit_compile, global_batch_size=FLAGS.train_batch_size, seq_len=FLAGS.seq_len)
+        jit_compile=FLAGS.jit_compile, global_batch_size=FLAGS.train_batch_size, seq_len=FLAGS.seq_len,
+        clip_mode=FLAGS.clip_mode)
     trainer = training.Trainer(strategy, model, optimizer, training.plm_loss_fn, dataset_fn, loop,
                                mem_len=FLAGS.mem_len, per_replica_batch=per_replica,
                                log=lambda line: print(line, flush=True))

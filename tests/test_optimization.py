@@ -40,7 +40,7 @@ def test_adamw_matches_numpy_reference(bias_correction):
     w0 = np.array([[0.5, -1.0], [2.0, 0.25]], np.float32)
     b0 = np.array([0.1, -0.2], np.float32)
     w, b = keras.Variable(w0, name="kernel"), keras.Variable(b0, name="bias")
-    opt = optimization.XLNetAdamW(0.1, weight_decay_rate=0.01, epsilon=1e-6, bias_correction=bias_correction,
+    opt = optimization.XLNetAdamW(0.1, weight_decay_rate=0.01, epsilon=1e-6, adam_variant="standard" if bias_correction else "no_bias_correction",
                                   lr_multipliers={w.path: 0.5}, decay_paths=[w.path])
     grads = [np.array([[0.1, -0.3], [0.2, 0.0]], np.float32), np.array([1.0, -2.0], np.float32)]
     ref = {"w": w0.astype(np.float64), "b": b0.astype(np.float64)}
@@ -98,7 +98,7 @@ def test_multiplier_scales_the_actual_update():
 
 def test_global_norm_clipping():
     w = keras.Variable(np.zeros([4], np.float32))
-    opt = optimization.XLNetAdamW(1.0, global_clipnorm=1.0, bias_correction=False, epsilon=0.0)
+    opt = optimization.XLNetAdamW(1.0, global_clipnorm=1.0, adam_variant="no_bias_correction", epsilon=0.0)
     opt.apply_gradients([(tf.constant([30.0, 40.0, 0.0, 0.0]), w)])
     # clipped gradient (0.6, 0.8): m = 0.1 g, v = 0.001 g^2 -> update = 0.1/sqrt(0.001) * sign
     np.testing.assert_allclose(w.numpy()[:2], -np.array([1, 1]) * 0.1 / np.sqrt(0.001), rtol=1e-5)

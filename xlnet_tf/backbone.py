@@ -88,7 +88,9 @@ class XLNetBackbone(keras.layers.Layer):
         init = functools.partial(initializers.normal, c.initializer_range)  # a fresh one per weight
         self.word_embedding = self.add_weight(name="word_embedding", shape=(c.n_token, c.d_model),
                                               initializer=init())
-        self.mask_emb = self.add_weight(name="mask_emb", shape=(1, 1, c.d_model), initializer=init())
+        # the original creates mask_emb without an initializer: TF1's default glorot_uniform
+        self.mask_emb = self.add_weight(name="mask_emb", shape=(1, 1, c.d_model),
+                                        initializer=initializers.glorot_uniform())
         if not c.untie_r:  # shared across layers
             for name in ("r_w_bias", "r_r_bias", "r_s_bias"):
                 setattr(self, name, self.add_weight(name=name, shape=(c.n_head, c.d_head),
@@ -98,6 +100,22 @@ class XLNetBackbone(keras.layers.Layer):
         super().build(input_shape)
 
     # ---------------------------------------------------------------------------------------------- call
+    def positions(self, batch, qlen, klen, training=False):
+        """The relative positional encoding after dropout, and whether it is per example.
+
+        Without dropout (inference, or `dropout == 0`) it is `[n_dir, P, D]`, one row set per direction,
+        projected once per direction by the layers. With dropout it is `[B, P, D]` (each bi_data half
+        taking its direction) with an independent dropout mask per example, as the original, which tiles
+        the encoding over the batch before dropout (one mask shared by the batch would correlate every
+        example's positional noise).
+        """
+        pos_emb = self.position_encoding(qlen=qlen, klen=klen)
+        per_example = self.config.dropout > 0 and training is not None and training is not False
+        if per_example:
+            pos_emb = tf.repeat(pos_emb, batch // pos_emb.shape[0], axis=0)
+            pos_emb = self.drop(pos_emb, training=training)
+        return pos_emb, per_example
+
     def embed(self, input_ids):
         """`[B, L]` ids -> `[B, L, D]` word embeddings (no scaling), in the compute dtype."""
         return tf.cast(tf.gather(self.word_embedding, input_ids), self.compute_dtype)
@@ -167,7 +185,7 @@ class XLNetBackbone(keras.layers.Layer):
 
         # ---- embeddings and positions
         content = self.drop(self.embed(input_ids), training=training)
-        pos_emb = self.drop(self.position_encoding(qlen=qlen, klen=klen), training=training)
+        pos_emb, per_example = self.positions(batch, qlen, klen, training)
         biases = None if c.untie_r else (self.r_w_bias, self.r_r_bias, self.r_s_bias)
 
         new_mems = [] if c.mem_len else None
@@ -175,8 +193,9 @@ class XLNetBackbone(keras.layers.Layer):
             mem = mems[i] if mems else None
             if new_mems is not None:
                 new_mems.append(cache_mems(content, mem, c.mem_len, c.reuse_len))
-            content, query = layer(content, query, pos_emb=pos_emb, mems=mem, content_mask=content_mask,
-                                   seg_diff=seg_diff, biases=biases, training=training, **query_kwargs)
+            content, query = layer(content, query, pos_emb=pos_emb, per_example_positions=per_example,
+                                   mems=mem, content_mask=content_mask, seg_diff=seg_diff, biases=biases,
+                                   training=training, **query_kwargs)
         content = self.drop(content, training=training)
         if query is not None:
             query = self.drop(query, training=training)

@@ -133,7 +133,7 @@ def build_optimizer_and_trainer(strategy, model, flags_values, train_dataset_fn:
             model, learning_rate=f.learning_rate, train_steps=f.train_steps, warmup_steps=f.warmup_steps,
             min_lr_ratio=f.min_lr_ratio, decay=f.decay_method, weight_decay=f.weight_decay,
             adam_epsilon=f.adam_epsilon, clip=f.clip, lr_layer_decay_rate=f.lr_layer_decay_rate,
-            bias_correction=f.adam_bias_correction)
+            lr_layer_decay_mode=f.lr_layer_decay_mode, adam_variant=f.adam_variant)
         if f.mixed_precision == "float16":
             import keras
 
@@ -142,5 +142,5 @@ def build_optimizer_and_trainer(strategy, model, flags_values, train_dataset_fn:
         model_dir=f.model_dir, train_steps=f.train_steps, steps_per_loop=f.steps_per_loop,
         save_steps=f.save_steps, keep_checkpoints=f.keep_checkpoints, jit_compile=f.jit_compile,
         global_batch_size=examples_per_step, seq_len=seq_len,
-        gradient_accumulation_steps=f.gradient_accumulation_steps)
+        gradient_accumulation_steps=f.gradient_accumulation_steps, clip_mode=f.clip_mode)
     return training.Trainer(strategy, model, optimizer, task_loss_fn, train_dataset_fn, loop, log=log)

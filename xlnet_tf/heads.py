@@ -51,14 +51,17 @@ class SequenceSummary(keras.layers.Layer):
         the original averaged the pads too) or `attn` (a learned query `summary_bias` attending over the
         sequence, scope `abs_attn`, post-LayerNorm without residual).
       use_proj: then `tanh(dense(d_model))` (`summary`).
-      dropout: on the output. n_head, d_head: for `attn`. initializer_range, layer_norm_eps.
+      dropout: on the output (and, for `attn`, on its output projection). dropatt: for `attn`, on the
+        attention probabilities (the original's `multihead_attn`). n_head, d_head: for `attn`.
+      initializer_range, layer_norm_eps.
 
     Call: `summary(hidden [B, L, D], attention_mask [B, L] or None (1 = real token))` -> `[B, D]`.
     """
 
     def __init__(self, d_model: int, summary_type: str = "last", use_proj: bool = True,
                  dropout: float = 0.0, n_head: int = 1, d_head: int = 64,
-                 initializer_range: float = 0.02, layer_norm_eps: float = 1e-12, **kwargs):
+                 initializer_range: float = 0.02, layer_norm_eps: float = 1e-12, dropatt: float = 0.0,
+                 **kwargs):
         super().__init__(**kwargs)
         if summary_type not in SUMMARY_TYPES:
             raise ValueError(f"summary_type must be one of {SUMMARY_TYPES}, got {summary_type!r}")
@@ -66,6 +69,7 @@ class SequenceSummary(keras.layers.Layer):
         self.summary_type = summary_type
         self.use_proj = use_proj
         self.dropout = dropout
+        self.dropatt = dropatt
         self.n_head = n_head
         self.d_head = d_head
         self.initializer_range = initializer_range
@@ -77,6 +81,7 @@ class SequenceSummary(keras.layers.Layer):
                                                            dtype=self.dtype_policy)
                            if summary_type == "attn" else None)
         self.drop = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.prob_dropout = keras.layers.Dropout(dropatt, dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
         if self.summary_type == "attn":
@@ -99,7 +104,7 @@ class SequenceSummary(keras.layers.Layer):
         if attention_mask is not None:
             pad = tf.equal(tf.cast(attention_mask, tf.float32), 0.0)[:, None, :]
             score = tf.where(pad, tf.constant(-1e30, tf.float32), score)
-        prob = tf.cast(tf.nn.softmax(score, -1), hidden.dtype)
+        prob = self.prob_dropout(tf.cast(tf.nn.softmax(score, -1), hidden.dtype), training=training)
         vec = tf.einsum("bnl,blnh->bnh", prob, v)
         out = self.drop(tf.einsum("bnh,dnh->bd", vec, w(self.o)), training=training)
         return self.layer_norm(out)
@@ -125,7 +130,8 @@ class SequenceSummary(keras.layers.Layer):
         config = super().get_config()
         config.update(d_model=self.d_model, summary_type=self.summary_type, use_proj=self.use_proj,
                       dropout=self.dropout, n_head=self.n_head, d_head=self.d_head,
-                      initializer_range=self.initializer_range, layer_norm_eps=self.layer_norm_eps)
+                      initializer_range=self.initializer_range, layer_norm_eps=self.layer_norm_eps,
+                      dropatt=self.dropatt)
         return config
 
 

@@ -14,3 +14,9 @@ import keras
 def normal(stddev: float) -> keras.initializers.Initializer:
     """A new `RandomNormal(0, stddev)` with its own seed (the original XLNet's `initializer_range`)."""
     return keras.initializers.RandomNormal(stddev=stddev)
+
+
+def glorot_uniform() -> keras.initializers.Initializer:
+    """A new `GlorotUniform` with its own seed: TF1's default for a variable created without an
+    initializer (the original's `mask_emb` `[1, 1, d]`: uniform in +-sqrt(6 / (1 + d)))."""
+    return keras.initializers.GlorotUniform()

@@ -115,7 +115,8 @@ class _FineTuningModel(keras.Model):
         self.use_proj = use_proj
         self.backbone = XLNetBackbone(config, name="transformer", dtype=self.dtype_policy)
         self.sequence_summary = SequenceSummary(
-            config.d_model, summary_type, use_proj=use_proj, dropout=config.dropout, n_head=config.n_head,
+            config.d_model, summary_type, use_proj=use_proj, dropout=config.dropout, dropatt=config.dropatt,
+            n_head=config.n_head,
             d_head=config.d_head, initializer_range=config.initializer_range,
             layer_norm_eps=config.layer_norm_eps, name="sequnece_summary", dtype=self.dtype_policy)
         self.backbone.build()

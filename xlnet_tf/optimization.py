@@ -1,5 +1,23 @@
 """Optimizer and schedules: AdamW (original-compatible), warmup + polynomial/cosine decay, per-layer
-learning-rate decay and global-norm clipping."""
+learning-rate decay and global-norm clipping.
+
+Three Adam variants (`ADAM_VARIANTS`; `"original"` in `create_optimizer` picks the original release's):
+  standard            m_hat / (sqrt(v_hat) + eps), bias-corrected (Keras / PyTorch AdamW; the default).
+  no_bias_correction  m / (sqrt(v) + eps): the original's `AdamWeightDecayOptimizer` (BERT's), which the
+                      original uses whenever `weight_decay > 0`.
+  tf1                 lr * sqrt(1 - b2^t) / (1 - b1^t) * m / (sqrt(v) + eps): TF1's `AdamOptimizer`, the
+                      original's choice when `weight_decay == 0` (epsilon added before bias correction,
+                      i.e. an effective epsilon of eps / sqrt(1 - b2^t)).
+Decoupled weight decay adds `wd * w` to the update (times the learning rate, not the TF1 bias factor).
+
+Two per-layer decay modes (`LAYER_DECAY_MODES`) for `lr_layer_decay_rate`:
+  learning_rate  multiplies the learning rate of `layer_i` by `rate^(n_layer-1-i)` and of the embeddings by
+                 `rate^n_layer` (a true per-layer step size; the default).
+  gradient       the original: multiplies the *clipped gradients* of variables under
+                 `model/transformer/layer_i/` by `rate^(n_layer-1-i)`; everything else (embeddings,
+                 `mask_emb`, the stacked `r_*_bias` / `seg_embed`, heads) keeps factor 1. Under Adam this
+                 acts mostly through epsilon.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +31,11 @@ import tensorflow as tf
 from xlnet_tf import checkpoints
 
 _LAYER = re.compile(r"^model/transformer/layer_(\d+)/")
+# Per-layer names we give to slices of variables the original stores stacked `[n_layer, ...]` directly
+# under model/transformer/ (checkpoints.py): not under layer_i in the original.
+_STACKED = re.compile(r"^model/transformer/layer_\d+/rel_attn/(r_w_bias|r_r_bias|r_s_bias|seg_embed)$")
+ADAM_VARIANTS = ("standard", "no_bias_correction", "tf1")
+LAYER_DECAY_MODES = ("learning_rate", "gradient")
 _EMBEDDING = re.compile(r"^model/transformer/(word_embedding|mask_emb)/")
 # The original's AdamWeightDecayOptimizer: include list checked first, then the exclusions.
 _DECAY_INCLUDE = ("r_s_bias", "r_r_bias", "r_w_bias")
@@ -83,6 +106,15 @@ def layer_lr_multiplier(name: str, n_layer: int, rate: float) -> float:
     return 1.0
 
 
+def layer_gradient_multiplier(name: str, n_layer: int, rate: float) -> float:
+    """The original's factor on the clipped gradient: `rate ** (n_layer - 1 - i)` for variables under
+    `model/transformer/layer_i/` in the original layout, 1 for everything else."""
+    if rate == 1.0 or _STACKED.match(name):
+        return 1.0
+    m = _LAYER.match(name)
+    return rate ** (n_layer - 1 - int(m.group(1))) if m else 1.0
+
+
 def variable_names(model) -> Dict[str, str]:
     """Keras `variable.path` -> original-layout name (falls back to the path for unmapped variables)."""
     names = {v.path: v.path for v in model.trainable_variables}
@@ -93,29 +125,36 @@ def variable_names(model) -> Dict[str, str]:
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetAdamW(keras.optimizers.Optimizer):
-    """Adam with decoupled weight decay (`u = m / (sqrt(v) + eps) + wd * w; w -= lr * mult * u`).
+    """Adam with decoupled weight decay, in the variants of the module docstring.
 
     Args:
       learning_rate: float or schedule.
       weight_decay_rate: decay coefficient, applied to the variables in `decay_paths`.
-      bias_correction: True is standard Adam; False reproduces the original release's
-        `AdamWeightDecayOptimizer` (no bias correction).
-      lr_multipliers: `{variable.path: multiplier}` (per-layer learning-rate decay); default 1.
+      adam_variant: `"standard"`, `"no_bias_correction"` (the original's `AdamWeightDecayOptimizer`) or
+        `"tf1"` (TF1 `AdamOptimizer`).
+      lr_multipliers: `{variable.path: multiplier}` on the learning rate (per-layer decay, mode
+        `learning_rate`); default 1.
+      grad_multipliers: `{variable.path: multiplier}` on the (already clipped) gradient before the moments
+        (per-layer decay, mode `gradient`, as the original); default 1.
       decay_paths: paths of the variables that get weight decay (None = all).
       global_clipnorm etc.: as `keras.optimizers.Optimizer` (clipping happens before the update).
     """
 
     def __init__(self, learning_rate=1e-4, weight_decay_rate: float = 0.0, beta_1: float = 0.9,
-                 beta_2: float = 0.999, epsilon: float = 1e-6, bias_correction: bool = True,
+                 beta_2: float = 0.999, epsilon: float = 1e-6, adam_variant: str = "standard",
                  lr_multipliers: Optional[Dict[str, float]] = None,
+                 grad_multipliers: Optional[Dict[str, float]] = None,
                  decay_paths: Optional[Iterable[str]] = None, name: str = "xlnet_adamw", **kwargs):
         super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+        if adam_variant not in ADAM_VARIANTS:
+            raise ValueError(f"adam_variant must be one of {ADAM_VARIANTS}, got {adam_variant!r}")
         self.weight_decay_rate = float(weight_decay_rate)
         self.beta_1 = beta_1
         self.beta_2 = beta_2
         self.epsilon = epsilon
-        self.bias_correction = bias_correction
+        self.adam_variant = adam_variant
         self.lr_multipliers = dict(lr_multipliers or {})
+        self.grad_multipliers = dict(grad_multipliers or {})
         self.decay_paths = None if decay_paths is None else sorted(decay_paths)
 
     def build(self, var_list):
@@ -125,6 +164,7 @@ class XLNetAdamW(keras.optimizers.Optimizer):
         self._m, self._v = self.add_optimizer_variables(var_list, ["m", "v"])
         decay = None if self.decay_paths is None else set(self.decay_paths)
         self._multiplier = [float(self.lr_multipliers.get(v.path, 1.0)) for v in var_list]
+        self._grad_multiplier = [float(self.grad_multipliers.get(v.path, 1.0)) for v in var_list]
         self._decays = [self.weight_decay_rate > 0 and (decay is None or v.path in decay) for v in var_list]
 
     def update_step(self, gradient, variable, learning_rate):
@@ -133,16 +173,22 @@ class XLNetAdamW(keras.optimizers.Optimizer):
             gradient = tf.convert_to_tensor(gradient)
         dtype = variable.dtype
         gradient = tf.cast(gradient, dtype)
+        if self._grad_multiplier[index] != 1.0:
+            gradient = gradient * self._grad_multiplier[index]
         lr = tf.cast(learning_rate, dtype) * self._multiplier[index]
         m, v = self._m[index], self._v[index]
         self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * gradient)
         self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * tf.square(gradient))
-        m_hat, v_hat = tf.convert_to_tensor(m), tf.convert_to_tensor(v)
-        if self.bias_correction:
-            step = tf.cast(self.iterations + 1, dtype)
-            m_hat = m_hat / (1.0 - tf.pow(tf.cast(self.beta_1, dtype), step))
-            v_hat = v_hat / (1.0 - tf.pow(tf.cast(self.beta_2, dtype), step))
-        update = m_hat / (tf.sqrt(v_hat) + self.epsilon)
+        m_t, v_t = tf.convert_to_tensor(m), tf.convert_to_tensor(v)
+        step = tf.cast(self.iterations + 1, dtype)
+        correction_1 = 1.0 - tf.pow(tf.cast(self.beta_1, dtype), step)
+        correction_2 = 1.0 - tf.pow(tf.cast(self.beta_2, dtype), step)
+        if self.adam_variant == "standard":
+            update = (m_t / correction_1) / (tf.sqrt(v_t / correction_2) + self.epsilon)
+        elif self.adam_variant == "tf1":
+            update = (tf.sqrt(correction_2) / correction_1) * m_t / (tf.sqrt(v_t) + self.epsilon)
+        else:
+            update = m_t / (tf.sqrt(v_t) + self.epsilon)
         if self._decays[index]:
             update += self.weight_decay_rate * tf.convert_to_tensor(variable)
         self.assign_sub(variable, lr * update)
@@ -150,31 +196,52 @@ class XLNetAdamW(keras.optimizers.Optimizer):
     def get_config(self):
         config = super().get_config()
         config.update(weight_decay_rate=self.weight_decay_rate, beta_1=self.beta_1, beta_2=self.beta_2,
-                      epsilon=self.epsilon, bias_correction=self.bias_correction,
-                      lr_multipliers=self.lr_multipliers, decay_paths=self.decay_paths)
+                      epsilon=self.epsilon, adam_variant=self.adam_variant,
+                      lr_multipliers=self.lr_multipliers, grad_multipliers=self.grad_multipliers,
+                      decay_paths=self.decay_paths)
         return config
+
+
+def resolve_adam_variant(adam_variant: str, weight_decay: float) -> str:
+    """`"original"` -> the original release's choice: `no_bias_correction` (its AdamWeightDecayOptimizer)
+    when `weight_decay > 0`, else `tf1` (TF1 AdamOptimizer); other names pass through (validated)."""
+    if adam_variant == "original":
+        return "no_bias_correction" if weight_decay > 0 else "tf1"
+    if adam_variant not in ADAM_VARIANTS:
+        raise ValueError(f"adam_variant must be 'original' or one of {ADAM_VARIANTS}, got {adam_variant!r}")
+    return adam_variant
 
 
 def create_optimizer(model, *, learning_rate: float, train_steps: int, warmup_steps: int = 0,
                      min_lr_ratio: float = 0.0, decay: str = "poly", weight_decay: float = 0.0,
                      adam_epsilon: float = 1e-8, clip: Optional[float] = 1.0,
-                     lr_layer_decay_rate: float = 1.0, bias_correction: bool = True) -> XLNetAdamW:
+                     lr_layer_decay_rate: float = 1.0, lr_layer_decay_mode: str = "learning_rate",
+                     adam_variant: str = "standard") -> XLNetAdamW:
     """The optimizer of every runner, configured from the model's variable names.
 
-    Per-layer learning-rate decay multiplies the *learning rate* of `layer_i`'s variables by
-    `lr_layer_decay_rate ** (n_layer - 1 - i)` and of the embeddings by `rate ** n_layer` (the original
-    scaled clipped gradients instead, which Adam's normalization mostly cancels). Weight decay follows
-    the original's name rules (`uses_weight_decay`). Gradients are clipped by global norm `clip`.
+    Per-layer decay (`lr_layer_decay_rate`, mode `lr_layer_decay_mode`, see the module docstring):
+    `learning_rate` scales the learning rate of `layer_i` and the embeddings; `gradient` reproduces the
+    original (clipped gradients of `layer_i` only). `adam_variant`: a name of `ADAM_VARIANTS` or
+    `"original"` (see `resolve_adam_variant`). Weight decay follows the original's name rules
+    (`uses_weight_decay`). Gradients are clipped by global norm `clip` (the `Trainer` clips globally or
+    per replica, see `training.CLIP_MODES`).
     """
+    if lr_layer_decay_mode not in LAYER_DECAY_MODES:
+        raise ValueError(f"lr_layer_decay_mode must be one of {LAYER_DECAY_MODES}, got {lr_layer_decay_mode!r}")
+    adam_variant = resolve_adam_variant(adam_variant, weight_decay)
     model_vars = model.trainable_variables
     if not model_vars:
         raise ValueError("create_optimizer: the model has no trainable variables (build it first)")
     names = variable_names(model)
     n_layer = model.config.n_layer
-    multipliers = {v.path: layer_lr_multiplier(names[v.path], n_layer, lr_layer_decay_rate)
-                   for v in model_vars}
+    lr_mult, grad_mult = {}, {}
+    for v in model_vars:
+        if lr_layer_decay_mode == "learning_rate":
+            lr_mult[v.path] = layer_lr_multiplier(names[v.path], n_layer, lr_layer_decay_rate)
+        else:
+            grad_mult[v.path] = layer_gradient_multiplier(names[v.path], n_layer, lr_layer_decay_rate)
     decay_paths = [v.path for v in model_vars if uses_weight_decay(names[v.path])]
     schedule = WarmupDecaySchedule(learning_rate, train_steps, warmup_steps, min_lr_ratio, decay)
     return XLNetAdamW(schedule, weight_decay_rate=weight_decay, epsilon=adam_epsilon,
-                      bias_correction=bias_correction, lr_multipliers=multipliers, decay_paths=decay_paths,
-                      global_clipnorm=clip if clip and clip > 0 else None)
+                      adam_variant=adam_variant, lr_multipliers=lr_mult, grad_multipliers=grad_mult,
+                      decay_paths=decay_paths, global_clipnorm=clip if clip and clip > 0 else None)

@@ -15,6 +15,9 @@ import tensorflow as tf
 from xlnet_tf import checkpoints
 
 
+CLIP_MODES = ("global", "per_replica")
+
+
 @dataclasses.dataclass
 class TrainLoopConfig:
     """Loop settings. `save_steps` and `train_steps` must be multiples of `steps_per_loop` (checked)."""
@@ -28,8 +31,14 @@ class TrainLoopConfig:
     global_batch_size: int = 1  # examples per optimizer step (all micro-batches of all replicas)
     seq_len: int = 0  # for tokens/s in the progress line
     gradient_accumulation_steps: int = 1  # micro-batches per optimizer step
+    # "global": clip the global gradient (the same update on any number of replicas); "per_replica": clip
+    # each replica's share of it before the cross-replica sum, as the original's CrossShardOptimizer on
+    # TPU (the effective threshold then grows with the replica count).
+    clip_mode: str = "global"
 
     def validate(self):
+        if self.clip_mode not in CLIP_MODES:
+            raise ValueError(f"--clip_mode must be one of {CLIP_MODES}, got {self.clip_mode!r}")
         if self.train_steps <= 0 or self.steps_per_loop <= 0:
             raise ValueError("--train_steps and --steps_per_loop must be positive")
         if self.gradient_accumulation_steps < 1:
@@ -161,8 +170,10 @@ class Trainer:
                                                   max_to_keep=config.keep_checkpoints,
                                                   checkpoint_name="ckpt")
         self.compute = tf.function(self._compute, jit_compile=config.jit_compile)
-        # float16 loss scaling (a LossScaleOptimizer wrapping ours) unscales and clips by itself
+        # float16 loss scaling: a LossScaleOptimizer wrapping ours (it unscales; we clip, see _replica_step)
         self.loss_scaling = hasattr(self.optimizer, "inner_optimizer")
+        inner = self.optimizer.inner_optimizer if self.loss_scaling else self.optimizer
+        self.clip_norm = inner.global_clipnorm
         # With one replica (no all-reduce, no cross-replica optimizer update) and no loss scaling, the
         # whole step - loss, gradients, clipping and the AdamW update - is one XLA cluster: the gradients-
         # only cluster is 0.80-0.85x as fast (bench/run.py "AdamW outside the XLA cluster").
@@ -203,24 +214,30 @@ class Trainer:
             grads = micro_grads if grads is None else [a + b for a, b in zip(grads, micro_grads)]
             loss_sum += micro_loss
             weight += micro_weight
+        per_replica_clip = self.config.clip_mode == "per_replica" and self.num_replicas > 1
         if self.num_replicas > 1:
-            # All-reduce here so that the *global* gradient is clipped (the optimizer would clip each
-            # replica's part before its own all-reduce); it is handed over divided by the replica count,
-            # since the optimizer sums across replicas again.
             ctx = tf.distribute.get_replica_context()
-            grads, loss_sum, weight = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [grads, loss_sum, weight])
+            if per_replica_clip:  # each replica clips its own share of the global gradient
+                loss_sum, weight = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [loss_sum, weight])
+            else:
+                # All-reduce here so that the *global* gradient is clipped (the optimizer would clip each
+                # replica's part before its own all-reduce).
+                grads, loss_sum, weight = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+                                                         [grads, loss_sum, weight])
         weight = tf.maximum(weight, 1e-9)
-        grads = [g / weight for g in grads]
-        grad_norm = tf.linalg.global_norm(grads)
-        # With loss scaling (float16) the gradients are still scaled here; the wrapped optimizer unscales
-        # and clips them itself (per replica).
-        clip = None if self.loss_scaling else self.optimizer.global_clipnorm
-        if clip:
-            grads, _ = tf.clip_by_global_norm(grads, clip, use_norm=grad_norm)
-        if self.num_replicas > 1:
+        grads = [g / weight for g in grads]  # the global gradient, or this replica's share of it
+        norm = tf.linalg.global_norm(grads)
+        # With float16 loss scaling the gradients are still multiplied by the loss scale: clipping them at
+        # clip x scale clips the true gradient at clip, as in float32 (the wrapped optimizer then only
+        # unscales; a non-finite norm turns them into NaN, which it detects and skips).
+        scale = tf.cast(self.optimizer.dynamic_scale, tf.float32) if self.loss_scaling else 1.0
+        if self.clip_norm:
+            grads, _ = tf.clip_by_global_norm(grads, self.clip_norm * scale, use_norm=norm)
+        if self.num_replicas > 1 and not per_replica_clip:
+            # handed over divided by the replica count, since the optimizer sums across replicas again
             grads = [g / self.num_replicas for g in grads]
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        return loss_sum / weight, grad_norm
+        return loss_sum / weight, norm / scale
 
     def _train_loop(self, iterator, steps):
         loss_sum = tf.constant(0.0)

@@ -70,7 +70,8 @@ class RelativeAttention(keras.layers.Layer):
     Call inputs (batch-major; masks are boolean with **True = may NOT attend**):
       content: `[B, L, D]`; query: `[B, K, D]` or None (single stream).
       pos_emb: `[n_dir, P, D]` from `RelativePositionalEncoding` (n_dir 2 = bi_data: batch rows
-        `[forward half; backward half]`).
+        `[forward half; backward half]`), or `[B, P, D]` with `per_example_positions=True` (training with
+        dropout: an independent dropout mask per example).
       mems: `[B, M, D]` or None. content_mask: `[B, 1|L, M+L]` or None.
       seg_diff: `[B, L, M+L]` bool, True where query and key are in different segments, or None.
       query_mask / query_seg_diff: the same for the query rows (`[B, K, M+L]`, or `[B, L, M+L]` when
@@ -123,11 +124,12 @@ class RelativeAttention(keras.layers.Layer):
     def _project(self, x, kernel):
         return tf.einsum("bld,dnh->blnh", x, self._w(kernel))
 
-    def _project_positions(self, pos_emb, batch):
+    def _project_positions(self, pos_emb, batch, per_example=False):
         """`[n_dir, P, D]` -> `[n_dir, P, H, Dh]`: projected once per direction, shared by the batch rows
         (the reference implementations broadcast the encoding to `[B, P, D]` and project it per example;
-        `bench/variants.py` measures that as an A/B)."""
-        del batch
+        `bench/variants.py` measures that as an A/B). A per-example `[B, P, D]` (dropout) gives
+        `[B, P, H, Dh]`."""
+        del batch, per_example  # the same einsum for both layouts
         return tf.einsum("xpd,dnh->xpnh", pos_emb, self._w(self.r))
 
     def _project_keys_values(self, keys):
@@ -135,8 +137,11 @@ class RelativeAttention(keras.layers.Layer):
         the concatenated kernels is measured as an A/B in `bench/variants.py`)."""
         return self._project(keys, self.k), self._project(keys, self.v)
 
-    def _position_scores(self, q_r, k_r):
-        """q_r `[B, Q, H, Dh]`, k_r `[n_dir, P, H, Dh]` -> `[B, H, Q, P]` (rows of batch half x use k_r[x])."""
+    def _position_scores(self, q_r, k_r, per_example=False):
+        """q_r `[B, Q, H, Dh]`, k_r `[n_dir, P, H, Dh]` -> `[B, H, Q, P]` (rows of batch half x use k_r[x]);
+        with `per_example`, k_r is `[B, P, H, Dh]`."""
+        if per_example:
+            return tf.einsum("bind,bpnd->bnip", q_r, k_r)
         n_dir = k_r.shape[0]
         if n_dir == 1:
             return tf.einsum("bind,pnd->bnip", q_r, k_r[0])
@@ -145,12 +150,13 @@ class RelativeAttention(keras.layers.Layer):
         scores = tf.einsum("xbind,xpnd->xbnip", halves, k_r)
         return tf.reshape(scores, tf.concat([[shape[0]], tf.shape(scores)[2:]], 0))
 
-    def _core(self, q_head, k_head, v_head, k_r, biases, seg_diff, mask, query_pos, qlen, training):
+    def _core(self, q_head, k_head, v_head, k_r, biases, seg_diff, mask, query_pos, qlen, training,
+              per_example=False):
         """Attention of queries `[B, Q, H, Dh]` over keys/values `[B, klen, H, Dh]` -> `[B, Q, H, Dh]`."""
         r_w_bias, r_r_bias, r_s_bias = (self._w(b) for b in biases)
         klen = tf.shape(k_head)[1]
         ac = tf.einsum("bind,bjnd->bnij", q_head + r_w_bias, k_head)
-        bd = self._position_scores(q_head + r_r_bias, k_r)
+        bd = self._position_scores(q_head + r_r_bias, k_r, per_example)
         bd = rel_shift(bd, klen) if query_pos is None else gather_shift(bd, query_pos, qlen, klen)
         score = ac + bd
         if seg_diff is not None:
@@ -169,9 +175,9 @@ class RelativeAttention(keras.layers.Layer):
         return self.layer_norm(out + residual)
 
     # --------------------------------------------------------------------------------------------- call
-    def call(self, content, query=None, *, pos_emb, mems=None, content_mask=None, seg_diff=None,
-             query_mask=None, query_seg_diff=None, query_pos=None, query_weight=None,
-             target_mapping=None, biases=None, training=False):
+    def call(self, content, query=None, *, pos_emb, per_example_positions=False, mems=None,
+             content_mask=None, seg_diff=None, query_mask=None, query_seg_diff=None, query_pos=None,
+             query_weight=None, target_mapping=None, biases=None, training=False):
         if biases is None:
             if not self.own_biases:
                 raise ValueError(f"{self.name}: biases must be passed when own_biases=False")
@@ -179,10 +185,10 @@ class RelativeAttention(keras.layers.Layer):
         qlen = tf.shape(content)[1]
         keys = content if mems is None else tf.concat([tf.cast(mems, content.dtype), content], axis=1)
         k_head, v_head = self._project_keys_values(keys)
-        k_r = self._project_positions(pos_emb, tf.shape(content)[0])
-
+        per_example = per_example_positions
+        k_r = self._project_positions(pos_emb, tf.shape(content)[0], per_example)
         vec = self._core(self._project(content, self.q), k_head, v_head, k_r, biases, seg_diff,
-                         content_mask, None, qlen, training)
+                         content_mask, None, qlen, training, per_example)
         content_out = self._post_attention(content, vec, training)
         if query is None:
             return content_out, None
@@ -192,11 +198,11 @@ class RelativeAttention(keras.layers.Layer):
             mapping = tf.cast(target_mapping, q_head.dtype)
             q_full = tf.einsum("bknd,bkl->blnd", q_head, mapping)
             vec = self._core(q_full, k_head, v_head, k_r, biases, query_seg_diff, query_mask, None, qlen,
-                             training)
+                             training, per_example)
             vec = tf.einsum("blnd,bkl->bknd", vec, mapping)
         else:
             vec = self._core(q_head, k_head, v_head, k_r, biases, query_seg_diff, query_mask, query_pos,
-                             qlen, training)
+                             qlen, training, per_example)
             if query_weight is not None:
                 vec *= tf.cast(query_weight, vec.dtype)[:, :, None, None]
         return content_out, self._post_attention(query, vec, training)

@@ -47,8 +47,10 @@ class XLNetLayer(keras.layers.Layer):
         self.ff.build()
         super().build(input_shape)
 
-    def call(self, content, query=None, training=False, **attention_kwargs):
-        content, query = self.rel_attn(content, query, training=training, **attention_kwargs)
+    def call(self, content, query=None, training=False, per_example_positions=False, **attention_kwargs):
+        # (a Python flag: Keras does not allow mixing it into the tensor kwargs)
+        content, query = self.rel_attn(content, query, training=training,
+                                       per_example_positions=per_example_positions, **attention_kwargs)
         content = self.ff(content, training=training)
         if query is not None:
             query = self.ff(query, training=training)

@@ -1,0 +1,68 @@
+"""Run by tests/test_training_semantics.py in its own process (one strategy per process): one `Trainer`
+step on 2 mirrored logical CPUs with a loss whose per-replica gradients are known, for each clip mode, in
+float32 and with float16 loss scaling. Prints one JSON line: the update per element and the reported
+gradient norm for each setting.
+
+Loss of replica k: `sum_b c_b * sum(all weights)` over its batch; weight = its batch size. So every element's
+global gradient is `sum_all c / 4`, and replica k's share is `sum_{b in k} c_b / 4`: 1.0 and 0.25 here.
+SGD with learning rate 1 makes the update the negated gradient handed to the optimizer.
+"""
+
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from xlnet_tf import distribute, training  # noqa: E402
+from xlnet_tf.config import XLNetConfig  # noqa: E402
+from xlnet_tf.models import XLNetPretrainer  # noqa: E402
+
+CONFIG = XLNetConfig(n_token=20, n_layer=1, d_model=4, n_head=1, d_head=4, d_inner=4, dropout=0.0,
+                     dropatt=0.0)
+C = [[3.0, 1.0], [0.5, 0.5]]  # per replica batch of 2
+
+
+def loss_fn(model, features, mems, training_):
+    total = tf.add_n([tf.reduce_sum(v) for v in model.trainable_variables])
+    return tf.reduce_sum(features["c"]) * total, tf.cast(tf.shape(features["c"])[0], tf.float32), None
+
+
+def dataset_fn(ctx, skip):
+    del ctx, skip  # one pipeline feeds both replicas, alternating: C[0] -> replica 0, C[1] -> replica 1
+    return tf.data.Dataset.from_tensor_slices({"c": tf.constant(C)}).repeat()
+
+
+def main():
+    strategy = distribute.get_strategy("mirrored", num_cpu_replicas=2)
+    assert strategy.num_replicas_in_sync == 2
+    results = {}
+    for name, clip_mode, float16 in (("global", "global", False), ("per_replica", "per_replica", False),
+                                     ("global_float16", "global", True),
+                                     ("per_replica_float16", "per_replica", True)):
+        keras.utils.set_random_seed(0)
+        with strategy.scope():
+            model = XLNetPretrainer(CONFIG)
+            size = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+            optimizer = keras.optimizers.SGD(learning_rate=1.0, global_clipnorm=float(0.3 * np.sqrt(size)))
+            if float16:
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        before = [v.numpy().copy() for v in model.trainable_variables]
+        loop = training.TrainLoopConfig(model_dir=tempfile.mkdtemp(), train_steps=1, steps_per_loop=1,
+                                        save_steps=1, clip_mode=clip_mode)
+        trainer = training.Trainer(strategy, model, optimizer, loss_fn, dataset_fn, loop, log=lambda s: None)
+        history = trainer.train()
+        deltas = np.concatenate([(b - v.numpy()).ravel() for b, v in zip(before, model.trainable_variables)])
+        assert np.allclose(deltas, deltas[0], rtol=1e-5), (name, deltas.min(), deltas.max())
+        results[name] = {"update": float(deltas[0]), "grad_norm": history[-1]["grad_norm"]}
+        results["size"] = size
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()
