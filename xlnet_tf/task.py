@@ -95,6 +95,13 @@ class Task(keras.Model):
         super().compile(optimizer=optimizer, loss=None if self._uses_task_loss else loss, metrics=metrics,
                         weighted_metrics=weighted_metrics, **kwargs)
 
+    def compile_from_config(self, config):
+        """Restores `compile()` from a `.keras` file (its loss is None = the task loss, its metrics the ones
+        resolved at compile time) and builds the optimizer, whose variables are loaded next."""
+        self.compile(**keras.saving.deserialize_keras_object(config))
+        if self.optimizer is not None:
+            self.optimizer.build(self.trainable_variables)  # every variable exists after __init__
+
     def default_metrics(self):
         return []
 
@@ -157,8 +164,9 @@ class Task(keras.Model):
 
     def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None, **kwargs):
         if self.preprocessor is not None and x is not None:
-            x = self._as_dataset(x, y, sample_weight, batch_size, shuffle=kwargs.get("shuffle", True))
+            x = self._as_dataset(x, y, sample_weight, batch_size, shuffle=kwargs.pop("shuffle", True))
             y = sample_weight = batch_size = None
+            kwargs["shuffle"] = False  # shuffled above (arrays) or by the user's tf.data pipeline
             if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
                 vx, vy, vw = keras.utils.unpack_x_y_sample_weight(validation_data)
                 validation_data = self._as_dataset(vx, vy, vw, kwargs.get("validation_batch_size"))
