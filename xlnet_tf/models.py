@@ -25,6 +25,14 @@ def masked_mean(values, weights):
     return tf.math.divide_no_nan(tf.reduce_sum(values * weights), tf.reduce_sum(weights))
 
 
+def token_ids(features):
+    """`features["input_ids"]` as int32 (Keras's distributed build hands the model a float copy of a batch)."""
+    if not hasattr(features, "get"):
+        raise ValueError(f"task models take a dict of features (input_ids, segment_ids, attention_mask, ...), "
+                         f"got {type(features).__name__}; for raw text attach an XLNetPreprocessor")
+    return tf.cast(features["input_ids"], tf.int32)
+
+
 @keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetPretrainer(Task):
     """Permutation language model: backbone query stream at the targets -> tied LM head -> loss.
@@ -59,7 +67,7 @@ class XLNetPretrainer(Task):
         self.lm_head.build()
 
     def call(self, features, mems=None, training=False):
-        out = self.backbone(features["input_ids"], segment_ids=features.get("segment_ids"),
+        out = self.backbone(token_ids(features), segment_ids=features.get("segment_ids"),
                             attention_mask=features.get("attention_mask"), mems=mems,
                             perm_mask=features.get("perm_mask"),
                             target_mapping=features["target_mapping"], training=training)
@@ -187,7 +195,7 @@ class XLNetClassifier(_FineTuningModel):
         self.logit.build((None, self.config.d_model))
 
     def call(self, features, training=False):
-        pooled = self.pooled(features["input_ids"], features.get("segment_ids"),
+        pooled = self.pooled(token_ids(features), features.get("segment_ids"),
                              features.get("attention_mask"), training)
         logits = tf.cast(self.logit(pooled), tf.float32)
         if self.regression:
@@ -259,7 +267,7 @@ class XLNetMultipleChoice(_FineTuningModel):
         self.scorer.build((None, self.config.d_model))
 
     def call(self, features, training=False):
-        ids = features["input_ids"]
+        ids = token_ids(features)
         length = ids.shape[-1]
         flat = lambda x: None if x is None else tf.reshape(x, [-1, length])  # noqa: E731
         pooled = self.pooled(flat(ids), flat(features.get("segment_ids")),
@@ -332,7 +340,7 @@ class XLNetForSquad(Task):
         self.head.build()
 
     def call(self, features, training=False, teacher_forcing=None):
-        hidden = self.backbone(features["input_ids"], segment_ids=features.get("segment_ids"),
+        hidden = self.backbone(token_ids(features), segment_ids=features.get("segment_ids"),
                                attention_mask=features.get("attention_mask"), training=training)["content"]
         teacher_forcing = training if teacher_forcing is None else teacher_forcing
         start_positions = features.get("start_positions") if teacher_forcing else None

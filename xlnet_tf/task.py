@@ -173,6 +173,8 @@ class Task(keras.Model):
             elif validation_data is not None:
                 validation_data = self._as_dataset(validation_data, None, None, None)
             kwargs.pop("validation_batch_size", None)
+        if isinstance(x, tf.data.Dataset):
+            kwargs.setdefault("shuffle", False)  # Keras ignores it for a dataset (and warns)
         return super().fit(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
                            validation_data=validation_data, **kwargs)
 
@@ -187,6 +189,33 @@ class Task(keras.Model):
             x = self._as_dataset(x, None, None, batch_size)
             batch_size = None
         return super().predict(x, batch_size=batch_size, **kwargs)
+
+    def train_step(self, data):
+        """Keras's step, except under global-norm clipping, which is done here as `training.Trainer` does:
+        on the dense gradient (Keras's optimizer would take the norm of the word embedding's sparse gradient
+        with repeated ids counted apart) summed over the replicas (Keras's optimizer would clip each replica's
+        part), so `fit` takes the Trainer's steps on one device and on several."""
+        clip = getattr(self.optimizer, "global_clipnorm", None)
+        if not clip or hasattr(self.optimizer, "inner_optimizer"):
+            return super().train_step(data)  # (a loss-scaling optimizer unscales, then clips, by itself)
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        with tf.GradientTape() as tape:
+            y_pred = self(x, training=True)
+            loss = self.compute_loss(x, y, y_pred, sample_weight, training=True)
+        ctx = tf.distribute.get_replica_context()
+        replicas = ctx.num_replicas_in_sync
+        # The loss tracker averages the replicas' losses, each a share of the global mean (see
+        # `global_weighted_mean`): scaled up by the replica count, as in Keras's own step.
+        self._loss_tracker.update_state(loss * replicas, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
+        variables = self.trainable_weights
+        grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                 for g, v in zip(tape.gradient(loss, variables), variables)]
+        if replicas > 1:
+            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        grads, _ = tf.clip_by_global_norm(grads, clip)
+        # The optimizer sums the replicas' gradients again; its own clipping is then a no-op.
+        self.optimizer.apply_gradients(zip([g / replicas for g in grads], variables))
+        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
     def predict_step(self, data):
         outputs = super().predict_step(data)
