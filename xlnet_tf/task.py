@@ -162,7 +162,16 @@ class Task(keras.Model):
         ds = ds.batch(batch_size or 32)
         return ds.map(self.preprocessor, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
 
+    def _check_features(self, x):
+        """Without a preprocessor, raw text is a user error to name before Keras's data adapters see it."""
+        if self.preprocessor is None and x is not None and not isinstance(x, (Mapping, tf.data.Dataset)):
+            if any(_is_text(v) for v in tf.nest.flatten(x)):
+                raise ValueError(f"{type(self).__name__} got raw text but has no preprocessor: build it with "
+                                 f"preprocessor=XLNetPreprocessor(spiece_model, sequence_length) (or "
+                                 f"from_checkpoint with a spiece.model), or pass a dict of features")
+
     def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None, **kwargs):
+        self._check_features(x)
         if self.preprocessor is not None and x is not None:
             x = self._as_dataset(x, y, sample_weight, batch_size, shuffle=kwargs.pop("shuffle", True))
             y = sample_weight = batch_size = None
@@ -179,12 +188,14 @@ class Task(keras.Model):
                            validation_data=validation_data, **kwargs)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        self._check_features(x)
         if self.preprocessor is not None and x is not None:
             x = self._as_dataset(x, y, sample_weight, batch_size)
             y = sample_weight = batch_size = None
         return super().evaluate(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
 
     def predict(self, x, batch_size=None, **kwargs):
+        self._check_features(x)
         if self.preprocessor is not None:
             x = self._as_dataset(x, None, None, batch_size)
             batch_size = None
@@ -286,6 +297,15 @@ class Task(keras.Model):
         """Task arguments recorded by a fine-tuning runner in `export_info.json` (default: none)."""
         del info
         return {}
+
+
+def _is_text(value) -> bool:
+    """A string, or an array / tensor of strings."""
+    if isinstance(value, (str, bytes)):
+        return True
+    if isinstance(value, (tf.Tensor, tf.RaggedTensor)):
+        return value.dtype == tf.string
+    return isinstance(value, np.ndarray) and value.dtype.kind in ("U", "S", "O")
 
 
 def _read_json(path: str) -> Optional[dict]:
