@@ -172,8 +172,8 @@ def our_train_step(model, feats, mems, kind: str, variant: Variant):
 
     def loss_fn(features):
         if kind == "plm":
-            return model.compute_plm_loss(features, model(features, mems=mems, training=True))
-        return model.compute_loss(features, model(features, training=True))
+            return model.task_loss(features, model(features, mems=mems, training=True))
+        return model.task_loss(features, model(features, training=True))
 
     def grads(features):
         with tf.GradientTape() as tape:

@@ -93,7 +93,7 @@ def test_original_head_names_and_losses(rng):
     inputs["is_real_example"] = np.array([1, 1, 0], np.float32)
     out = reg(inputs)
     expected = np.mean((out["score"].numpy()[:2] - inputs["label"][:2]) ** 2)
-    assert float(reg.compute_loss(inputs, out)) == pytest.approx(expected, rel=1e-5)
+    assert float(reg.task_loss(inputs, out)) == pytest.approx(expected, rel=1e-5)
     mc = XLNetMultipleChoice(CONFIG)
     assert "logits/dense/kernel" in checkpoints.model_variables(mc)
     assert mc.config.mem_len is None and not mc.config.bi_data

@@ -36,7 +36,7 @@ def test_mixed_precision_forward_is_finite_and_close(rng, policy):
         scale = np.abs(expected[key].numpy()).max()
         tol = 0.06 if policy == "mixed_bfloat16" else 0.01
         assert np.abs(value - expected[key].numpy()).max() <= tol * max(scale, 1.0), key
-    loss = model.compute_plm_loss(features, out)
+    loss = model.task_loss(features, out)
     assert np.isfinite(loss.numpy())
 
 
@@ -48,7 +48,7 @@ def test_train_step_compiles_with_xla_and_matches_eager(rng):
     def step(features, mems):
         with tf.GradientTape() as tape:
             out = model(features, mems=mems, training=True)
-            loss = model.compute_plm_loss(features, out)
+            loss = model.task_loss(features, out)
         grads = tape.gradient(loss, model.trainable_variables)
         return loss, tf.linalg.global_norm(grads), out["new_mems"]
 
@@ -60,7 +60,7 @@ def test_train_step_compiles_with_xla_and_matches_eager(rng):
     assert all(m.shape == (2, 4, CONFIG.d_model) for m in new_mems)
     # every gradient is defined (no variable silently disconnected)
     with tf.GradientTape() as tape:
-        loss = model.compute_plm_loss(features, model(features, mems=mems, training=True))
+        loss = model.task_loss(features, model(features, mems=mems, training=True))
     grads = tape.gradient(loss, model.trainable_variables)
     assert all(g is not None for g in grads)
     # the concrete function is fully static

@@ -119,9 +119,9 @@ def test_mems_flow(records):
     carried, zeroed, mems = [], [], zeros
     for features in batches:
         out = model(features, mems=mems)
-        carried.append(float(model.compute_plm_loss(features, out)))
+        carried.append(float(model.task_loss(features, out)))
         mems = out["new_mems"]
-        zeroed.append(float(model.compute_plm_loss(features, model(features, mems=zeros))))
+        zeroed.append(float(model.task_loss(features, model(features, mems=zeros))))
     assert carried[0] == zeroed[0]
     assert all(abs(a - b) > 1e-3 * abs(b) for a, b in zip(carried[1:], zeroed[1:])), (carried, zeroed)
 
@@ -157,7 +157,7 @@ def test_dataset_is_static_and_step_compiles_with_xla(records):
     def step(features, mems):
         with tf.GradientTape() as tape:
             out = model(features, mems=mems, training=True)
-            loss = model.compute_plm_loss(features, out)
+            loss = model.task_loss(features, out)
         return loss, tape.gradient(loss, model.trainable_variables), out["new_mems"]
 
     features = next(iter(ds))

@@ -75,7 +75,7 @@ def test_training_loss_matches_hf_span_loss(rng):
         ref = hf(**_torch(f, "input_ids", "attention_mask", "p_mask", "start_positions", "end_positions"),
                  token_type_ids=torch.tensor(f["segment_ids"])).loss.item()
     out = ours(f, training=True)
-    assert abs(float(ours.compute_loss(f, out)) - ref) <= 1e-5
+    assert abs(float(ours.task_loss(f, out)) - ref) <= 1e-5
 
 
 def test_answer_class_loss_and_names(rng):
@@ -85,8 +85,8 @@ def test_answer_class_loss_and_names(rng):
     span_only = XLNetForSquad(CONFIG, use_answer_class=False)
     span_only.set_weights([w for w, v in zip(ours.get_weights(), ours.weights) if "answer_class" not in v.path])
     bce = tf.nn.sigmoid_cross_entropy_with_logits(labels=f["is_impossible"], logits=out["cls_logits"])
-    expected = float(span_only.compute_loss(f, span_only(f, training=True))) + 0.5 * float(tf.reduce_mean(bce))
-    assert abs(float(ours.compute_loss(f, out)) - expected) < 1e-5
+    expected = float(span_only.task_loss(f, span_only(f, training=True))) + 0.5 * float(tf.reduce_mean(bce))
+    assert abs(float(ours.task_loss(f, out)) - expected) < 1e-5
     names = set(checkpoints.model_variables(ours))
     assert {"start_logits/dense/kernel", "end_logits/LayerNorm/gamma", "answer_class/dense_1/kernel"} <= names
     assert "answer_class/dense_1/bias" not in names

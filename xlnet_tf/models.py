@@ -1,4 +1,9 @@
-"""Task models: `XLNetBackbone` + head + loss."""
+"""Task models: `XLNetBackbone` + head + loss, each a Keras model that `compile`/`fit`/`evaluate`/`predict`
+(and, for text classification, raw text through an `XLNetPreprocessor`) drive as any Keras model (`task.Task`).
+
+Loss names: `per_example_loss` / `per_token_loss` (unreduced), `task_loss(features, outputs, sample_weight=None)`
+(the weighted mean `fit` optimizes); Keras's own `compute_loss(x, y, y_pred, sample_weight)` is `Task`'s.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from xlnet_tf import initializers
 from xlnet_tf.backbone import XLNetBackbone
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.heads import LMHead, SequenceSummary, SquadHead
+from xlnet_tf.task import Task, combine_weights, global_weighted_mean
 
 
 def masked_mean(values, weights):
@@ -19,8 +25,16 @@ def masked_mean(values, weights):
     return tf.math.divide_no_nan(tf.reduce_sum(values * weights), tf.reduce_sum(weights))
 
 
+def token_ids(features):
+    """`features["input_ids"]` as int32 (Keras's distributed build hands the model a float copy of a batch)."""
+    if not hasattr(features, "get"):
+        raise ValueError(f"task models take a dict of features (input_ids, segment_ids, attention_mask, ...), "
+                         f"got {type(features).__name__}; for raw text attach an XLNetPreprocessor")
+    return tf.cast(features["input_ids"], tf.int32)
+
+
 @keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetPretrainer(keras.Model):
+class XLNetPretrainer(Task):
     """Permutation language model: backbone query stream at the targets -> tied LM head -> loss.
 
     Args:
@@ -31,9 +45,14 @@ class XLNetPretrainer(keras.Model):
     optionally `attention_mask [B, L]` (1 = real). Returns `{"logits": [B, P, n_token] float32,
     "new_mems": list or None, "content": [B, L, D], "query": [B, P, D]}`.
 
-    `compute_plm_loss(features, outputs)` is the mean cross-entropy over `target_mask` (`[B, P]`, 1 = real
-    slot) against `target_ids [B, P]`; `plm_metrics` adds the accuracy on the same slots.
+    `task_loss(features, outputs)` is the mean cross-entropy over `target_mask` (`[B, P]`, 1 = real
+    slot) against `target_ids [B, P]`; `plm_metrics` adds the accuracy on the same slots. Keras: `fit` on the
+    records' feature dicts (labels inside); no memories across batches there (`config.mem_len` must be
+    unset; `training.Trainer` carries them).
     """
+
+    label_key = None  # labels: target_ids and target_mask
+    default_learning_rate = 1e-4
 
     def __init__(self, config: Union[XLNetConfig, dict], query_stream: str = "targets", **kwargs):
         super().__init__(**kwargs)
@@ -48,7 +67,7 @@ class XLNetPretrainer(keras.Model):
         self.lm_head.build()
 
     def call(self, features, mems=None, training=False):
-        out = self.backbone(features["input_ids"], segment_ids=features.get("segment_ids"),
+        out = self.backbone(token_ids(features), segment_ids=features.get("segment_ids"),
                             attention_mask=features.get("attention_mask"), mems=mems,
                             perm_mask=features.get("perm_mask"),
                             target_mapping=features["target_mapping"], training=training)
@@ -60,8 +79,23 @@ class XLNetPretrainer(keras.Model):
         return tf.nn.sparse_softmax_cross_entropy_with_logits(
             labels=tf.cast(features["target_ids"], tf.int32), logits=outputs["logits"])
 
-    def compute_plm_loss(self, features, outputs):
-        return masked_mean(self.per_token_loss(features, outputs), features["target_mask"])
+    def task_loss(self, features, outputs, sample_weight=None):
+        """Mean cross-entropy over the real target slots (`target_mask`, times `sample_weight [B]`)."""
+        weights = self.keras_targets(features, outputs)[2]
+        return global_weighted_mean(self.per_token_loss(features, outputs), combine_weights(weights, sample_weight))
+
+    def keras_targets(self, features, outputs):
+        return features["target_ids"], outputs["logits"], features["target_mask"]
+
+    def default_metrics(self):
+        return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+
+    def compile(self, *args, **kwargs):
+        if self.config.mem_len:
+            raise ValueError(f"XLNetPretrainer.compile: config.mem_len={self.config.mem_len}, but Keras fit/evaluate "
+                             f"do not carry Transformer-XL memories across batches; build the model with "
+                             f"mem_len=None for Keras, or train with xlnet_tf.training.Trainer (run/pretrain.py)")
+        super().compile(*args, **kwargs)
 
     def plm_metrics(self, features, outputs):
         """Returns `(loss, accuracy, number of real target slots)` for the batch."""
@@ -79,7 +113,7 @@ class XLNetPretrainer(keras.Model):
         return {"model/lm_loss/bias": self.lm_head.bias}
 
     def get_config(self):
-        return {"config": self.config.to_dict(), "query_stream": self.query_stream, "name": self.name}
+        return {**super().get_config(), "config": self.config.to_dict(), "query_stream": self.query_stream}
 
 
 def finetuning_config(config) -> XLNetConfig:
@@ -105,7 +139,7 @@ def _summary_variables(summary: SequenceSummary, scope: str = "model/sequnece_su
     return out
 
 
-class _FineTuningModel(keras.Model):
+class _FineTuningModel(Task):
     """Backbone (no memories, no perm mask) + sequence summary; subclasses add the output layer."""
 
     def __init__(self, config, summary_type: str = "last", use_proj: bool = True, **kwargs):
@@ -137,10 +171,16 @@ class XLNetClassifier(_FineTuningModel):
 
     Call: `model(features)` with `input_ids [B, L]`, `segment_ids [B, L]`, `attention_mask [B, L]`
     (1 = real; inputs left-padded with `<cls>` last) -> `{"logits": [B, num_labels]}` (float32) or
-    `{"score": [B]}`. `compute_loss(features, outputs)`: mean cross-entropy / squared error over the
+    `{"score": [B]}`. `task_loss(features, outputs)`: mean cross-entropy / squared error over the
     batch, weighted by `is_real_example` when present. Original scopes: `model/sequnece_summary`,
     `model/classification_{task_name}/logit` or `model/regression_{task_name}/logit`.
+
+    Keras: `preprocessor=XLNetPreprocessor(...)` lets `fit`/`evaluate`/`predict` take raw text
+    (`(text, label)`, `((text_a, text_b), label)`); `compile()` defaults to this loss and accuracy (MSE
+    for regression).
     """
+
+    takes_text = True
 
     def __init__(self, config, num_labels: int = 2, regression: bool = False, task_name: str = "task",
                  summary_type: str = "last", use_proj: bool = True, **kwargs):
@@ -156,7 +196,7 @@ class XLNetClassifier(_FineTuningModel):
         self.logit.build((None, self.config.d_model))
 
     def call(self, features, training=False):
-        pooled = self.pooled(features["input_ids"], features.get("segment_ids"),
+        pooled = self.pooled(token_ids(features), features.get("segment_ids"),
                              features.get("attention_mask"), training)
         logits = tf.cast(self.logit(pooled), tf.float32)
         if self.regression:
@@ -169,10 +209,32 @@ class XLNetClassifier(_FineTuningModel):
         return tf.nn.sparse_softmax_cross_entropy_with_logits(
             labels=tf.cast(features["label"], tf.int32), logits=outputs["logits"])
 
-    def compute_loss(self, features, outputs):
-        weights = features.get("is_real_example")
-        losses = self.per_example_loss(features, outputs)
-        return tf.reduce_mean(losses) if weights is None else masked_mean(losses, weights)
+    def task_loss(self, features, outputs, sample_weight=None):
+        return global_weighted_mean(self.per_example_loss(features, outputs),
+                                    combine_weights(features.get("is_real_example"), sample_weight))
+
+    def keras_targets(self, features, outputs):
+        if self.regression:
+            return tf.cast(features["label"], tf.float32), outputs["score"], features.get("is_real_example")
+        return features["label"], outputs["logits"], features.get("is_real_example")
+
+    def default_metrics(self):
+        if self.regression:
+            return [keras.metrics.MeanSquaredError(name="mse")]
+        return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+
+    @classmethod
+    def task_kwargs_from_export_info(cls, info):
+        out = {}
+        if info.get("task") in ("classifier", "regression"):
+            out["regression"] = info["task"] == "regression"
+            if info.get("num_labels"):
+                out["num_labels"] = max(int(info["num_labels"]), 2)
+        for ours, theirs in (("task_name", "task_name"), ("summary_type", "summary_type"),
+                             ("use_proj", "use_summ_proj")):
+            if theirs in info:
+                out[ours] = info[theirs]
+        return out
 
     def original_variables(self):
         kind = "regression" if self.regression else "classification"
@@ -182,9 +244,9 @@ class XLNetClassifier(_FineTuningModel):
         return out
 
     def get_config(self):
-        return {"config": self.config.to_dict(), "num_labels": self.num_labels, "regression": self.regression,
-                "task_name": self.task_name, "summary_type": self.summary_type, "use_proj": self.use_proj,
-                "name": self.name}
+        return {**super().get_config(), "config": self.config.to_dict(), "num_labels": self.num_labels,
+                "regression": self.regression, "task_name": self.task_name, "summary_type": self.summary_type,
+                "use_proj": self.use_proj}
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -192,8 +254,9 @@ class XLNetMultipleChoice(_FineTuningModel):
     """Multiple choice (RACE): every choice packed as its own sequence, one score each.
 
     Call: `model(features)` with `input_ids`, `segment_ids`, `attention_mask` `[B, C, L]` ->
-    `{"logits": [B, C]}` float32. `compute_loss`: mean cross-entropy against `label [B]` (weighted by
-    `is_real_example` when present). Original scope of the scorer: `logits/dense`.
+    `{"logits": [B, C]}` float32. `task_loss`: mean cross-entropy against `label [B]` (weighted by
+    `is_real_example` when present). Original scope of the scorer: `logits/dense`. Keras: `compile()`
+    defaults to this loss and accuracy.
     """
 
     def __init__(self, config, num_choices: int = 4, summary_type: str = "last", use_proj: bool = True,
@@ -205,7 +268,7 @@ class XLNetMultipleChoice(_FineTuningModel):
         self.scorer.build((None, self.config.d_model))
 
     def call(self, features, training=False):
-        ids = features["input_ids"]
+        ids = token_ids(features)
         length = ids.shape[-1]
         flat = lambda x: None if x is None else tf.reshape(x, [-1, length])  # noqa: E731
         pooled = self.pooled(flat(ids), flat(features.get("segment_ids")),
@@ -217,10 +280,20 @@ class XLNetMultipleChoice(_FineTuningModel):
         return tf.nn.sparse_softmax_cross_entropy_with_logits(
             labels=tf.cast(features["label"], tf.int32), logits=outputs["logits"])
 
-    def compute_loss(self, features, outputs):
-        losses = self.per_example_loss(features, outputs)
-        weights = features.get("is_real_example")
-        return tf.reduce_mean(losses) if weights is None else masked_mean(losses, weights)
+    def task_loss(self, features, outputs, sample_weight=None):
+        return global_weighted_mean(self.per_example_loss(features, outputs),
+                                    combine_weights(features.get("is_real_example"), sample_weight))
+
+    def keras_targets(self, features, outputs):
+        return features["label"], outputs["logits"], features.get("is_real_example")
+
+    def default_metrics(self):
+        return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+
+    @classmethod
+    def task_kwargs_from_export_info(cls, info):
+        return {ours: info[theirs] for ours, theirs in (("summary_type", "summary_type"), ("use_proj", "use_summ_proj"))
+                if theirs in info}
 
     def original_variables(self):
         out = _summary_variables(self.sequence_summary)
@@ -229,21 +302,29 @@ class XLNetMultipleChoice(_FineTuningModel):
         return out
 
     def get_config(self):
-        return {"config": self.config.to_dict(), "num_choices": self.num_choices,
-                "summary_type": self.summary_type, "use_proj": self.use_proj, "name": self.name}
+        return {**super().get_config(), "config": self.config.to_dict(), "num_choices": self.num_choices,
+                "summary_type": self.summary_type, "use_proj": self.use_proj}
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
-class XLNetForSquad(keras.Model):
+class XLNetForSquad(Task):
     """Span extraction (SQuAD 1.1 / 2.0) with XLNet's beam-search head (see `heads.SquadHead`).
 
     Call: `model(features, training)` with `input_ids`, `segment_ids`, `attention_mask` (1 = real), `p_mask`
     (1 = cannot be in the answer) `[B, L]`, `cls_index [B]`, and when training `start_positions`,
     `end_positions`, `is_impossible [B]`. Training uses the gold start for the end logits; inference
-    returns the top-k arrays. `compute_loss`: `(CE_start + CE_end) / 2 (+ BCE(cls_logits, is_impossible) / 2
-    with the answer class)`, as the original. Original scopes (outside `model/`): `start_logits/dense`,
+    returns the top-k arrays (`teacher_forcing=True` returns the training outputs at inference).
+    `task_loss`: `(CE_start + CE_end) / 2 (+ BCE(cls_logits, is_impossible) / 2 with the answer class)`, as
+    the original. Original scopes (outside `model/`): `start_logits/dense`,
     `end_logits/{dense_0,LayerNorm,dense_1}`, `answer_class/{dense_0,dense_1}`.
+
+    Keras: labels are the features `start_positions`, `end_positions` (and `is_impossible`), inside `x` or
+    as a dict `y`; `evaluate` recomputes the teacher-forced outputs for its loss; `compile()` defaults to
+    this loss and the start / end accuracies (and the answer class's).
     """
+
+    label_key = None
+    default_learning_rate = 3e-5
 
     def __init__(self, config, start_n_top: int = 5, end_n_top: int = 5, use_answer_class: bool = True,
                  **kwargs):
@@ -259,15 +340,51 @@ class XLNetForSquad(keras.Model):
         self.backbone.build()
         self.head.build()
 
-    def call(self, features, training=False):
-        hidden = self.backbone(features["input_ids"], segment_ids=features.get("segment_ids"),
+    def call(self, features, training=False, teacher_forcing=None):
+        hidden = self.backbone(token_ids(features), segment_ids=features.get("segment_ids"),
                                attention_mask=features.get("attention_mask"), training=training)["content"]
-        start_positions = features.get("start_positions") if training else None
+        teacher_forcing = training if teacher_forcing is None else teacher_forcing
+        start_positions = features.get("start_positions") if teacher_forcing else None
         return self.head(hidden, features.get("p_mask"), features.get("cls_index"), start_positions,
                          training=training)
 
-    def compute_loss(self, features, outputs):
-        return tf.reduce_mean(self.per_example_loss(features, outputs))
+    def task_loss(self, features, outputs, sample_weight=None):
+        return global_weighted_mean(self.per_example_loss(features, outputs),
+                                    combine_weights(features.get("is_real_example"), sample_weight))
+
+    def outputs_for_loss(self, features, outputs):
+        """Inference outputs (top-k) carry no gold-start end log-probabilities: recompute them once per traced
+        step (Keras calls the loss and the metrics with the same `outputs`)."""
+        if "start_log_probs" in outputs:
+            return outputs
+        cached = getattr(self, "_teacher_forced", None)
+        if cached is None or cached[0] is not outputs:
+            cached = (outputs, self(features, training=False, teacher_forcing=True))
+            self._teacher_forced = cached
+        return cached[1]
+
+    def keras_targets(self, features, outputs):
+        y_true = {"start": features["start_positions"], "end": features["end_positions"]}
+        y_pred = {"start": outputs["start_log_probs"], "end": outputs["end_log_probs"]}
+        if self.use_answer_class:
+            y_true["answer_class"] = tf.cast(features["is_impossible"], tf.float32)
+            y_pred["answer_class"] = outputs["cls_logits"]
+        return y_true, y_pred, features.get("is_real_example")
+
+    def default_metrics(self):
+        """Keras names them `start_accuracy`, `end_accuracy`, `answer_class_accuracy`."""
+        metrics = {"start": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+                   "end": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
+        if self.use_answer_class:  # logits: > 0 is "impossible"
+            metrics["answer_class"] = [keras.metrics.BinaryAccuracy(name="accuracy", threshold=0.0)]
+        return metrics
+
+    @classmethod
+    def task_kwargs_from_export_info(cls, info):
+        out = {k: info[k] for k in ("start_n_top", "end_n_top") if k in info}
+        if "version_2_with_negative" in info:
+            out["use_answer_class"] = bool(info["version_2_with_negative"])
+        return out
 
     def per_example_loss(self, features, outputs):
         def gold_nll(log_probs, positions):
@@ -297,5 +414,5 @@ class XLNetForSquad(keras.Model):
         return None  # variables are created in __init__
 
     def get_config(self):
-        return {"config": self.config.to_dict(), "start_n_top": self.start_n_top, "end_n_top": self.end_n_top,
-                "use_answer_class": self.use_answer_class, "name": self.name}
+        return {**super().get_config(), "config": self.config.to_dict(), "start_n_top": self.start_n_top,
+                "end_n_top": self.end_n_top, "use_answer_class": self.use_answer_class}

@@ -1,6 +1,7 @@
-"""In-graph (TensorFlow + tensorflow-text) XLNet preprocessing for serving: the same normalization,
-SentencePiece pieces (digit-comma re-split included) and packing as `xlnet_tf.tokenization` and the
-record builders, so a SavedModel takes raw UTF-8 strings and produces exactly the training-time ids.
+"""In-graph (TensorFlow + tensorflow-text) XLNet preprocessing for serving and Keras training: the same
+normalization, SentencePiece pieces (digit-comma re-split included) and packing as `xlnet_tf.tokenization`
+and the record builders, so a SavedModel (and `XLNetPreprocessor` in a `tf.data` pipeline) takes raw UTF-8
+strings and produces exactly the training-time ids.
 
 Packing follows the fine-tuning records: `A <sep> B <sep> <cls>`, left-padded with id 0, segment ids
 A=0, B=1, CLS=2, pad=4, `attention_mask` 1 = real token; the longer segment is truncated first.
@@ -13,6 +14,7 @@ import sys
 import unicodedata
 from typing import Optional, Tuple
 
+import keras
 import tensorflow as tf
 
 from xlnet_tf import tokenization
@@ -192,3 +194,125 @@ def left_pad(tokens, segs, max_seq_length: int):
     segment_ids = tf.concat([seg_pad, segs], axis=1).to_tensor(shape=[None, max_seq_length])
     return (tf.cast(input_ids, tf.int32), tf.cast(segment_ids, tf.int32),
             mask.to_tensor(shape=[None, max_seq_length]))
+
+
+def encode_and_pack(encoder: XLNetTextEncoder, text, text_b, max_seq_length: int):
+    """Raw strings `[N]` (and `text_b [N]`, or None) -> `input_ids`, `segment_ids` int32 and
+    `attention_mask` float32 `[N, max_seq_length]` (1 = real token), left-padded: the one text-to-features
+    path of serving (`serving.ServingModule`) and Keras training (`XLNetPreprocessor`)."""
+    ids_b = None if text_b is None else encoder.encode(text_b)
+    return pack_pair(encoder.encode(text), ids_b, max_seq_length)
+
+
+def _read_proto(spiece_model) -> bytes:
+    """A SentencePiece model as bytes: `spiece_model` is the serialized model or a path to it."""
+    if isinstance(spiece_model, bytes):
+        return spiece_model
+    if not tf.io.gfile.exists(spiece_model):
+        raise ValueError(f"spiece_model: no SentencePiece model at {spiece_model!r} (pass the path of "
+                         f"spiece.model or its bytes)")
+    with tf.io.gfile.GFile(spiece_model, "rb") as f:
+        return f.read()
+
+
+@keras.saving.register_keras_serializable(package="xlnet_tf")
+class XLNetPreprocessor(keras.layers.Layer):
+    """Raw text -> classifier features, in-graph (KerasHub's *preprocessor*: what `fit`/`predict` map over
+    raw `tf.data`, the same tokenization and packing as the SavedModel's `serving_default`).
+
+    Args:
+      spiece_model: path of the SentencePiece model (`spiece.model`) or its bytes; None only when the
+        layer is restored from a `.keras` file (the model travels as an asset, `spiece.model`).
+      sequence_length: packed length L (`A <sep> B <sep> <cls>`, left-padded, longer pair truncated first).
+      uncased, keep_accents: as `tokenization.XLNetTokenizer` (must match the pretrained model).
+
+    Call: `preprocessor(x, y=None, sample_weight=None)` with `x` a string tensor `[B]` (or a scalar string,
+    e.g. mapped before batching), or a pair `(text_a, text_b)`; a dict that already holds `input_ids` is
+    passed through. Returns `x` (or `(x, y)`, `(x, y, sample_weight)` when given) with `x = {"input_ids":
+    [B, L] int32, "segment_ids": [B, L] int32 (0 A, 1 B, 2 CLS, 4 pad), "attention_mask": [B, L] float32
+    (1 = real token, 0 = padding)}` (`[L]` each for a scalar string).
+    """
+
+    def __init__(self, spiece_model=None, sequence_length: int = 128, uncased: bool = False,
+                 keep_accents: bool = False, **kwargs):
+        kwargs.setdefault("trainable", False)
+        super().__init__(**kwargs)
+        if sequence_length < 3:
+            raise ValueError(f"XLNetPreprocessor: sequence_length must be >= 3 (room for <sep> <sep> <cls>), "
+                             f"got {sequence_length}")
+        self.sequence_length = int(sequence_length)
+        self.uncased = uncased
+        self.keep_accents = keep_accents
+        self.encoder = None
+        self._proto = None
+        if spiece_model is not None:
+            self.set_spiece_model(spiece_model)
+        # Strings in, int/float features out: no input conversion or autocasting (as KerasHub's
+        # preprocessing layers).
+        self._convert_input_args = False
+        self._allow_non_tensor_positional_args = True
+        self.built = True
+
+    def set_spiece_model(self, spiece_model) -> None:
+        """Loads the SentencePiece model (path or bytes)."""
+        self._proto = _read_proto(spiece_model)
+        self.encoder = XLNetTextEncoder(self._proto, uncased=self.uncased, keep_accents=self.keep_accents)
+
+    @property
+    def spiece_proto(self) -> bytes:
+        """The serialized SentencePiece model."""
+        self._check_ready()
+        return self._proto
+
+    def _check_ready(self):
+        if self.encoder is None:
+            raise ValueError(f"{self.name}: no SentencePiece model; pass spiece_model= (or load the layer "
+                             f"with keras.models.load_model, which restores it)")
+
+    def call(self, x, y=None, sample_weight=None):
+        self._check_ready()
+        if isinstance(x, dict):
+            if "input_ids" not in x:
+                raise ValueError(f"{self.name}: got a dict without 'input_ids' ({sorted(x)}); pass raw strings, "
+                                 f"a (text_a, text_b) pair, or packed features")
+            return keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
+        if isinstance(x, (tuple, list)):
+            if len(x) not in (1, 2):
+                raise ValueError(f"{self.name}: x must be texts or a (text_a, text_b) pair, got {len(x)} "
+                                 f"segments")
+            text, text_b = x[0], (x[1] if len(x) == 2 else None)
+        else:
+            text, text_b = x, None
+        text = tf.convert_to_tensor(text)
+        text_b = None if text_b is None else tf.convert_to_tensor(text_b)
+        if text.dtype != tf.string or (text_b is not None and text_b.dtype != tf.string):
+            raise ValueError(f"{self.name}: expects string tensors, got {text.dtype}"
+                             f"{'' if text_b is None else ' and ' + str(text_b.dtype)}")
+        scalar = text.shape.rank == 0
+        if scalar:
+            text = text[None]
+            text_b = None if text_b is None else text_b[None]
+        ids, segs, mask = encode_and_pack(self.encoder, text, text_b, self.sequence_length)
+        features = {"input_ids": ids, "segment_ids": segs, "attention_mask": mask}
+        if scalar:
+            features = {k: v[0] for k, v in features.items()}
+        return keras.utils.pack_x_y_sample_weight(features, y, sample_weight)
+
+    def compute_output_spec(self, x, y=None, sample_weight=None):  # noqa: D102 (symbolic shapes)
+        lead = tuple(x.shape[:1]) if not isinstance(x, (tuple, list, dict)) else (None,)
+        spec = lambda dtype: keras.KerasTensor(lead + (self.sequence_length,), dtype)  # noqa: E731
+        features = {"input_ids": spec("int32"), "segment_ids": spec("int32"), "attention_mask": spec("float32")}
+        return keras.utils.pack_x_y_sample_weight(features, y, sample_weight)
+
+    # The SentencePiece model is a file in the `.keras` archive, not a config value.
+    def save_assets(self, dir_path):
+        with tf.io.gfile.GFile(f"{dir_path}/spiece.model", "wb") as f:
+            f.write(self.spiece_proto)
+
+    def load_assets(self, dir_path):
+        self.set_spiece_model(f"{dir_path}/spiece.model")
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(sequence_length=self.sequence_length, uncased=self.uncased, keep_accents=self.keep_accents)
+        return config

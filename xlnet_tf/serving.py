@@ -93,8 +93,7 @@ class ServingModule(tf.Module):
                 "label": tf.gather(self.labels, label_id)}
 
     def _pack_texts(self, text, text_b=None):
-        ids_b = None if text_b is None else self.encoder.encode(text_b)
-        return preprocessing.pack_pair(self.encoder.encode(text), ids_b, self.max_seq_length)
+        return preprocessing.encode_and_pack(self.encoder, text, text_b, self.max_seq_length)
 
     # ------------------------------------------------------------------------------------------ RACE
     def _race_qa(self, question, options):
