@@ -37,6 +37,9 @@ def define_flags():
     flags.DEFINE_integer("perm_size", None, "Factorization block size (checked if given).")
     flags.DEFINE_bool("bi_data", True, "Bidirectional data (must match the records).")
     flags.DEFINE_integer("mem_len", 384, "Memory length (0 = no memory).")
+    flags.DEFINE_enum("objective", "plm", ["plm", "mlm"], "plm: XLNet's permutation LM (query stream). "
+                      "mlm: BERT's masked LM from the content stream, full attention within each part. "
+                      "Must match the records' (tfrecords/build_pretrain.py --objective).")
 
 
 def run():
@@ -59,11 +62,17 @@ def run():
                          f"{replicas} replicas of the strategy")
     per_replica = FLAGS.train_batch_size // replicas
     data_args = dict(seq_len=FLAGS.seq_len, reuse_len=FLAGS.reuse_len, num_predict=FLAGS.num_predict,
-                     spiece_model=FLAGS.spiece_model, perm_size=FLAGS.perm_size, bi_data=FLAGS.bi_data)
+                     spiece_model=FLAGS.spiece_model, perm_size=FLAGS.perm_size, bi_data=FLAGS.bi_data,
+                     objective=FLAGS.objective)
     # Validate the manifest against the flags before building anything.
     manifest_lib.validate_pretrain_manifest(
         manifest_lib.read_manifest(FLAGS.record_dir), global_batch_size=FLAGS.train_batch_size,
         num_replicas=replicas, **data_args)
+    if FLAGS.eval_records_dir:
+        eval_manifest = manifest_lib.read_manifest(FLAGS.eval_records_dir)
+        layout = eval_manifest["stream_layout"]
+        manifest_lib.validate_pretrain_manifest(eval_manifest, global_batch_size=layout["global_batch_size"],
+                                                num_replicas=layout["num_replicas"], **data_args)
     config = common_flags.model_config_from_flags(FLAGS, mem_len=FLAGS.mem_len, reuse_len=FLAGS.reuse_len,
                                                   bi_data=FLAGS.bi_data)
     config.validate(batch_size=per_replica, seq_len=FLAGS.seq_len)
@@ -72,7 +81,7 @@ def run():
 
     keras.utils.set_random_seed(FLAGS.seed)
     with strategy.scope():
-        model = XLNetPretrainer(config, dtype=common_flags.dtype_policy(FLAGS))
+        model = XLNetPretrainer(config, objective=FLAGS.objective, dtype=common_flags.dtype_policy(FLAGS))
         if FLAGS.init_checkpoint:
             checkpoints.load_init_checkpoint(model, FLAGS.init_checkpoint)
         optimizer = optimization.create_optimizer(
@@ -137,7 +146,8 @@ def run():
     print(f"Final weights (usable as --init_checkpoint): {os.path.dirname(final)}", flush=True)
     if len(eval_results) > 1:
         first, last = eval_results[0], eval_results[-1]
-        print(f"Held-out permutation-LM loss: {first['loss']:.4f} (step {first['step']}) -> "
+        name = {"plm": "permutation-LM", "mlm": "masked-LM"}[FLAGS.objective]
+        print(f"Held-out {name} loss: {first['loss']:.4f} (step {first['step']}) -> "
               f"{last['loss']:.4f} (step {last['step']}); accuracy {first['accuracy']:.4f} -> "
               f"{last['accuracy']:.4f}; unigram baseline {baseline['loss']:.4f}", flush=True)
     return {"history": history, "eval": eval_results, "final_checkpoint": final, "unigram_baseline": baseline}

@@ -53,6 +53,13 @@ def define_flags():
     flags.DEFINE_bool("use_eod", True, "Close every document with <eod>.")
     flags.DEFINE_bool("skip_invalid_utf8", False, "Skip (and count) lines that are not "
                       "UTF-8 instead of failing.")
+    flags.DEFINE_enum("objective", "plm", ["plm", "mlm"], "plm: XLNet's permutation LM (span masks + "
+                      "factorization orders). mlm: BERT's masked LM on the same spans and records "
+                      "(--mlm_mask_rate of the tokens; <mask> / random / kept), no factorization order.")
+    flags.DEFINE_float("mlm_mask_rate", 0.15, "MLM: share of each part's non-functional tokens predicted.")
+    flags.DEFINE_float("mlm_mask_token_prob", 0.8, "MLM: share of the targets replaced by <mask>.")
+    flags.DEFINE_float("mlm_random_token_prob", 0.1, "MLM: share of the targets replaced by a random "
+                       "token (the rest are kept).")
     flags.DEFINE_float("log_every_s", 30, "Seconds between in-shard progress lines.")
     flags.mark_flags_as_required(["input_glob", "spiece_model", "output_dir"])
 
@@ -65,7 +72,9 @@ def config_from_flags() -> pretrain_data.PretrainConfig:
         global_batch_size=FLAGS.global_batch_size, num_replicas=FLAGS.num_replicas,
         num_passes=FLAGS.num_passes, seed=FLAGS.seed, num_shards=FLAGS.num_shards,
         uncased=FLAGS.uncased, keep_accents=FLAGS.keep_accents, use_eod=FLAGS.use_eod,
-        split=FLAGS.split, skip_invalid_utf8=FLAGS.skip_invalid_utf8)
+        split=FLAGS.split, skip_invalid_utf8=FLAGS.skip_invalid_utf8, objective=FLAGS.objective,
+        mlm_mask_rate=FLAGS.mlm_mask_rate, mlm_mask_token_prob=FLAGS.mlm_mask_token_prob,
+        mlm_random_token_prob=FLAGS.mlm_random_token_prob)
 
 
 def main(argv):

@@ -88,7 +88,8 @@ def validate_pretrain_manifest(manifest: Dict[str, Any], *, seq_len: int, reuse_
                                spiece_sha256: Optional[str] = None,
                                perm_size: Optional[int] = None,
                                bi_data: Optional[bool] = None,
-                               uncased: Optional[bool] = None) -> None:
+                               uncased: Optional[bool] = None,
+                               objective: Optional[str] = None) -> None:
     """Check the trainer's parameters against the records' manifest.
 
     `None` arguments are not checked. With `bi_data` records the replica count must
@@ -96,6 +97,11 @@ def validate_pretrain_manifest(manifest: Dict[str, Any], *, seq_len: int, reuse_
     it only has to divide the global batch.
     """
     p = manifest["params"]
+    recorded = p.get("objective", "plm")  # records built before the MLM option are PLM records
+    if objective is not None and recorded != objective:
+        _mismatch(manifest, "objective", recorded, objective,
+                  f" (the records bake the {recorded.upper()} targets in; pass --objective={recorded} "
+                  f"or build records with --objective={objective})")
     for field, wanted in (("seq_len", seq_len), ("reuse_len", reuse_len),
                           ("num_predict", num_predict), ("perm_size", perm_size),
                           ("bi_data", bi_data), ("uncased", uncased)):

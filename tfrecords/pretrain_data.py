@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from xlnet_tf import tokenization
-from xlnet_tf.tokenization import CLS_ID, EOD_ID, SEP_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS
+from xlnet_tf.tokenization import CLS_ID, EOD_ID, MASK_ID, SEP_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS
 from tfrecords import corpus as corpus_lib
 from tfrecords import manifest as manifest_lib
 from tfrecords import permutation
@@ -71,6 +71,14 @@ class PretrainConfig:
     use_eod: bool = True
     split: str = "train"
     skip_invalid_utf8: bool = False
+    # "plm": XLNet's permutation LM. "mlm": BERT's masked LM on the same pipeline: the same whole-word
+    # spans pick `mlm_mask_rate` of the non-functional tokens of each part; of those, `mlm_mask_token_prob`
+    # become <mask>, `mlm_random_token_prob` a random non-special token, the rest stay; no factorization
+    # order (perm_rank all plain context), predicted from the content stream.
+    objective: str = "plm"
+    mlm_mask_rate: float = 0.15
+    mlm_mask_token_prob: float = 0.8
+    mlm_random_token_prob: float = 0.1
 
     @property
     def num_rows(self) -> int:
@@ -112,6 +120,53 @@ class PretrainConfig:
             raise BuildError("seed must be >= 0")
         if not self.split or "-" in self.split or os.sep in self.split:
             raise BuildError(f"bad split name {self.split!r}")
+        if self.objective not in OBJECTIVES:
+            raise BuildError(f"objective must be one of {OBJECTIVES}, got {self.objective!r}")
+        if self.objective == "mlm":
+            if not 0 < self.mlm_mask_rate < 1:
+                raise BuildError(f"mlm_mask_rate must be in (0, 1), got {self.mlm_mask_rate}")
+            pm, pr = self.mlm_mask_token_prob, self.mlm_random_token_prob
+            if pm < 0 or pr < 0 or pm + pr > 1:
+                raise BuildError(f"mlm_mask_token_prob={pm} and mlm_random_token_prob={pr} must be >= 0 "
+                                 "with a sum <= 1")
+            k0, k1 = mlm_goals(self)
+            if k0 + k1 > self.num_predict:
+                raise BuildError(f"mlm_mask_rate={self.mlm_mask_rate} masks {k0 + k1} tokens of "
+                                 f"seq_len={L}, more than num_predict={self.num_predict} slots")
+
+    def fingerprint_params(self) -> Dict[str, Any]:
+        """The parameters a build's fingerprint covers; the MLM knobs only for MLM builds, so
+        permutation-LM records built before the option existed keep their fingerprint."""
+        params = dataclasses.asdict(self)
+        if self.objective == "plm":
+            for k in ("objective", "mlm_mask_rate", "mlm_mask_token_prob", "mlm_random_token_prob"):
+                params.pop(k)
+        return params
+
+
+OBJECTIVES = ("plm", "mlm")
+NUM_FUNCTIONAL_IN_NEW_PART = 3  # <sep> after A, <sep> after B, <cls>
+
+
+def mlm_goals(cfg: PretrainConfig) -> Tuple[int, int]:
+    """Tokens MLM masks in the (reuse, new) parts: `round(mlm_mask_rate * n)` of each part's n
+    non-functional tokens (19 = 10 + 9 of 128 at reuse_len 64)."""
+    n0 = cfg.reuse_len
+    n1 = cfg.seq_len - cfg.reuse_len - NUM_FUNCTIONAL_IN_NEW_PART
+    return int(round(cfg.mlm_mask_rate * n0)), int(round(cfg.mlm_mask_rate * n1))
+
+
+def mlm_corrupt(ids: np.ndarray, is_target: np.ndarray, cfg: PretrainConfig, vocab_size: int,
+                rng: np.random.Generator) -> np.ndarray:
+    """BERT's input corruption at the targets: `<mask>` with `mlm_mask_token_prob`, a uniformly random
+    non-special id (`[len(SPECIAL_SYMBOLS), vocab_size)`) with `mlm_random_token_prob`, else kept."""
+    out = ids.copy()
+    pos = np.flatnonzero(is_target)
+    u = rng.random(pos.size)
+    rand = rng.integers(len(tokenization.SPECIAL_SYMBOLS), vocab_size, pos.size)
+    pm, pr = cfg.mlm_mask_token_prob, cfg.mlm_random_token_prob
+    out[pos] = np.where(u < pm, MASK_ID, np.where(u < pm + pr, rand, ids[pos]))
+    return out
 
 
 def record_file_name(split: str, pass_id: int, shard: int, num_shards: int) -> str:
@@ -273,15 +328,36 @@ def make_example(row: np.ndarray, ab: Tuple[int, int, int, int], i: int,
     seg = np.full(L, SEG_ID_A, np.int64)
     seg[R + la + 1:L - 1] = SEG_ID_B
     seg[L - 1] = SEG_ID_CLS
-    k0, k1 = permutation.split_num_predict(cfg.num_predict, L, R)
     kw = dict(mask_alpha=cfg.mask_alpha, mask_beta=cfg.mask_beta, max_gram=cfg.max_gram,
               reverse=reverse)
+    if cfg.objective == "mlm":
+        return _make_mlm_example(ids, seg, inp, new, cfg, word_start, rng, kw)
+    k0, k1 = permutation.split_num_predict(cfg.num_predict, L, R)
     m0 = permutation.sample_span_mask(word_start[inp], k0, rng, **kw)
     m1 = permutation.sample_span_mask(word_start[new], k1, rng, **kw)
     is_masked = np.concatenate([m0, m1])
     perm_rank, tidx, tids = permutation.encode_order(ids, is_masked, R, cfg.perm_size,
                                                      cfg.num_predict, rng)
     return Example(ids, seg, perm_rank, tidx, tids, is_masked)
+
+
+def _make_mlm_example(ids, seg, inp, new, cfg, word_start, rng, kw) -> Example:
+    """MLM: whole-word spans over each part's non-functional tokens (the new part's A and B read as
+    one run of text), BERT's corruption at the targets, every position plain context."""
+    k0, k1 = mlm_goals(cfg)
+    m0 = permutation.sample_span_mask(word_start[inp], k0, rng, **kw)
+    keep = np.flatnonzero(~permutation.functional_mask(new))
+    m1 = np.zeros(new.shape[0], bool)
+    m1[keep] = permutation.sample_span_mask(word_start[new[keep]], k1, rng, **kw)
+    is_masked = np.concatenate([m0, m1])
+    tgt = np.flatnonzero(is_masked)
+    target_index = np.full(cfg.num_predict, -1, np.int64)
+    target_ids = np.zeros(cfg.num_predict, np.int64)
+    target_index[:tgt.size] = tgt
+    target_ids[:tgt.size] = ids[tgt]
+    corrupted = mlm_corrupt(ids, is_masked, cfg, word_start.shape[0], rng)
+    perm_rank = np.full(ids.shape[0], -1, np.int64)
+    return Example(corrupted, seg, perm_rank, target_index, target_ids, is_masked)
 
 
 def iter_steps(data: np.ndarray, sids: np.ndarray, cfg: PretrainConfig,
@@ -482,7 +558,7 @@ def load_shard_rows(input_glob: str, spiece_model: str, cfg: PretrainConfig, pas
 
 def _fingerprint(cfg: PretrainConfig, spiece_sha: str, files: Sequence[str],
                  sizes: Sequence[int]) -> str:
-    blob = json.dumps({"cfg": dataclasses.asdict(cfg), "spiece": spiece_sha,
+    blob = json.dumps({"cfg": cfg.fingerprint_params(), "spiece": spiece_sha,
                        "format_version": manifest_lib.PRETRAIN_FORMAT_VERSION,
                        "inputs": [[os.path.basename(f), s] for f, s in zip(files, sizes)]},
                       sort_keys=True)
@@ -615,9 +691,12 @@ def make_manifest(cfg, input_glob, files, index, spiece_model, tok, fingerprint,
             "steps": totals["num_steps"],
         },
         "schema": {
-            "input_ids": f"int64[{cfg.seq_len}]",
+            "input_ids": (f"int64[{cfg.seq_len}]" if cfg.objective == "plm" else
+                          f"int64[{cfg.seq_len}] corrupted at the targets (<mask> / random / kept)"),
             "segment_ids": f"int64[{cfg.seq_len}] (0 A, 1 B, 2 CLS)",
-            "perm_rank": f"int64[{cfg.seq_len}] rank within its part + 1, 0 plain context",
+            "perm_rank": (f"int64[{cfg.seq_len}] rank within its part + 1, 0 plain context"
+                          if cfg.objective == "plm" else
+                          f"int64[{cfg.seq_len}] all 0 (MLM: no factorization order)"),
             "target_index": f"int64[{cfg.num_predict}] positions, -1 padded",
             "target_ids": f"int64[{cfg.num_predict}] 0 padded",
         },
@@ -684,7 +763,7 @@ def pretrain_dataset(data_dir: str, *, seq_len: int, reuse_len: int, num_predict
                      input_context=None, replica_id: Optional[int] = None,
                      spiece_model: Optional[str] = None, spiece_sha256: Optional[str] = None,
                      perm_size: Optional[int] = None, bi_data: Optional[bool] = None,
-                     repeat: bool = False, uses_mems: bool = True, shuffle_buffer: int = 0,
+                     objective: Optional[str] = None, repeat: bool = False, uses_mems: bool = True, shuffle_buffer: int = 0,
                      seed: Optional[int] = None, decode: bool = True):
     """tf.data pipeline from a record directory to the model's inputs.
 
@@ -715,7 +794,7 @@ def pretrain_dataset(data_dir: str, *, seq_len: int, reuse_len: int, num_predict
         m, seq_len=seq_len, reuse_len=reuse_len, num_predict=num_predict,
         global_batch_size=global_batch_size, num_replicas=num_replicas,
         spiece_model=spiece_model, spiece_sha256=spiece_sha256, perm_size=perm_size,
-        bi_data=bi_data)
+        bi_data=bi_data, objective=objective)
     files = manifest_lib.check_record_files(m)
     if shuffle_buffer and uses_mems:
         raise ValueError("shuffling breaks the stream order that mems rely on; use "
@@ -781,8 +860,13 @@ def unigram_baseline(train_dir: str, eval_dir: str, vocab_size: int, max_records
         return ds.map(lambda s: parse_compact(s, p["seq_len"], p["num_predict"]))
 
     counts = np.ones([vocab_size], np.float64)
-    for batch in compact(train_dir):
-        counts += np.bincount(batch["input_ids"].numpy().reshape(-1), minlength=vocab_size)[:vocab_size]
+    for batch in compact(train_dir):  # the original text: inputs off the targets, target ids at them
+        ids, tidx = batch["input_ids"].numpy(), batch["target_index"].numpy()
+        rows = np.repeat(np.arange(ids.shape[0]), tidx.shape[1]).reshape(tidx.shape)
+        off_target = np.ones(ids.shape, bool)
+        off_target[rows[tidx >= 0], tidx[tidx >= 0]] = False
+        text = np.concatenate([ids[off_target], batch["target_ids"].numpy()[tidx >= 0]])
+        counts += np.bincount(text, minlength=vocab_size)[:vocab_size]
     logp = np.log(counts / counts.sum())
     total, nll, hits = 0, 0.0, 0
     top = int(np.argmax(counts))

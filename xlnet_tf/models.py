@@ -39,6 +39,10 @@ class XLNetPretrainer(Task):
 
     Args:
       config: `XLNetConfig` (or its dict). query_stream: see `XLNetBackbone`.
+      objective: "plm" (XLNet: the query stream predicts the targets) or "mlm" (BERT's masked LM on
+        the same records: no query stream; the content stream's output at the targets, gathered by
+        `target_mapping`, feeds the LM head; `perm_mask` then only keeps the reuse part from seeing the
+        new part, so that its states can serve as the next segment's memory).
 
     Call: `model(features, mems=None, training=False)` with `features` holding `input_ids [B, L]`,
     `segment_ids [B, L]`, `perm_mask [B, L, L]` (1 = may NOT attend), `target_mapping [B, P, L]`, and
@@ -54,12 +58,16 @@ class XLNetPretrainer(Task):
     label_key = None  # labels: target_ids and target_mask
     default_learning_rate = 1e-4
 
-    def __init__(self, config: Union[XLNetConfig, dict], query_stream: str = "targets", **kwargs):
+    def __init__(self, config: Union[XLNetConfig, dict], query_stream: str = "targets",
+                 objective: str = "plm", **kwargs):
         super().__init__(**kwargs)
         if isinstance(config, dict):
             config = XLNetConfig.from_dict(config)
+        if objective not in ("plm", "mlm"):
+            raise ValueError(f"XLNetPretrainer: objective must be 'plm' or 'mlm', got {objective!r}")
         self.config = config
         self.query_stream = query_stream
+        self.objective = objective
         self.backbone = XLNetBackbone(config, query_stream=query_stream, name="transformer",
                                       dtype=self.dtype_policy)
         self.lm_head = LMHead(config.n_token, name="lm_loss", dtype=self.dtype_policy)
@@ -67,10 +75,14 @@ class XLNetPretrainer(Task):
         self.lm_head.build()
 
     def call(self, features, mems=None, training=False):
+        mlm = self.objective == "mlm"
         out = self.backbone(token_ids(features), segment_ids=features.get("segment_ids"),
                             attention_mask=features.get("attention_mask"), mems=mems,
                             perm_mask=features.get("perm_mask"),
-                            target_mapping=features["target_mapping"], training=training)
+                            target_mapping=None if mlm else features["target_mapping"], training=training)
+        if mlm:
+            mapping = tf.cast(features["target_mapping"], out["content"].dtype)
+            out["query"] = tf.einsum("bpl,bld->bpd", mapping, out["content"])
         logits = self.lm_head(out["query"], self.backbone.word_embedding)
         return {"logits": logits, **out}
 
@@ -113,7 +125,8 @@ class XLNetPretrainer(Task):
         return {"model/lm_loss/bias": self.lm_head.bias}
 
     def get_config(self):
-        return {**super().get_config(), "config": self.config.to_dict(), "query_stream": self.query_stream}
+        return {**super().get_config(), "config": self.config.to_dict(), "query_stream": self.query_stream,
+                "objective": self.objective}
 
 
 def finetuning_config(config) -> XLNetConfig:
