@@ -1,0 +1,454 @@
+"""Does pretraining pay off? Fine-tune from random weights, from BERT's objective (MLM) and from XLNet's
+(PLM), pretrained on the same data with the same model, optimizer and steps; one command, resumable.
+
+  python bench/transfer.py --flagfile=run/flags/transfer_cpu.flags
+
+Stages (`--stages`, in order; each skips what is already done, so a killed run just starts again):
+  corpus    <work_dir>/corpus/: the shared corpus' five train files; `wiki.txt` without the articles of the
+            topic task's dev and test splits (their lead sections would otherwise be pretraining text).
+  spm       <work_dir>/spiece.model (SentencePiece, `--vocab_size`).
+  records   <work_dir>/<objective>_{train,heldout}/ (tfrecords/build_pretrain.py's builder, the data flags
+            of `--pretrain_flagfile`, `--objective`); held-out text: corpus/heldout.txt.
+  pretrain  <work_dir>/<objective>_model/ (run/pretrain.py --flagfile=<pretrain_flagfile> --objective=...).
+  finetune  <work_dir>/finetune/<task>/<init>/lr<lr>-seed<seed>/ for every task x init x learning rate of the
+            grid with seed 0, then the extra `--seeds` at each init's best rate (run/run_classifier.py,
+            run_race.py, run_squad.py with run/flags/transfer_<task>.flags; same budget for every init).
+  report    <results_prefix>.json / .md / .png.
+
+The grid's best learning rate is chosen on the dev split, which is also what is reported (the tasks have
+no other labelled split here except topic and paraphrase); the same choice is made for every init.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from absl import app, flags  # noqa: E402
+
+FLAGS = flags.FLAGS
+STAGES = ("corpus", "spm", "records", "pretrain", "finetune", "report")
+INITS = ("scratch", "mlm", "plm")
+CORPUS_FILES = ("sotu.txt", "austen.txt", "moby_dick.txt", "brown.txt", "wiki.txt")
+# Data flags the record builder and the trainer must agree on (taken from the pretraining flag file).
+DATA_FLAGS = ("seq_len", "reuse_len", "num_predict", "perm_size", "bi_data")
+
+
+class Task:
+    """One fine-tuning task: its runner, flag file, data arguments and headline metrics."""
+
+    def __init__(self, name, runner, data_args, metrics, primary):
+        self.name, self.runner, self.data_args, self.metrics, self.primary = (
+            name, runner, data_args, metrics, primary)
+
+    @property
+    def flagfile(self) -> str:
+        return os.path.join(REPO, "run", "flags", f"transfer_{self.name}.flags")
+
+
+def tasks(labeled: str) -> Dict[str, Task]:
+    sq = os.path.join(labeled, "squad_wordnet")
+    return {t.name: t for t in (
+        Task("topic", "run_classifier.py", [f"--data_dir={labeled}/topic"], ("accuracy", "macro_f1"), "accuracy"),
+        Task("paraphrase", "run_classifier.py", [f"--data_dir={labeled}/paraphrase"], ("accuracy", "f1"),
+             "accuracy"),
+        Task("mc_wordnet", "run_race.py", [f"--data_dir={labeled}/mc_wordnet"], ("accuracy",), "accuracy"),
+        Task("squad_v1", "run_squad.py", [f"--train_file={sq}/train-v1.1.json", f"--predict_file={sq}/dev-v1.1.json"],
+             ("exact_match", "f1"), "f1"),
+        Task("squad_v2", "run_squad.py", [f"--train_file={sq}/train-v2.0.json", f"--predict_file={sq}/dev-v2.0.json"],
+             ("exact", "f1", "best_f1"), "f1"),
+    )}
+
+
+def define_flags():
+    flags.DEFINE_string("work_dir", None, "Everything the stages write (corpus, records, models, runs).")
+    flags.DEFINE_string("data_root", os.path.join(os.path.dirname(REPO), "shared", "data"),
+                        "The shared data folder (corpus/ and labeled/).")
+    flags.DEFINE_list("stages", list(STAGES), f"Stages to run, of {STAGES}.")
+    flags.DEFINE_string("pretrain_flagfile", os.path.join(REPO, "run", "flags", "pretrain_cpu.flags"),
+                        "Pretraining recipe (model, data layout, optimizer, steps) shared by both objectives.")
+    flags.DEFINE_list("objectives", ["plm", "mlm"], "Pretraining objectives.")
+    flags.DEFINE_integer("vocab_size", 8000, "SentencePiece vocabulary (must equal the recipe's --n_token).")
+    flags.DEFINE_list("tasks", ["topic", "paraphrase", "mc_wordnet", "squad_v1", "squad_v2"], "Tasks.")
+    flags.DEFINE_list("inits", list(INITS), "Initialisations: scratch, mlm, plm.")
+    flags.DEFINE_list("learning_rates", ["1e-4", "3e-4"], "Fine-tuning learning-rate grid (seed 0).")
+    flags.DEFINE_list("seeds", ["0"], "Seeds at each init's best learning rate (the grid runs seed 0).")
+    flags.DEFINE_string("extra_finetune_flags", "", "Flags added to every fine-tuning run.")
+    flags.DEFINE_string("results_prefix", os.path.join(REPO, "bench", "results", "transfer_cpu"),
+                        "Report path without extension (.json, .md, .png).")
+    flags.DEFINE_integer("num_processes", 2, "Record builder processes.")
+
+
+# ---- helpers ----------------------------------------------------------------------------------------------
+
+def read_flagfile(path: str) -> Dict[str, str]:
+    """`--name=value` lines of a flag file (comments and blank lines skipped)."""
+    out = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if line.startswith("--"):
+                name, _, value = line[2:].partition("=")
+                out[name] = value
+    return out
+
+
+def run_logged(cmd: List[str], log_path: str) -> None:
+    """Run a subprocess, output appended to `log_path`; a failure names the log."""
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO}
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"\n$ {' '.join(cmd)}\n")
+        log.flush()
+        rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+    if rc:
+        raise RuntimeError(f"{cmd[1]} failed (exit {rc}); see {log_path}")
+
+
+def _say(msg: str) -> None:
+    print(f"[transfer {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+# ---- stages -----------------------------------------------------------------------------------------------
+
+def topic_eval_titles(labeled: str) -> set:
+    titles = set()
+    for split in ("dev", "test"):
+        with open(os.path.join(labeled, "topic", f"{split}_titles.tsv"), encoding="utf-8") as f:
+            next(f)
+            titles.update(line.rstrip("\n").split("\t")[-1] for line in f if line.strip())
+    return titles
+
+
+def stage_corpus(work: str, data_root: str) -> str:
+    """The pretraining text; wiki.txt's documents are matched to corpus/wiki_titles.txt line by line."""
+    out = os.path.join(work, "corpus")
+    os.makedirs(out, exist_ok=True)
+    src = os.path.join(data_root, "corpus", "train")
+    for name in CORPUS_FILES[:-1]:
+        dst = os.path.join(out, name)
+        if not os.path.exists(dst):
+            os.symlink(os.path.join(src, name), dst)
+    dst = os.path.join(out, "wiki.txt")
+    if not os.path.exists(dst):
+        with open(os.path.join(data_root, "corpus", "wiki_titles.txt"), encoding="utf-8") as f:
+            titles = [line.rstrip("\n") for line in f]
+        with open(os.path.join(src, "wiki.txt"), encoding="utf-8") as f:
+            docs = [d.strip("\n") for d in f.read().split("\n\n") if d.strip()]
+        if len(docs) != len(titles):
+            raise ValueError(f"{src}/wiki.txt has {len(docs)} documents but wiki_titles.txt {len(titles)} titles")
+        drop = topic_eval_titles(os.path.join(data_root, "labeled"))
+        keep = [d for d, t in zip(docs, titles) if t not in drop]
+        with open(dst + ".tmp", "w", encoding="utf-8") as f:
+            f.write("\n\n".join(keep) + "\n")
+        os.replace(dst + ".tmp", dst)
+        _say(f"corpus: wiki.txt keeps {len(keep)} of {len(docs)} articles (topic dev/test dropped)")
+    return out
+
+
+def stage_spm(work: str, vocab_size: int) -> str:
+    model = os.path.join(work, "spiece.model")
+    if not os.path.exists(model):
+        from tfrecords import corpus, spm
+
+        spm.train_spm(corpus.expand_globs(os.path.join(work, "corpus", "*.txt")), os.path.join(work, "spiece"),
+                      vocab_size=vocab_size, num_threads=2)
+        _say(f"spm: {model}")
+    return model
+
+
+def stage_records(work: str, data_root: str, recipe: Dict[str, str], objective: str, num_processes: int):
+    from tfrecords import pretrain_data
+
+    common = dict(seq_len=int(recipe["seq_len"]), reuse_len=int(recipe["reuse_len"]),
+                  num_predict=int(recipe["num_predict"]), perm_size=int(recipe["perm_size"]),
+                  bi_data=recipe["bi_data"] == "true", global_batch_size=int(recipe["train_batch_size"]),
+                  objective=objective)
+    spiece = os.path.join(work, "spiece.model")
+    for split, glob_, shards in (("train", os.path.join(work, "corpus", "*.txt"), 4),
+                                 ("heldout", os.path.join(data_root, "corpus", "heldout.txt"), 1)):
+        out = os.path.join(work, f"{objective}_{split}")
+        cfg = pretrain_data.PretrainConfig(**common, split=split, num_shards=shards)
+        pretrain_data.build_pretrain_records(glob_, spiece, out, cfg, num_processes=num_processes,
+                                             log=lambda s: None)  # finished shards are skipped
+    _say(f"records: {objective} train/heldout ready")
+
+
+def pretrained_dir(work: str, objective: str) -> str:
+    return os.path.join(work, f"{objective}_model")
+
+
+def pretraining_done(work: str, objective: str, train_steps: int) -> bool:
+    path = os.path.join(pretrained_dir(work, objective), "eval_results.json")
+    final = os.path.join(pretrained_dir(work, objective), "final", "xlnet_model.ckpt.index")
+    if not (os.path.exists(path) and os.path.exists(final)):
+        return False
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)[-1]["step"] == train_steps
+
+
+def stage_pretrain(work: str, recipe_path: str, recipe: Dict[str, str], objective: str):
+    if pretraining_done(work, objective, int(recipe["train_steps"])):
+        return
+    _say(f"pretrain {objective}: {recipe['train_steps']} steps (resumes from its model_dir)")
+    run_logged([sys.executable, "run/pretrain.py", f"--flagfile={recipe_path}", f"--objective={objective}",
+                f"--record_dir={work}/{objective}_train", f"--eval_records_dir={work}/{objective}_heldout",
+                f"--spiece_model={work}/spiece.model", f"--model_dir={pretrained_dir(work, objective)}"],
+               os.path.join(work, f"pretrain_{objective}.log"))
+
+
+def run_dir(work: str, task: str, init: str, lr: str, seed: str) -> str:
+    return os.path.join(work, "finetune", task, init, f"lr{lr}-seed{seed}")
+
+
+def read_score(path: str, task: Task) -> Optional[Dict[str, float]]:
+    """The run's metrics at its last checkpoint (classifier/RACE: `last`; SQuAD: the report)."""
+    f = os.path.join(path, "eval_results.json")
+    if not os.path.exists(f):
+        return None
+    with open(f, encoding="utf-8") as fh:
+        res = json.load(fh)
+    res = res.get("last", res)
+    return {m: float(res[m]) for m in task.metrics if m in res}
+
+
+def finetune(work: str, task: Task, init: str, lr: str, seed: str, extra: str) -> Dict[str, float]:
+    out = run_dir(work, task.name, init, lr, seed)
+    score = read_score(out, task)
+    if score is not None:
+        return score
+    if os.path.isdir(out):  # a killed run: start it again (records are kept outside)
+        shutil.rmtree(out)
+    cmd = [sys.executable, f"run/{task.runner}", f"--flagfile={task.flagfile}", *task.data_args,
+           f"--record_dir={work}/finetune_records/{task.name}", f"--model_dir={out}",
+           f"--spiece_model_file={work}/spiece.model", f"--learning_rate={lr}", f"--seed={seed}",
+           f"--model_config_path={pretrained_dir(work, 'plm')}/xlnet_config.json"]
+    if init != "scratch":
+        cmd.append(f"--init_checkpoint={pretrained_dir(work, init)}/final")
+    cmd += extra.split()
+    t0 = time.time()
+    run_logged(cmd, os.path.join(out + ".log"))
+    score = read_score(out, task)
+    if score is None:
+        raise RuntimeError(f"{out}: no eval_results.json")
+    _say(f"{task.name} {init} lr {lr} seed {seed}: {score} ({time.time() - t0:.0f} s)")
+    return score
+
+
+def stage_finetune(work: str, task_map: Dict[str, Task]) -> None:
+    for name in FLAGS.tasks:
+        task = task_map[name]
+        for init in FLAGS.inits:
+            grid = {lr: finetune(work, task, init, lr, "0", FLAGS.extra_finetune_flags)[task.primary]
+                    for lr in FLAGS.learning_rates}
+            best = max(grid, key=grid.get)
+            for seed in FLAGS.seeds:
+                finetune(work, task, init, best, seed, FLAGS.extra_finetune_flags)
+
+
+# ---- report -----------------------------------------------------------------------------------------------
+
+def collect(work: str, task_map: Dict[str, Task]) -> Dict:
+    rows = []
+    for name in FLAGS.tasks:
+        task = task_map[name]
+        for metric in task.metrics:
+            row = {"task": name, "metric": metric, "primary": metric == task.primary}
+            for init in FLAGS.inits:
+                grid = {}
+                for lr in FLAGS.learning_rates:
+                    s = read_score(run_dir(work, name, init, lr, "0"), task)
+                    if s is not None:
+                        grid[lr] = s
+                if not grid:
+                    continue
+                best = max(grid, key=lambda lr: grid[lr][task.primary])
+                vals = [s[metric] for s in (read_score(run_dir(work, name, init, best, seed), task)
+                                            for seed in FLAGS.seeds) if s is not None and metric in s]
+                if not vals:
+                    continue
+                row[init] = statistics.fmean(vals)
+                row[f"{init}_std"] = statistics.stdev(vals) if len(vals) > 1 else None
+                row[f"{init}_seeds"] = len(vals)
+                row[f"{init}_best_lr"] = best
+                row[f"{init}_grid"] = {lr: s.get(metric) for lr, s in grid.items()}
+            rows.append(row)
+    return rows
+
+
+def pretrain_curves(work: str) -> Dict:
+    curves = {}
+    for objective in FLAGS.objectives:
+        path = os.path.join(pretrained_dir(work, objective), "eval_results.json")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                curves[objective] = [{"step": r["step"], "loss": r["loss"], "accuracy": r["accuracy"]}
+                                     for r in json.load(f)]
+    return curves
+
+
+def unigram(work: str, objective: str, vocab_size: int) -> Optional[float]:
+    from tfrecords import pretrain_data
+
+    train, heldout = os.path.join(work, f"{objective}_train"), os.path.join(work, f"{objective}_heldout")
+    if not os.path.exists(os.path.join(heldout, "manifest.json")):
+        return None
+    return pretrain_data.unigram_baseline(train, heldout, vocab_size)["loss"]
+
+
+def machine() -> Dict[str, str]:
+    import platform
+
+    flags_line = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            info = f.read()
+        model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "")
+        flags_line = next((ln.split(":", 1)[1] for ln in info.splitlines() if ln.startswith("flags")), "")
+    except OSError:
+        model = platform.processor()
+    ext = sorted({f for f in flags_line.split() if f.startswith(("avx", "amx", "fma"))})
+    return {"cpu": model, "cores": str(os.cpu_count()), "vector_extensions": " ".join(ext)}
+
+
+def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Dict, baselines: Dict) -> None:
+    report = {
+        "description": "Fine-tuning from random weights (scratch), BERT's masked LM (mlm) and XLNet's "
+                       "permutation LM (plm), pretrained with run/flags/pretrain_cpu.flags on the same records "
+                       "layout, model, optimizer and steps; dev-set scores at the end of a fixed budget "
+                       "(run/flags/transfer_<task>.flags); learning rate = best of the grid on dev with seed 0, "
+                       "then mean and sample std over the seeds at that rate.",
+        "command": "python bench/transfer.py --flagfile=run/flags/transfer_cpu.flags",
+        "machine": machine(),
+        "learning_rates": FLAGS.learning_rates,
+        "seeds": FLAGS.seeds,
+        "pretrain_recipe": recipe,
+        "pretrain_heldout": curves,
+        "unigram_baseline": baselines,
+        "rows": rows,
+    }
+    os.makedirs(os.path.dirname(FLAGS.results_prefix), exist_ok=True)
+    with open(FLAGS.results_prefix + ".json.tmp", "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=2)
+    os.replace(FLAGS.results_prefix + ".json.tmp", FLAGS.results_prefix + ".json")
+
+    def cell(row, init):
+        if init not in row:
+            return "-"
+        std = row.get(f"{init}_std")
+        v = row[init] * (100 if row["metric"] in ("accuracy", "macro_f1") or
+                         (row["task"] == "paraphrase" and row["metric"] == "f1") else 1)
+        s = f"{v:.1f}"
+        if std is not None:
+            s += f" ± {std * (v / row[init] if row[init] else 1):.1f}"
+        return s + f" (lr {row[f'{init}_best_lr']}, n={row[f'{init}_seeds']})"
+
+    lines = [f"# Transfer: scratch vs MLM vs PLM pretraining ({report['machine']['cpu']}, "
+             f"{report['machine']['cores']} cores; {report['machine']['vector_extensions']})", "",
+             report["description"], "", f"Command: `{report['command']}`", "",
+             "| task | metric | scratch | MLM | PLM |", "|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['task']} | {row['metric']} | " + " | ".join(cell(row, i) for i in INITS) + " |")
+    lines += ["", "Learning-rate grid (seed 0, dev):", "",
+              "| task | metric | init | " + " | ".join(FLAGS.learning_rates) + " |",
+              "|---|---|---|" + "---|" * len(FLAGS.learning_rates)]
+    for row in rows:
+        for init in INITS:
+            if f"{init}_grid" in row:
+                g = row[f"{init}_grid"]
+                lines.append(f"| {row['task']} | {row['metric']} | {init} | " +
+                             " | ".join("-" if g.get(lr) is None else f"{g[lr]:.4g}" for lr in FLAGS.learning_rates)
+                             + " |")
+    lines += ["", "Pretraining held-out loss (nats per predicted token; the unigram baseline in brackets):", ""]
+    for objective, curve in curves.items():
+        lines.append(f"- {objective}: " + ", ".join(f"{r['step']}: {r['loss']:.3f}" for r in curve)
+                     + f" [{baselines.get(objective, float('nan')):.3f}]")
+    with open(FLAGS.results_prefix + ".md", "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    plot(rows, curves, baselines, FLAGS.results_prefix + ".png")
+
+
+def plot(rows, curves, baselines, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 1.6]})
+    colors = {"scratch": "#999999", "mlm": "#1f77b4", "plm": "#d62728"}
+    for objective, curve in curves.items():
+        ax0.plot([r["step"] for r in curve], [r["loss"] for r in curve], marker="o", ms=3,
+                 color=colors[objective], label=f"{objective.upper()} held-out")
+        if objective in baselines:
+            ax0.axhline(baselines[objective], ls="--", lw=1, color=colors[objective],
+                        label=f"unigram ({objective.upper()} targets)")
+    ax0.set_xlabel("pretraining step")
+    ax0.set_ylabel("held-out loss (nats / target token)")
+    ax0.set_title("Pretraining")
+    ax0.legend(fontsize=8)
+    primary = [r for r in rows if r["primary"]]
+    width = 0.27
+    for k, init in enumerate(INITS):
+        xs = [i + (k - 1) * width for i in range(len(primary))]
+        vals = [r.get(init, float("nan")) * (100 if r["metric"] == "accuracy" else 1) for r in primary]
+        errs = [(r.get(f"{init}_std") or 0) * (100 if r["metric"] == "accuracy" else 1) for r in primary]
+        ax1.bar(xs, vals, width, yerr=errs, color=colors[init], label=init, capsize=2)
+    ax1.set_xticks(range(len(primary)))
+    ax1.set_xticklabels([f"{r['task']}\n{r['metric']}" for r in primary], fontsize=8)
+    ax1.set_ylabel("dev score (%)")
+    ax1.set_title("Fine-tuning, same budget")
+    ax1.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path + ".tmp.png", dpi=110)
+    os.replace(path + ".tmp.png", path)
+    plt.close(fig)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    if not FLAGS.work_dir:
+        raise app.UsageError("--work_dir is required")
+    bad = sorted(set(FLAGS.stages) - set(STAGES)) + sorted(set(FLAGS.inits) - set(INITS))
+    if bad:
+        raise app.UsageError(f"unknown stage/init {bad}; stages are {STAGES}, inits {INITS}")
+    work, data_root = os.path.abspath(FLAGS.work_dir), os.path.abspath(FLAGS.data_root)
+    recipe_path = os.path.abspath(FLAGS.pretrain_flagfile)
+    recipe = read_flagfile(recipe_path)
+    if int(recipe["n_token"]) != FLAGS.vocab_size:
+        raise app.UsageError(f"--vocab_size={FLAGS.vocab_size} but {recipe_path} has --n_token={recipe['n_token']}")
+    task_map = tasks(os.path.join(data_root, "labeled"))
+    unknown = sorted(set(FLAGS.tasks) - set(task_map))
+    if unknown:
+        raise app.UsageError(f"unknown task(s) {unknown}; known: {sorted(task_map)}")
+    os.makedirs(work, exist_ok=True)
+    if "corpus" in FLAGS.stages:
+        stage_corpus(work, data_root)
+    if "spm" in FLAGS.stages:
+        stage_spm(work, FLAGS.vocab_size)
+    for objective in FLAGS.objectives:
+        if "records" in FLAGS.stages:
+            stage_records(work, data_root, recipe, objective, FLAGS.num_processes)
+        if "pretrain" in FLAGS.stages:
+            stage_pretrain(work, recipe_path, recipe, objective)
+    if "finetune" in FLAGS.stages:
+        stage_finetune(work, task_map)
+    if "report" in FLAGS.stages:
+        baselines = {o: unigram(work, o, FLAGS.vocab_size) for o in FLAGS.objectives}
+        write_report(work, recipe, collect(work, task_map), pretrain_curves(work),
+                     {k: v for k, v in baselines.items() if v is not None})
+        _say(f"report: {FLAGS.results_prefix}.md")
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)
