@@ -1,7 +1,8 @@
 """Run by tests/test_training_semantics.py in its own process (one strategy per process): one `Trainer`
 step on 2 mirrored logical CPUs with a loss whose per-replica gradients are known, for each clip mode, in
-float32 and with float16 loss scaling. Prints one JSON line: the update per element and the reported
-gradient norm for each setting.
+float32 and with float16 loss scaling; then the same step through Keras `fit` (`Task.train_step`, which
+finishes with the same `training.apply_clipped_gradients`). Prints one JSON line: the update per element
+and the reported gradient norm for each setting (`fit_<setting>`: the update of the `fit` step).
 
 Loss of replica k: `sum_b c_b * sum(all weights)` over its batch; weight = its batch size. So every element's
 global gradient is `sum_all c / 4`, and replica k's share is `sum_{b in k} c_b / 4`: 1.0 and 0.25 here.
@@ -38,6 +39,37 @@ def dataset_fn(ctx, skip):
     return tf.data.Dataset.from_tensor_slices({"c": tf.constant(C)}).repeat()
 
 
+class FitProbe(XLNetPretrainer):
+    """The same loss through Keras: replica k's loss is its share of the global mean (global batch 4)."""
+
+    def call(self, features, training=False):
+        return {"c": features["c"]}
+
+    def task_loss(self, features, outputs, sample_weight=None):
+        total = tf.add_n([tf.reduce_sum(v) for v in self.trainable_variables])
+        return tf.reduce_sum(features["c"]) * total / 4.0
+
+    def keras_targets(self, features, outputs):  # for the (empty) metrics
+        return features["c"], outputs["c"], None
+
+
+def fit_update(strategy, clip_mode, float16):
+    keras.utils.set_random_seed(0)
+    with strategy.scope():
+        model = FitProbe(CONFIG)
+        size = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+        optimizer = keras.optimizers.SGD(learning_rate=1.0, global_clipnorm=float(0.3 * np.sqrt(size)))
+        if float16:
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        model.compile(optimizer=optimizer, metrics=[], clip_mode=clip_mode)
+    before = [v.numpy().copy() for v in model.trainable_variables]
+    data = tf.data.Dataset.from_tensor_slices({"c": tf.constant(np.ravel(C), tf.float32)}).batch(4)
+    model.fit(data, epochs=1, verbose=0)
+    deltas = np.concatenate([(b - v.numpy()).ravel() for b, v in zip(before, model.trainable_variables)])
+    assert np.allclose(deltas, deltas[0], rtol=1e-5), (clip_mode, float16, deltas.min(), deltas.max())
+    return float(deltas[0])
+
+
 def main():
     strategy = distribute.get_strategy("mirrored", num_cpu_replicas=2)
     assert strategy.num_replicas_in_sync == 2
@@ -61,6 +93,7 @@ def main():
         assert np.allclose(deltas, deltas[0], rtol=1e-5), (name, deltas.min(), deltas.max())
         results[name] = {"update": float(deltas[0]), "grad_norm": history[-1]["grad_norm"]}
         results["size"] = size
+        results["fit_" + name] = {"update": fit_update(strategy, clip_mode, float16)}
     print(json.dumps(results))
 
 

@@ -149,6 +149,8 @@ def test_clip_threshold_with_two_replicas():
     assert share0 + share1 > clip_per_element
     for key, want in expected.items():
         np.testing.assert_allclose(got[key]["update"], want, rtol=1e-5, err_msg=key)
+        # Keras fit (Task.train_step) finishes its step with the same function
+        np.testing.assert_allclose(got["fit_" + key]["update"], want, rtol=1e-5, err_msg="fit_" + key)
     # the reported gradient norm is the true (unscaled) one: global 1.25 x sqrt(size)
     np.testing.assert_allclose(got["global_float16"]["grad_norm"], got["global"]["grad_norm"], rtol=1e-5)
     np.testing.assert_allclose(got["global"]["grad_norm"], 1.25 * np.sqrt(got["size"]), rtol=1e-5)

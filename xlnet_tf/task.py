@@ -81,12 +81,20 @@ class Task(keras.Model):
         self._uses_task_loss = True
 
     # ------------------------------------------------------------------------------------------- compile
-    def compile(self, optimizer=AUTO, loss=AUTO, metrics=None, weighted_metrics=AUTO, **kwargs):
+    def compile(self, optimizer=AUTO, loss=AUTO, metrics=None, weighted_metrics=AUTO, clip_mode="global",
+                **kwargs):
         """`keras.Model.compile` with task defaults: `optimizer="auto"` is Adam at
         `default_learning_rate` (pass `optimization.create_optimizer(model, ...)` for the runners' AdamW);
         `loss="auto"` (or None) is `task_loss`; `weighted_metrics="auto"` are `default_metrics()` (none when
         `metrics` are given), weighted by the real examples (`is_real_example`) or target slots
-        (`target_mask`). Other losses and metrics receive `keras_targets` (e.g. `label` and `logits`)."""
+        (`target_mask`). Other losses and metrics receive `keras_targets` (e.g. `label` and `logits`).
+        `clip_mode`: "global" (clip the gradient summed over replicas) or "per_replica" (each replica's
+        share, as the original on TPU); the threshold is the optimizer's `global_clipnorm`."""
+        from xlnet_tf.training import CLIP_MODES
+
+        if clip_mode not in CLIP_MODES:
+            raise ValueError(f"clip_mode must be one of {CLIP_MODES}, got {clip_mode!r}")
+        self.clip_mode = clip_mode
         if isinstance(optimizer, str) and optimizer == AUTO:
             optimizer = keras.optimizers.Adam(learning_rate=self.default_learning_rate)
         self._uses_task_loss = loss is None or (isinstance(loss, str) and loss == AUTO)
@@ -202,30 +210,29 @@ class Task(keras.Model):
         return super().predict(x, batch_size=batch_size, **kwargs)
 
     def train_step(self, data):
-        """Keras's step, except under global-norm clipping, which is done here as `training.Trainer` does:
-        on the dense gradient (Keras's optimizer would take the norm of the word embedding's sparse gradient
-        with repeated ids counted apart) summed over the replicas (Keras's optimizer would clip each replica's
-        part), so `fit` takes the Trainer's steps on one device and on several."""
-        clip = getattr(self.optimizer, "global_clipnorm", None)
-        if not clip or hasattr(self.optimizer, "inner_optimizer"):
-            return super().train_step(data)  # (a loss-scaling optimizer unscales, then clips, by itself)
+        """Keras's step, finished as `training.Trainer`'s (`training.apply_clipped_gradients`): the dense
+        gradient is clipped (Keras's optimizer would take the norm of the word embedding's sparse gradient
+        with repeated ids counted apart) after the sum over replicas (Keras's optimizer would clip each
+        replica's part) or, with `compile(clip_mode="per_replica")`, each replica's share, as the original;
+        under float16 loss scaling at clip x scale. So `fit` takes the Trainer's steps on one device and on
+        several, in any precision."""
+        from xlnet_tf import training
+
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         with tf.GradientTape() as tape:
             y_pred = self(x, training=True)
             loss = self.compute_loss(x, y, y_pred, sample_weight, training=True)
-        ctx = tf.distribute.get_replica_context()
-        replicas = ctx.num_replicas_in_sync
-        # The loss tracker averages the replicas' losses, each a share of the global mean (see
-        # `global_weighted_mean`): scaled up by the replica count, as in Keras's own step.
+            scaled = self.optimizer.scale_loss(loss)
+        replicas = tf.distribute.get_replica_context().num_replicas_in_sync
+        # Each replica's loss is its share of the global mean (see `global_weighted_mean`); the loss
+        # tracker averages the replicas' values, so each is scaled up by the replica count, as in Keras.
         self._loss_tracker.update_state(loss * replicas, sample_weight=tf.shape(tf.nest.flatten(x)[0])[0])
         variables = self.trainable_weights
         grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
-                 for g, v in zip(tape.gradient(loss, variables), variables)]
-        if replicas > 1:
-            grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-        grads, _ = tf.clip_by_global_norm(grads, clip)
-        # The optimizer sums the replicas' gradients again; its own clipping is then a no-op.
-        self.optimizer.apply_gradients(zip([g / replicas for g in grads], variables))
+                 for g, v in zip(tape.gradient(scaled, variables), variables)]
+        # Shares of the global mean: the normalizer is 1 in total, 1 / replicas per replica.
+        training.apply_clipped_gradients(self.optimizer, variables, grads, loss, 1.0 / replicas,
+                                         getattr(self, "clip_mode", "global"))
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
     def predict_step(self, data):

@@ -114,6 +114,47 @@ def _format_eta(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
+def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_mode: str = "global"):
+    """The end of every training step (`Trainer` and Keras `fit` through `Task.train_step`), in a replica
+    context.
+
+    Args:
+      grads: this replica's gradients of its `loss_sum` (multiplied by the loss scale under a
+        `keras.optimizers.LossScaleOptimizer`).
+      loss_sum, weight: this replica's loss sum and its share of the normalizer (e.g. real target
+        tokens), so that the global loss is `sum(loss_sum) / sum(weight)` over the replicas.
+      clip_mode: "global" clips the global gradient (all-reduced first: the same update on any number
+        of replicas); "per_replica" clips each replica's share of it before the optimizer's
+        cross-replica sum, as the original's CrossShardOptimizer.
+    The threshold is the optimizer's `global_clipnorm` (the inner one's with loss scaling, applied at
+    clip x scale to the still-scaled gradients, so the true gradient is clipped at clip; the wrapper then
+    only unscales, and skips the step on a non-finite norm). The gradient is handed over divided by the
+    replica count after a global clip, since the optimizer sums across replicas again (its own clipping
+    is then a no-op).
+    Returns `(global loss, unscaled gradient norm)` (per_replica: the norm of this replica's share).
+    """
+    loss_scaling = hasattr(optimizer, "inner_optimizer")
+    clip = (optimizer.inner_optimizer if loss_scaling else optimizer).global_clipnorm
+    ctx = tf.distribute.get_replica_context()
+    replicas = ctx.num_replicas_in_sync if ctx is not None else 1
+    per_replica = clip_mode == "per_replica" and replicas > 1
+    if replicas > 1:
+        if per_replica:
+            loss_sum, weight = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [loss_sum, weight])
+        else:
+            grads, loss_sum, weight = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [grads, loss_sum, weight])
+    weight = tf.maximum(tf.cast(weight, tf.float32), 1e-9)
+    grads = [g / weight for g in grads]  # the global gradient, or this replica's share of it
+    norm = tf.linalg.global_norm(grads)
+    scale = tf.cast(optimizer.dynamic_scale, tf.float32) if loss_scaling else 1.0
+    if clip:
+        grads, _ = tf.clip_by_global_norm(grads, clip * scale, use_norm=norm)
+    if replicas > 1 and not per_replica:
+        grads = [g / replicas for g in grads]
+    optimizer.apply_gradients(zip(grads, variables))
+    return loss_sum / weight, norm / scale
+
+
 class Trainer:
     """Runs `train_steps` optimizer steps of `loss_fn` under `strategy`.
 
@@ -170,10 +211,9 @@ class Trainer:
                                                   max_to_keep=config.keep_checkpoints,
                                                   checkpoint_name="ckpt")
         self.compute = tf.function(self._compute, jit_compile=config.jit_compile)
-        # float16 loss scaling: a LossScaleOptimizer wrapping ours (it unscales; we clip, see _replica_step)
+        # float16 loss scaling: a LossScaleOptimizer wrapping ours (it unscales; we clip, see
+        # apply_clipped_gradients)
         self.loss_scaling = hasattr(self.optimizer, "inner_optimizer")
-        inner = self.optimizer.inner_optimizer if self.loss_scaling else self.optimizer
-        self.clip_norm = inner.global_clipnorm
         # With one replica (no all-reduce, no cross-replica optimizer update) and no loss scaling, the
         # whole step - loss, gradients, clipping and the AdamW update - is one XLA cluster: the gradients-
         # only cluster is 0.80-0.85x as fast (bench/run.py "AdamW outside the XLA cluster").
@@ -214,30 +254,8 @@ class Trainer:
             grads = micro_grads if grads is None else [a + b for a, b in zip(grads, micro_grads)]
             loss_sum += micro_loss
             weight += micro_weight
-        per_replica_clip = self.config.clip_mode == "per_replica" and self.num_replicas > 1
-        if self.num_replicas > 1:
-            ctx = tf.distribute.get_replica_context()
-            if per_replica_clip:  # each replica clips its own share of the global gradient
-                loss_sum, weight = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [loss_sum, weight])
-            else:
-                # All-reduce here so that the *global* gradient is clipped (the optimizer would clip each
-                # replica's part before its own all-reduce).
-                grads, loss_sum, weight = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
-                                                         [grads, loss_sum, weight])
-        weight = tf.maximum(weight, 1e-9)
-        grads = [g / weight for g in grads]  # the global gradient, or this replica's share of it
-        norm = tf.linalg.global_norm(grads)
-        # With float16 loss scaling the gradients are still multiplied by the loss scale: clipping them at
-        # clip x scale clips the true gradient at clip, as in float32 (the wrapped optimizer then only
-        # unscales; a non-finite norm turns them into NaN, which it detects and skips).
-        scale = tf.cast(self.optimizer.dynamic_scale, tf.float32) if self.loss_scaling else 1.0
-        if self.clip_norm:
-            grads, _ = tf.clip_by_global_norm(grads, self.clip_norm * scale, use_norm=norm)
-        if self.num_replicas > 1 and not per_replica_clip:
-            # handed over divided by the replica count, since the optimizer sums across replicas again
-            grads = [g / self.num_replicas for g in grads]
-        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        return loss_sum / weight, norm / scale
+        return apply_clipped_gradients(self.optimizer, self.model.trainable_variables, grads, loss_sum, weight,
+                                       self.config.clip_mode)
 
     def _train_loop(self, iterator, steps):
         loss_sum = tf.constant(0.0)

@@ -185,10 +185,9 @@ class RelativeAttention(keras.layers.Layer):
         qlen = tf.shape(content)[1]
         keys = content if mems is None else tf.concat([tf.cast(mems, content.dtype), content], axis=1)
         k_head, v_head = self._project_keys_values(keys)
-        per_example = per_example_positions
-        k_r = self._project_positions(pos_emb, tf.shape(content)[0], per_example)
+        k_r = self._project_positions(pos_emb, tf.shape(content)[0], per_example_positions)
         vec = self._core(self._project(content, self.q), k_head, v_head, k_r, biases, seg_diff,
-                         content_mask, None, qlen, training, per_example)
+                         content_mask, None, qlen, training, per_example_positions)
         content_out = self._post_attention(content, vec, training)
         if query is None:
             return content_out, None
@@ -198,11 +197,11 @@ class RelativeAttention(keras.layers.Layer):
             mapping = tf.cast(target_mapping, q_head.dtype)
             q_full = tf.einsum("bknd,bkl->blnd", q_head, mapping)
             vec = self._core(q_full, k_head, v_head, k_r, biases, query_seg_diff, query_mask, None, qlen,
-                             training, per_example)
+                             training, per_example_positions)
             vec = tf.einsum("blnd,bkl->bknd", vec, mapping)
         else:
             vec = self._core(q_head, k_head, v_head, k_r, biases, query_seg_diff, query_mask, query_pos,
-                             qlen, training, per_example)
+                             qlen, training, per_example_positions)
             if query_weight is not None:
                 vec *= tf.cast(query_weight, vec.dtype)[:, :, None, None]
         return content_out, self._post_attention(query, vec, training)
