@@ -34,7 +34,8 @@ def test_flag_files_parse_with_their_runners():
     from run import run_classifier, run_race, run_squad  # noqa: F401 (define the flags)
 
     flag_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run", "flags")
-    names = [n for n in os.listdir(flag_dir) if n.endswith(".flags") and not n.startswith(("pretrain", "demo"))]
+    names = [n for n in os.listdir(flag_dir)
+             if n.endswith(".flags") and not n.startswith(("pretrain", "demo", "transfer_cpu"))]
     assert {"mnli.flags", "qqp.flags", "sst2.flags", "cola.flags", "stsb.flags", "mrpc.flags", "rte.flags",
             "race.flags", "squad_v1.flags", "squad_v2.flags"} <= set(names)
     for name in names:
@@ -42,3 +43,19 @@ def test_flag_files_parse_with_their_runners():
             flags.FLAGS.unparse_flags()
             flags.FLAGS(["x", f"--flagfile={os.path.join(flag_dir, name)}"])
             assert flags.FLAGS.train_steps > 0 and flags.FLAGS.learning_rate > 0, name
+
+
+def test_transfer_flag_file_parses_and_names_real_tasks():
+    """bench/transfer.py's own flag file (the transfer table's command) and the task flag files it runs."""
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import sys; sys.argv=['transfer', '--flagfile=run/flags/transfer_cpu.flags']; "
+            "from bench import transfer; from absl import flags; transfer.define_flags(); flags.FLAGS(sys.argv); "
+            "F = flags.FLAGS; tasks = transfer.tasks('labeled'); "
+            "assert set(F.tasks) <= set(tasks) and set(F.inits) == set(transfer.INITS), F.tasks; "
+            "assert all(__import__('os').path.exists(tasks[t].flagfile) for t in F.tasks); "
+            "r = transfer.read_flagfile(F.pretrain_flagfile); assert int(r['n_token']) == F.vocab_size; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip().endswith("ok"), out.stderr[-2000:]

@@ -186,7 +186,7 @@ def test_unknown_flag_and_flagfiles(tmp_path):
         flags.FLAGS.unparse_flags()
         with pytest.raises(flags.UnrecognizedFlagError):
             flags.FLAGS(["pretrain.py", "--record_dir=x", "--model_dir=y", "--learning_rat=1"])
-    for name in ("demo_pretrain", "pretrain_base", "pretrain_large"):
+    for name in ("demo_pretrain", "pretrain_base", "pretrain_large", "pretrain_cpu", "pretrain_gpu"):
         with flagsaver.flagsaver():
             flags.FLAGS.unparse_flags()
             flags.FLAGS(["pretrain.py", f"--flagfile={REPO}/run/flags/{name}.flags", "--record_dir=x",
