@@ -49,6 +49,8 @@ class Task:
     def __init__(self, name, runner, data_args, metrics, primary):
         self.name, self.runner, self.data_args, self.metrics, self.primary = (
             name, runner, data_args, metrics, primary)
+        # classifier/RACE metrics are fractions, SQuAD's percentages; the report is in percent
+        self.to_percent = 1.0 if runner == "run_squad.py" else 100.0
 
     @property
     def flagfile(self) -> str:
@@ -82,6 +84,8 @@ def define_flags():
     flags.DEFINE_list("inits", list(INITS), "Initialisations: scratch, mlm, plm.")
     flags.DEFINE_list("learning_rates", ["1e-4", "3e-4"], "Fine-tuning learning-rate grid (seed 0).")
     flags.DEFINE_list("seeds", ["0"], "Seeds at each init's best learning rate (the grid runs seed 0).")
+    flags.DEFINE_integer("max_grid_extensions", 2, "Extra learning rates (one step of the ladder 1e-5, 3e-5, "
+                         "1e-4, ...) tried while an init's best rate is at the edge of its grid.")
     flags.DEFINE_string("extra_finetune_flags", "", "Flags added to every fine-tuning run.")
     flags.DEFINE_string("results_prefix", os.path.join(REPO, "bench", "results", "transfer_cpu"),
                         "Report path without extension (.json, .md, .png).")
@@ -218,7 +222,7 @@ def read_score(path: str, task: Task) -> Optional[Dict[str, float]]:
     with open(f, encoding="utf-8") as fh:
         res = json.load(fh)
     res = res.get("last", res)
-    return {m: float(res[m]) for m in task.metrics if m in res}
+    return {m: float(res[m]) * task.to_percent for m in task.metrics if m in res}
 
 
 def finetune(work: str, task: Task, init: str, lr: str, seed: str, extra: str) -> Dict[str, float]:
@@ -244,12 +248,45 @@ def finetune(work: str, task: Task, init: str, lr: str, seed: str, extra: str) -
     return score
 
 
+LR_LADDER = ("1e-5", "3e-5", "1e-4", "3e-4", "1e-3", "3e-3", "1e-2")
+
+
+def seed0_grid(work: str, task: Task, init: str) -> Dict[str, Dict[str, float]]:
+    """Scores of the finished seed-0 runs of every learning rate on the ladder."""
+    out = {}
+    for lr in LR_LADDER:
+        s = read_score(run_dir(work, task.name, init, lr, "0"), task)
+        if s is not None:
+            out[lr] = s
+    return out
+
+
 def stage_finetune(work: str, task_map: Dict[str, Task]) -> None:
+    """The grid with seed 0, extended one ladder step while an init's best rate is at the grid's edge
+    (at most `--max_grid_extensions` times, the same rule for every init), then the seeds at the best."""
+    for lr in FLAGS.learning_rates:
+        if lr not in LR_LADDER:
+            raise app.UsageError(f"--learning_rates: {lr} is not on the ladder {LR_LADDER}")
     for name in FLAGS.tasks:
         task = task_map[name]
         for init in FLAGS.inits:
-            grid = {lr: finetune(work, task, init, lr, "0", FLAGS.extra_finetune_flags)[task.primary]
-                    for lr in FLAGS.learning_rates}
+            lrs = sorted(FLAGS.learning_rates, key=LR_LADDER.index)
+            for lr in lrs:
+                finetune(work, task, init, lr, "0", FLAGS.extra_finetune_flags)
+            for _ in range(FLAGS.max_grid_extensions):
+                grid = {lr: s[task.primary] for lr, s in seed0_grid(work, task, init).items()}
+                best = max(grid, key=grid.get)
+                ladder = sorted(grid, key=LR_LADDER.index)
+                k = LR_LADDER.index(best)
+                if best == ladder[-1] and k + 1 < len(LR_LADDER):
+                    nxt = LR_LADDER[k + 1]
+                elif best == ladder[0] and k > 0:
+                    nxt = LR_LADDER[k - 1]
+                else:
+                    break
+                _say(f"{name} {init}: best rate {best} at the edge of the grid; adding {nxt}")
+                finetune(work, task, init, nxt, "0", FLAGS.extra_finetune_flags)
+            grid = {lr: s[task.primary] for lr, s in seed0_grid(work, task, init).items()}
             best = max(grid, key=grid.get)
             for seed in FLAGS.seeds:
                 finetune(work, task, init, best, seed, FLAGS.extra_finetune_flags)
@@ -264,11 +301,7 @@ def collect(work: str, task_map: Dict[str, Task]) -> Dict:
         for metric in task.metrics:
             row = {"task": name, "metric": metric, "primary": metric == task.primary}
             for init in FLAGS.inits:
-                grid = {}
-                for lr in FLAGS.learning_rates:
-                    s = read_score(run_dir(work, name, init, lr, "0"), task)
-                    if s is not None:
-                        grid[lr] = s
+                grid = seed0_grid(work, task, init)
                 if not grid:
                     continue
                 best = max(grid, key=lambda lr: grid[lr][task.primary])
@@ -322,6 +355,7 @@ def machine() -> Dict[str, str]:
 
 def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Dict, baselines: Dict) -> None:
     report = {
+        "unit": "percent (dev set)",
         "description": "Fine-tuning from random weights (scratch), BERT's masked LM (mlm) and XLNet's "
                        "permutation LM (plm), pretrained with run/flags/pretrain_cpu.flags on the same records "
                        "layout, model, optimizer and steps; dev-set scores at the end of a fixed budget "
@@ -330,6 +364,7 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
         "command": "python bench/transfer.py --flagfile=run/flags/transfer_cpu.flags",
         "machine": machine(),
         "learning_rates": FLAGS.learning_rates,
+        "max_grid_extensions": FLAGS.max_grid_extensions,
         "seeds": FLAGS.seeds,
         "pretrain_recipe": recipe,
         "pretrain_heldout": curves,
@@ -345,11 +380,9 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
         if init not in row:
             return "-"
         std = row.get(f"{init}_std")
-        v = row[init] * (100 if row["metric"] in ("accuracy", "macro_f1") or
-                         (row["task"] == "paraphrase" and row["metric"] == "f1") else 1)
-        s = f"{v:.1f}"
+        s = f"{row[init]:.1f}"
         if std is not None:
-            s += f" ± {std * (v / row[init] if row[init] else 1):.1f}"
+            s += f" ± {std:.1f}"
         return s + f" (lr {row[f'{init}_best_lr']}, n={row[f'{init}_seeds']})"
 
     lines = [f"# Transfer: scratch vs MLM vs PLM pretraining ({report['machine']['cpu']}, "
@@ -358,15 +391,16 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
              "| task | metric | scratch | MLM | PLM |", "|---|---|---|---|---|"]
     for row in rows:
         lines.append(f"| {row['task']} | {row['metric']} | " + " | ".join(cell(row, i) for i in INITS) + " |")
-    lines += ["", "Learning-rate grid (seed 0, dev):", "",
-              "| task | metric | init | " + " | ".join(FLAGS.learning_rates) + " |",
-              "|---|---|---|" + "---|" * len(FLAGS.learning_rates)]
+    used = sorted({lr for row in rows for i in INITS for lr in row.get(f"{i}_grid", {})}, key=LR_LADDER.index)
+    lines += ["", "Learning-rate grid (seed 0, dev; extended while the best rate was at its edge):", "",
+              "| task | metric | init | " + " | ".join(used) + " |",
+              "|---|---|---|" + "---|" * len(used)]
     for row in rows:
         for init in INITS:
             if f"{init}_grid" in row:
                 g = row[f"{init}_grid"]
                 lines.append(f"| {row['task']} | {row['metric']} | {init} | " +
-                             " | ".join("-" if g.get(lr) is None else f"{g[lr]:.4g}" for lr in FLAGS.learning_rates)
+                             " | ".join("-" if g.get(lr) is None else f"{g[lr]:.1f}" for lr in used)
                              + " |")
     lines += ["", "Pretraining held-out loss (nats per predicted token; the unigram baseline in brackets):", ""]
     for objective, curve in curves.items():
@@ -399,8 +433,8 @@ def plot(rows, curves, baselines, path):
     width = 0.27
     for k, init in enumerate(INITS):
         xs = [i + (k - 1) * width for i in range(len(primary))]
-        vals = [r.get(init, float("nan")) * (100 if r["metric"] == "accuracy" else 1) for r in primary]
-        errs = [(r.get(f"{init}_std") or 0) * (100 if r["metric"] == "accuracy" else 1) for r in primary]
+        vals = [r.get(init, float("nan")) for r in primary]
+        errs = [r.get(f"{init}_std") or 0 for r in primary]
         ax1.bar(xs, vals, width, yerr=errs, color=colors[init], label=init, capsize=2)
     ax1.set_xticks(range(len(primary)))
     ax1.set_xticklabels([f"{r['task']}\n{r['metric']}" for r in primary], fontsize=8)
