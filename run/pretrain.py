@@ -40,6 +40,8 @@ def define_flags():
     flags.DEFINE_enum("objective", "plm", ["plm", "mlm"], "plm: XLNet's permutation LM (query stream). "
                       "mlm: BERT's masked LM from the content stream, full attention within each part. "
                       "Must match the records' (tfrecords/build_pretrain.py --objective).")
+    flags.DEFINE_bool("nsp", False, "Add next-sentence prediction (a 2-way head on <cls>) to the loss; the "
+                      "records must carry the labels (tfrecords/build_pretrain.py --nsp). Off, as XLNet.")
 
 
 def run():
@@ -63,7 +65,7 @@ def run():
     per_replica = FLAGS.train_batch_size // replicas
     data_args = dict(seq_len=FLAGS.seq_len, reuse_len=FLAGS.reuse_len, num_predict=FLAGS.num_predict,
                      spiece_model=FLAGS.spiece_model, perm_size=FLAGS.perm_size, bi_data=FLAGS.bi_data,
-                     objective=FLAGS.objective)
+                     objective=FLAGS.objective, nsp=FLAGS.nsp)
     # Validate the manifest against the flags before building anything.
     manifest_lib.validate_pretrain_manifest(
         manifest_lib.read_manifest(FLAGS.record_dir), global_batch_size=FLAGS.train_batch_size,
@@ -81,7 +83,8 @@ def run():
 
     keras.utils.set_random_seed(FLAGS.seed)
     with strategy.scope():
-        model = XLNetPretrainer(config, objective=FLAGS.objective, dtype=common_flags.dtype_policy(FLAGS))
+        model = XLNetPretrainer(config, objective=FLAGS.objective, nsp=FLAGS.nsp,
+                                dtype=common_flags.dtype_policy(FLAGS))
         if FLAGS.init_checkpoint:
             checkpoints.load_init_checkpoint(model, FLAGS.init_checkpoint)
         optimizer = optimization.create_optimizer(

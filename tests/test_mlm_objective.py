@@ -184,3 +184,78 @@ def test_trainer_checks_the_objective_and_mlm_trains(tmp_path):
     # A random model already gets the 10% kept targets (tied embeddings), so it starts near ln(vocab).
     assert after["loss"] < before["loss"] - 0.5, (before, after)
     assert 0 < result["unigram_baseline"]["loss"] < before["loss"]
+
+
+# ---------------------------------------------------------------------------- next-sentence prediction
+def test_next_sentence_label_tells_a_continuation_from_a_random_b():
+    rng = np.random.default_rng(0)
+    sids = np.repeat(np.arange(400) % 2 == 0, 7)  # 400 sentences of 7 tokens
+    bounds = pretrain_data.sentence_bounds(sids)
+    labels = []
+    for begin in range(0, 2000, 13):
+        out = pretrain_data.split_a_and_b_labeled(sids, bounds, begin, 40, rng)
+        (a0, a1, b0, b1), is_next = out
+        if is_next:  # B starts at the sentence after A's last (A's trimmed tail, as the original, in between)
+            assert a1 <= b0 and b0 in bounds and not ((bounds > a1) & (bounds < b0)).any()
+        labels.append(is_next)
+    assert 0.35 < np.mean(labels) < 0.65
+    # the unlabeled split is the same draw
+    r1, r2 = np.random.default_rng(3), np.random.default_rng(3)
+    assert pretrain_data.split_a_and_b(sids, bounds, 50, 40, r1) == \
+        pretrain_data.split_a_and_b_labeled(sids, bounds, 50, 40, r2)[0]
+
+
+def _nsp_records(objective, nsp):
+    out = os.path.join(data_fixtures.tmp_root(), f"nsp_test_{objective}_{nsp}")
+    if not os.path.exists(os.path.join(out, "manifest.json")):
+        cfg = pretrain_data.PretrainConfig(**DATA, bi_data=True, seed=5, objective=objective, nsp=nsp)
+        pretrain_data.build_pretrain_records(os.path.join(data_fixtures.CORPUS_DIR, "austen_moby_slice.txt"),
+                                             data_fixtures.tiny_spm(), out, cfg, log=None)
+    return out
+
+
+def test_nsp_records_add_the_label_and_change_nothing_else():
+    with_nsp = pretrain_data.pretrain_dataset(_nsp_records("plm", True), **DATA, nsp=True, decode=False)
+    plain = pretrain_data.pretrain_dataset(_nsp_records("plm", False), **DATA, decode=False)
+    labels = []
+    for a, b in zip(with_nsp, plain):
+        for k in b:
+            np.testing.assert_array_equal(a[k].numpy(), b[k].numpy())
+        labels.append(a["is_next"].numpy())
+    labels = np.concatenate(labels)
+    # Below 1/2 at this short length: with no sentence end within A+B's 29 tokens, B is random (the original).
+    assert set(labels) == {0, 1} and 0.15 < labels.mean() < 0.5
+    # a PLM build without nsp keeps its fingerprint from before the option existed (no "nsp" key in it)
+    assert "nsp" not in pretrain_data.PretrainConfig(**DATA).fingerprint_params()
+    assert read_manifest(_nsp_records("plm", True))["schema"]["is_next"].startswith("int64[1]")
+
+
+def test_nsp_loss_and_trainer_check(tmp_path):
+    from xlnet_tf import checkpoints
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.models import XLNetPretrainer
+
+    features = next(iter(pretrain_data.pretrain_dataset(_nsp_records("mlm", True), **DATA, objective="mlm",
+                                                        nsp=True)))
+    config = XLNetConfig(n_token=data_fixtures.TINY_VOCAB, n_layer=1, d_model=32, n_head=2, d_head=16,
+                         d_inner=64, dropout=0.0, dropatt=0.0)
+    model = XLNetPretrainer(config, objective="mlm", nsp=True)
+    out = model(features)
+    assert out["nsp_logits"].shape == (DATA["global_batch_size"], 2)
+    mask = features["target_mask"].numpy()
+    lm = model.per_token_loss(features, out).numpy()
+    nsp = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=features["is_next"],
+                                                         logits=out["nsp_logits"]).numpy()
+    expect = ((lm + nsp[:, None]) * mask).sum() / mask.sum()
+    np.testing.assert_allclose(float(model.task_loss(features, out)), expect, rtol=1e-5)
+    # the held-out metric stays the LM loss alone
+    np.testing.assert_allclose(float(model.plm_metrics(features, out)[0]), (lm * mask).sum() / mask.sum(),
+                               rtol=1e-5)
+    names = checkpoints.model_variables(model)
+    assert {"model/nsp/summary/summary/kernel", "model/nsp/output/kernel"} <= set(names)
+
+    with pytest.raises(ManifestError, match="nsp"):
+        _run(_args(_records("mlm"), tmp_path / "a", "--objective=mlm", "--nsp"))
+    result = _run(_args(_nsp_records("mlm", True), tmp_path / "b", "--objective=mlm", "--nsp", "--train_steps=6",
+                        "--steps_per_loop=2", "--save_steps=6"))
+    assert np.isfinite(result["history"][-1]["loss"])

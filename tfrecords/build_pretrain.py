@@ -60,6 +60,8 @@ def define_flags():
     flags.DEFINE_float("mlm_mask_token_prob", 0.8, "MLM: share of the targets replaced by <mask>.")
     flags.DEFINE_float("mlm_random_token_prob", 0.1, "MLM: share of the targets replaced by a random "
                        "token (the rest are kept).")
+    flags.DEFINE_bool("nsp", False, "Store the next-sentence label of each A/B pair (for --nsp in "
+                      "run/pretrain.py; off as XLNet).")
     flags.DEFINE_float("log_every_s", 30, "Seconds between in-shard progress lines.")
     flags.mark_flags_as_required(["input_glob", "spiece_model", "output_dir"])
 
@@ -74,7 +76,7 @@ def config_from_flags() -> pretrain_data.PretrainConfig:
         uncased=FLAGS.uncased, keep_accents=FLAGS.keep_accents, use_eod=FLAGS.use_eod,
         split=FLAGS.split, skip_invalid_utf8=FLAGS.skip_invalid_utf8, objective=FLAGS.objective,
         mlm_mask_rate=FLAGS.mlm_mask_rate, mlm_mask_token_prob=FLAGS.mlm_mask_token_prob,
-        mlm_random_token_prob=FLAGS.mlm_random_token_prob)
+        mlm_random_token_prob=FLAGS.mlm_random_token_prob, nsp=FLAGS.nsp)
 
 
 def main(argv):

@@ -89,7 +89,8 @@ def validate_pretrain_manifest(manifest: Dict[str, Any], *, seq_len: int, reuse_
                                perm_size: Optional[int] = None,
                                bi_data: Optional[bool] = None,
                                uncased: Optional[bool] = None,
-                               objective: Optional[str] = None) -> None:
+                               objective: Optional[str] = None,
+                               nsp: Optional[bool] = None) -> None:
     """Check the trainer's parameters against the records' manifest.
 
     `None` arguments are not checked. With `bi_data` records the replica count must
@@ -102,6 +103,9 @@ def validate_pretrain_manifest(manifest: Dict[str, Any], *, seq_len: int, reuse_
         _mismatch(manifest, "objective", recorded, objective,
                   f" (the records bake the {recorded.upper()} targets in; pass --objective={recorded} "
                   f"or build records with --objective={objective})")
+    if nsp and not p.get("nsp", False):
+        _mismatch(manifest, "nsp", False, True, " (the records have no next-sentence labels; build them with "
+                  "--nsp or train without --nsp)")
     for field, wanted in (("seq_len", seq_len), ("reuse_len", reuse_len),
                           ("num_predict", num_predict), ("perm_size", perm_size),
                           ("bi_data", bi_data), ("uncased", uncased)):

@@ -79,6 +79,9 @@ class PretrainConfig:
     mlm_mask_rate: float = 0.15
     mlm_mask_token_prob: float = 0.8
     mlm_random_token_prob: float = 0.1
+    # Store the next-sentence label of the A/B split (B is A's continuation with probability 1/2, else a
+    # random span, as the original builder always did) for an optional NSP loss; off by default, as XLNet.
+    nsp: bool = False
 
     @property
     def num_rows(self) -> int:
@@ -135,9 +138,11 @@ class PretrainConfig:
                                  f"seq_len={L}, more than num_predict={self.num_predict} slots")
 
     def fingerprint_params(self) -> Dict[str, Any]:
-        """The parameters a build's fingerprint covers; the MLM knobs only for MLM builds, so
-        permutation-LM records built before the option existed keep their fingerprint."""
+        """The parameters a build's fingerprint covers; the MLM knobs only for MLM builds and `nsp` only
+        when on, so permutation-LM records built before these options existed keep their fingerprint."""
         params = dataclasses.asdict(self)
+        if not self.nsp:
+            params.pop("nsp")
         if self.objective == "plm":
             for k in ("objective", "mlm_mask_rate", "mlm_mask_token_prob", "mlm_random_token_prob"):
                 params.pop(k)
@@ -261,15 +266,16 @@ def trim_pair(la: int, lb: int, tot_len: int) -> Tuple[int, int]:
     return la - ex // 2, lb - (ex + 1) // 2
 
 
-def split_a_and_b(sids: np.ndarray, bounds: np.ndarray, begin: int, tot_len: int,
-                  rng: np.random.Generator) -> Optional[Tuple[int, int, int, int]]:
+def split_a_and_b_labeled(sids: np.ndarray, bounds: np.ndarray, begin: int, tot_len: int,
+                  rng: np.random.Generator) -> Optional[Tuple[Tuple[int, int, int, int], int]]:
     """The original `_split_a_and_b` on one row, as index ranges.
 
     A starts at `begin` and ends at a sentence boundary; with probability 1/2 (or when no
     boundary lies within `tot_len`) B is a random sentence-aligned span of the same row
     ("not next"), otherwise the continuation of A. The longer piece is trimmed so that
     `len(A) + len(B) == tot_len`. Returns `(a_begin, a_end, b_begin, b_end)` or None near
-    the end of the row.
+    the end of the row; here with the next-sentence label: `((a_begin, a_end, b_begin, b_end), is_next)`,
+    `is_next` 1 when B continues A, 0 for a random B.
     """
     n = sids.shape[0]
     if begin + tot_len >= n:
@@ -278,7 +284,9 @@ def split_a_and_b(sids: np.ndarray, bounds: np.ndarray, begin: int, tot_len: int
     hi = int(np.searchsorted(bounds, begin + tot_len))
     cuts = bounds[lo:hi]
     end = int(bounds[hi]) if hi < bounds.shape[0] else n
+    is_next = 1
     if cuts.size == 0 or rng.random() < 0.5:
+        is_next = 0
         a_end = end if cuts.size == 0 else int(cuts[rng.integers(cuts.size)])
         b_len = max(1, tot_len - (a_end - begin))
         b_begin = int(rng.integers(0, n - b_len))  # randint(0, n - 1 - b_len)
@@ -295,7 +303,14 @@ def split_a_and_b(sids: np.ndarray, bounds: np.ndarray, begin: int, tot_len: int
     a_end, b_end = begin + la, b_begin + lb
     if a_end >= n or b_end >= n:
         return None
-    return begin, a_end, b_begin, b_end
+    return (begin, a_end, b_begin, b_end), is_next
+
+
+def split_a_and_b(sids: np.ndarray, bounds: np.ndarray, begin: int, tot_len: int,
+                  rng: np.random.Generator) -> Optional[Tuple[int, int, int, int]]:
+    """The original `_split_a_and_b` on one row, as index ranges (see `split_a_and_b_labeled`)."""
+    out = split_a_and_b_labeled(sids, bounds, begin, tot_len, rng)
+    return None if out is None else out[0]
 
 
 @dataclasses.dataclass
@@ -308,15 +323,29 @@ class Example:
     target_index: np.ndarray  # [P]
     target_ids: np.ndarray  # [P]
     is_masked: np.ndarray  # [L] bool, not serialized (tests, stats)
+    is_next: Optional[np.ndarray] = None  # [1] next-sentence label, serialized only when the build has `nsp`
 
     def features(self) -> Dict[str, np.ndarray]:
-        return {k: getattr(self, k) for k in RECORD_FEATURES}
+        out = {k: getattr(self, k) for k in RECORD_FEATURES}
+        if self.is_next is not None:
+            out["is_next"] = self.is_next
+        return out
 
 
 def make_example(row: np.ndarray, ab: Tuple[int, int, int, int], i: int,
                  cfg: PretrainConfig, word_start: np.ndarray, reverse: bool,
-                 rng: np.random.Generator) -> Example:
-    """Assemble, span-mask and order one example from step offset `i` of `row`."""
+                 rng: np.random.Generator, is_next: Optional[int] = None) -> Example:
+    """Assemble, span-mask and order one example from step offset `i` of `row` (with `cfg.nsp`, the
+    next-sentence label `is_next` is stored)."""
+    ex = _make_example(row, ab, i, cfg, word_start, reverse, rng)
+    if cfg.nsp:
+        if is_next is None:
+            raise ValueError("an nsp build needs the next-sentence label")
+        ex.is_next = np.asarray([is_next], np.int64)
+    return ex
+
+
+def _make_example(row, ab, i, cfg, word_start, reverse, rng) -> Example:
     R, L = cfg.reuse_len, cfg.seq_len
     a0, a1, b0, b1 = ab
     inp = row[i:i + R]
@@ -377,10 +406,11 @@ def iter_steps(data: np.ndarray, sids: np.ndarray, cfg: PretrainConfig,
     while i + L <= T:
         step = []
         for r in range(B):
-            ab = split_a_and_b(sids[r], bounds[r], i + R, tot_len, rng)
-            if ab is None:
+            split = split_a_and_b_labeled(sids[r], bounds[r], i + R, tot_len, rng)
+            if split is None:
                 return
-            step.append(make_example(data[r], ab, i, cfg, word_start, reverse[r], rng))
+            ab, is_next = split
+            step.append(make_example(data[r], ab, i, cfg, word_start, reverse[r], rng, is_next))
         yield step
         i += R
 
@@ -699,6 +729,7 @@ def make_manifest(cfg, input_glob, files, index, spiece_model, tok, fingerprint,
                           f"int64[{cfg.seq_len}] all 0 (MLM: no factorization order)"),
             "target_index": f"int64[{cfg.num_predict}] positions, -1 padded",
             "target_ids": f"int64[{cfg.num_predict}] 0 padded",
+            **({"is_next": "int64[1] 1 = B continues A, 0 = random B"} if cfg.nsp else {}),
         },
         "files": [{k: s[k] for k in ("name", "pass", "shard") + keys + ("num_lines",)}
                   for s in stats],
@@ -713,17 +744,21 @@ COMPACT_NAMES = ("input_ids", "segment_ids", "perm_rank", "target_index", "targe
                  "attention_mask")
 
 
-def parse_compact(serialized, seq_len: int, num_predict: int):
+def parse_compact(serialized, seq_len: int, num_predict: int, nsp: bool = False):
     """Batch of serialized records [b] -> the compact features as int32 (plus
     `attention_mask` float32 [b, L] of ones): `input_ids`, `segment_ids`, `perm_rank`
-    [b, L]; `target_index`, `target_ids` [b, P]."""
+    [b, L]; `target_index`, `target_ids` [b, P]; with `nsp`, `is_next` [b]."""
     import tensorflow as tf
 
     spec = {k: tf.io.FixedLenFeature([seq_len], tf.int64)
             for k in ("input_ids", "segment_ids", "perm_rank")}
     spec.update({k: tf.io.FixedLenFeature([num_predict], tf.int64)
                  for k in ("target_index", "target_ids")})
+    if nsp:
+        spec["is_next"] = tf.io.FixedLenFeature([1], tf.int64)
     f = {k: tf.cast(v, tf.int32) for k, v in tf.io.parse_example(serialized, spec).items()}
+    if nsp:
+        f["is_next"] = f["is_next"][:, 0]
     f["perm_rank"] -= STORED_RANK_OFFSET  # back to rank, -1 for plain context
     f["attention_mask"] = tf.ones_like(f["input_ids"], tf.float32)
     return f
@@ -741,7 +776,9 @@ def decode_compact(features, reuse_len: int):
     """
     dense = permutation.decode_order(features["input_ids"], features["perm_rank"],
                                      features["target_index"], reuse_len)
+    extra = {"is_next": features["is_next"]} if "is_next" in features else {}
     return {
+        **extra,
         "input_ids": features["input_ids"],
         "segment_ids": features["segment_ids"],
         "perm_mask": dense["perm_mask"],
@@ -753,9 +790,9 @@ def decode_compact(features, reuse_len: int):
     }
 
 
-def parse_and_decode(serialized, seq_len: int, reuse_len: int, num_predict: int):
+def parse_and_decode(serialized, seq_len: int, reuse_len: int, num_predict: int, nsp: bool = False):
     """Batch of serialized records [b] -> the model's inputs (see `decode_compact`)."""
-    return decode_compact(parse_compact(serialized, seq_len, num_predict), reuse_len)
+    return decode_compact(parse_compact(serialized, seq_len, num_predict, nsp), reuse_len)
 
 
 def pretrain_dataset(data_dir: str, *, seq_len: int, reuse_len: int, num_predict: int,
@@ -763,7 +800,8 @@ def pretrain_dataset(data_dir: str, *, seq_len: int, reuse_len: int, num_predict
                      input_context=None, replica_id: Optional[int] = None,
                      spiece_model: Optional[str] = None, spiece_sha256: Optional[str] = None,
                      perm_size: Optional[int] = None, bi_data: Optional[bool] = None,
-                     objective: Optional[str] = None, repeat: bool = False, uses_mems: bool = True, shuffle_buffer: int = 0,
+                     objective: Optional[str] = None, nsp: Optional[bool] = None,
+                     repeat: bool = False, uses_mems: bool = True, shuffle_buffer: int = 0,
                      seed: Optional[int] = None, decode: bool = True):
     """tf.data pipeline from a record directory to the model's inputs.
 
@@ -794,7 +832,8 @@ def pretrain_dataset(data_dir: str, *, seq_len: int, reuse_len: int, num_predict
         m, seq_len=seq_len, reuse_len=reuse_len, num_predict=num_predict,
         global_batch_size=global_batch_size, num_replicas=num_replicas,
         spiece_model=spiece_model, spiece_sha256=spiece_sha256, perm_size=perm_size,
-        bi_data=bi_data, objective=objective)
+        bi_data=bi_data, objective=objective, nsp=nsp)
+    has_labels = bool(m["params"].get("nsp", False))
     files = manifest_lib.check_record_files(m)
     if shuffle_buffer and uses_mems:
         raise ValueError("shuffling breaks the stream order that mems rely on; use "
@@ -828,9 +867,9 @@ def pretrain_dataset(data_dir: str, *, seq_len: int, reuse_len: int, num_predict
     if repeat:
         ds = ds.repeat()
     if decode:
-        fn = lambda s: parse_and_decode(s, seq_len, reuse_len, num_predict)  # noqa: E731
+        fn = lambda s: parse_and_decode(s, seq_len, reuse_len, num_predict, has_labels)  # noqa: E731
     else:
-        fn = lambda s: parse_compact(s, seq_len, num_predict)  # noqa: E731
+        fn = lambda s: parse_compact(s, seq_len, num_predict, has_labels)  # noqa: E731
     ds = ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.prefetch(tf.data.AUTOTUNE)
 

@@ -336,10 +336,11 @@ class Trainer:
 
 
 def plm_loss_fn(model, features, mems, training):
-    """`loss_fn` of the permutation-LM pretrainer: cross-entropy summed over the real target slots."""
+    """`loss_fn` of the pretrainer (either objective): the training loss (`per_slot_loss`: cross-entropy,
+    plus NSP when on) summed over the real target slots, and their count."""
     out = model(features, mems=mems, training=training)
     mask = tf.cast(features["target_mask"], tf.float32)
-    return tf.reduce_sum(model.per_token_loss(features, out) * mask), tf.reduce_sum(mask), out["new_mems"]
+    return tf.reduce_sum(model.per_slot_loss(features, out) * mask), tf.reduce_sum(mask), out["new_mems"]
 
 
 def evaluate_plm(model, dataset, mem_len: int, max_batches: Optional[int] = None) -> Dict[str, float]:
