@@ -354,7 +354,9 @@ def machine() -> Dict[str, str]:
 
 
 def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Dict, baselines: Dict) -> None:
+    complete = all(row.get(f"{i}_seeds") == len(FLAGS.seeds) for row in rows for i in FLAGS.inits)
     report = {
+        "complete": complete,
         "unit": "percent (dev set)",
         "description": "Fine-tuning from random weights (scratch), BERT's masked LM (mlm) and XLNet's "
                        "permutation LM (plm), pretrained with run/flags/pretrain_cpu.flags on the same records "
@@ -388,6 +390,8 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
     lines = [f"# Transfer: scratch vs MLM vs PLM pretraining ({report['machine']['cpu']}, "
              f"{report['machine']['cores']} cores; {report['machine']['vector_extensions']})", "",
              report["description"], "", f"Command: `{report['command']}`", "",
+             *([] if complete else ["**Partial results**: some cells are missing or have fewer seeds than "
+                                    f"{len(FLAGS.seeds)}; the command resumes the rest.", ""]),
              "| task | metric | scratch | MLM | PLM |", "|---|---|---|---|---|"]
     for row in rows:
         lines.append(f"| {row['task']} | {row['metric']} | " + " | ".join(cell(row, i) for i in INITS) + " |")
