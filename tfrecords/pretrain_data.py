@@ -379,13 +379,10 @@ def _make_mlm_example(ids, seg, inp, new, cfg, word_start, rng, kw) -> Example:
     m1 = np.zeros(new.shape[0], bool)
     m1[keep] = permutation.sample_span_mask(word_start[new[keep]], k1, rng, **kw)
     is_masked = np.concatenate([m0, m1])
-    tgt = np.flatnonzero(is_masked)
-    target_index = np.full(cfg.num_predict, -1, np.int64)
-    target_ids = np.zeros(cfg.num_predict, np.int64)
-    target_index[:tgt.size] = tgt
-    target_ids[:tgt.size] = ids[tgt]
+    # no order: every rank -1, so every position (functional ones too) is plain context
+    perm_rank, target_index, target_ids = permutation.encode_ranked(
+        ids, is_masked, np.full(ids.shape[0], -1, np.int64), cfg.num_predict)
     corrupted = mlm_corrupt(ids, is_masked, cfg, word_start.shape[0], rng)
-    perm_rank = np.full(ids.shape[0], -1, np.int64)
     return Example(corrupted, seg, perm_rank, target_index, target_ids, is_masked)
 
 
