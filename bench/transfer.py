@@ -298,15 +298,18 @@ def collect(work: str, task_map: Dict[str, Task]) -> Dict:
     rows = []
     for name in FLAGS.tasks:
         task = task_map[name]
+        runs = {}  # init -> (seed-0 grid, best rate, the seeds' scores at it), read once per task
+        for init in FLAGS.inits:
+            grid = seed0_grid(work, task, init)
+            if grid:
+                best = max(grid, key=lambda lr: grid[lr][task.primary])
+                seeds = [s for s in (read_score(run_dir(work, name, init, best, seed), task)
+                                     for seed in FLAGS.seeds) if s is not None]
+                runs[init] = (grid, best, seeds)
         for metric in task.metrics:
             row = {"task": name, "metric": metric, "primary": metric == task.primary}
-            for init in FLAGS.inits:
-                grid = seed0_grid(work, task, init)
-                if not grid:
-                    continue
-                best = max(grid, key=lambda lr: grid[lr][task.primary])
-                vals = [s[metric] for s in (read_score(run_dir(work, name, init, best, seed), task)
-                                            for seed in FLAGS.seeds) if s is not None and metric in s]
+            for init, (grid, best, seeds) in runs.items():
+                vals = [s[metric] for s in seeds if metric in s]
                 if not vals:
                     continue
                 row[init] = statistics.fmean(vals)

@@ -53,21 +53,34 @@ class FitProbe(XLNetPretrainer):
         return features["c"], outputs["c"], None
 
 
-def fit_update(strategy, clip_mode, float16):
+def model_and_optimizer(strategy, model_class, float16):
+    """A fresh model (seed 0) under `strategy`, SGD at learning rate 1 clipping at 0.3 per element, and
+    the model's size."""
     keras.utils.set_random_seed(0)
     with strategy.scope():
-        model = FitProbe(CONFIG)
+        model = model_class(CONFIG)
         size = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
         optimizer = keras.optimizers.SGD(learning_rate=1.0, global_clipnorm=float(0.3 * np.sqrt(size)))
         if float16:
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    return model, optimizer, size
+
+
+def update_per_element(model, before, setting):
+    """The (uniform) update every element received."""
+    deltas = np.concatenate([(b - v.numpy()).ravel() for b, v in zip(before, model.trainable_variables)])
+    assert np.allclose(deltas, deltas[0], rtol=1e-5), (setting, deltas.min(), deltas.max())
+    return float(deltas[0])
+
+
+def fit_update(strategy, clip_mode, float16):
+    model, optimizer, _ = model_and_optimizer(strategy, FitProbe, float16)
+    with strategy.scope():
         model.compile(optimizer=optimizer, metrics=[], clip_mode=clip_mode)
     before = [v.numpy().copy() for v in model.trainable_variables]
     data = tf.data.Dataset.from_tensor_slices({"c": tf.constant(np.ravel(C), tf.float32)}).batch(4)
     model.fit(data, epochs=1, verbose=0)
-    deltas = np.concatenate([(b - v.numpy()).ravel() for b, v in zip(before, model.trainable_variables)])
-    assert np.allclose(deltas, deltas[0], rtol=1e-5), (clip_mode, float16, deltas.min(), deltas.max())
-    return float(deltas[0])
+    return update_per_element(model, before, ("fit", clip_mode, float16))
 
 
 def main():
@@ -77,21 +90,14 @@ def main():
     for name, clip_mode, float16 in (("global", "global", False), ("per_replica", "per_replica", False),
                                      ("global_float16", "global", True),
                                      ("per_replica_float16", "per_replica", True)):
-        keras.utils.set_random_seed(0)
-        with strategy.scope():
-            model = XLNetPretrainer(CONFIG)
-            size = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
-            optimizer = keras.optimizers.SGD(learning_rate=1.0, global_clipnorm=float(0.3 * np.sqrt(size)))
-            if float16:
-                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        model, optimizer, size = model_and_optimizer(strategy, XLNetPretrainer, float16)
         before = [v.numpy().copy() for v in model.trainable_variables]
         loop = training.TrainLoopConfig(model_dir=tempfile.mkdtemp(), train_steps=1, steps_per_loop=1,
                                         save_steps=1, clip_mode=clip_mode)
         trainer = training.Trainer(strategy, model, optimizer, loss_fn, dataset_fn, loop, log=lambda s: None)
         history = trainer.train()
-        deltas = np.concatenate([(b - v.numpy()).ravel() for b, v in zip(before, model.trainable_variables)])
-        assert np.allclose(deltas, deltas[0], rtol=1e-5), (name, deltas.min(), deltas.max())
-        results[name] = {"update": float(deltas[0]), "grad_norm": history[-1]["grad_norm"]}
+        results[name] = {"update": update_per_element(model, before, name),
+                         "grad_norm": history[-1]["grad_norm"]}
         results["size"] = size
         results["fit_" + name] = {"update": fit_update(strategy, clip_mode, float16)}
     print(json.dumps(results))

@@ -73,3 +73,15 @@ def built_records(num_processes: int = 1, **overrides) -> str:
     """Directory of a record set built with `small_config(**overrides)` (cached; treat as
     read-only)."""
     return _built(tuple(sorted(overrides.items())), num_processes)
+
+
+def run_with_flags(module, args):
+    """Parse `args` as the command line of runner `module` (the flags are restored afterwards) and return
+    `module.run()`."""
+    from absl import flags
+    from absl.testing import flagsaver
+
+    with flagsaver.flagsaver():
+        flags.FLAGS.unparse_flags()
+        flags.FLAGS([module.__name__] + list(args))
+        return module.run()

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from absl import flags
-from absl.testing import flagsaver
 
 from tests import data_fixtures
 
@@ -19,11 +18,7 @@ TINY = ["--n_layer=2", "--d_model=64", "--n_head=2", "--d_head=32", "--d_inner=1
         "--steps_per_loop=50", "--jit_compile=true", f"--spiece_model_file={data_fixtures.tiny_spm()}"]
 
 
-def _run(module, args):
-    with flagsaver.flagsaver():
-        flags.FLAGS.unparse_flags()
-        flags.FLAGS([module.__name__] + args)
-        module.run()
+_run = data_fixtures.run_with_flags
 
 
 def _majority(path):

@@ -7,8 +7,6 @@ import os
 import numpy as np
 import pytest
 import tensorflow as tf
-from absl import flags
-from absl.testing import flagsaver
 
 from tests import data_fixtures
 from tfrecords import pretrain_data
@@ -154,10 +152,7 @@ def test_mlm_loss_is_the_mean_cross_entropy_at_the_targets():
 def _run(args):
     from run import pretrain
 
-    with flagsaver.flagsaver():
-        flags.FLAGS.unparse_flags()
-        flags.FLAGS(["pretrain.py"] + args)
-        return pretrain.run()
+    return data_fixtures.run_with_flags(pretrain, args)
 
 
 def _args(record_dir, model_dir, *extra):

@@ -43,10 +43,7 @@ def records():
 def _run(args):
     from run import pretrain
 
-    with flagsaver.flagsaver():
-        flags.FLAGS.unparse_flags()
-        flags.FLAGS(["pretrain.py"] + args)
-        return pretrain.run()
+    return data_fixtures.run_with_flags(pretrain, args)
 
 
 def _args(records, model_dir, *extra):

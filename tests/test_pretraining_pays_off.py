@@ -12,8 +12,6 @@ import re
 
 import numpy as np
 import pytest
-from absl import flags
-from absl.testing import flagsaver
 
 from tests import data_fixtures
 
@@ -25,11 +23,7 @@ MODEL = ["--n_layer=2", "--d_model=128", "--n_head=4", "--d_head=32", "--d_inner
 LEARNING_RATES = ("3e-4", "1e-3")
 
 
-def _run(module, args):
-    with flagsaver.flagsaver():
-        flags.FLAGS.unparse_flags()
-        flags.FLAGS([module.__name__] + args)
-        return module.run()
+_run = data_fixtures.run_with_flags
 
 
 def _write_corpus(path):

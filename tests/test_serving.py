@@ -9,8 +9,6 @@ import sys
 import numpy as np
 import pytest
 import tensorflow as tf
-from absl import flags
-from absl.testing import flagsaver
 
 from tests import data_fixtures
 
@@ -43,11 +41,7 @@ np.savez(out_file, **out)
 '''
 
 
-def _run(module, args):
-    with flagsaver.flagsaver():
-        flags.FLAGS.unparse_flags()
-        flags.FLAGS([module.__name__] + args)
-        return module.run()
+_run = data_fixtures.run_with_flags
 
 
 def _reload_in_subprocess(path, requests, tmp_path):
