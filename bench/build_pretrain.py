@@ -19,14 +19,12 @@ import json
 import os
 import platform
 import shutil
-import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tfrecords import corpus, pretrain_data, spm  # noqa: E402
+from tfrecords import corpus, pretrain_data, spm  # noqa: E402 (after the log-level setting)
 
 
 def main():

@@ -23,7 +23,6 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
@@ -138,9 +137,7 @@ def train_flops(config, batch: int, seq_len: int, num_predict: int = 0, mlen: in
 def _hf_model(config, kind: str):
     import transformers
 
-    from tests.parity_utils import hf_config
-
-    cfg = hf_config(config)
+    cfg = transformers.XLNetConfig(**config.to_hf_dict())
     cfg.use_mems_train = bool(config.mem_len)
     if kind == "plm":
         return transformers.XLNetLMHeadModel(cfg)
@@ -465,9 +462,11 @@ def main():
         return L // 2 if args.mem_len < 0 else args.mem_len
 
     began = time.time()
-    from tests import data_fixtures
+    from tfrecords import corpus, spm
 
-    spiece_model = data_fixtures.tiny_spm()
+    # a small SentencePiece model of the repository's test corpus (as tests/data_fixtures.tiny_spm)
+    spiece_model = spm.train_spm(corpus.expand_globs(os.path.join(REPO, "tests", "data", "corpus", "*.txt")),
+                                 os.path.join(tempfile.mkdtemp(prefix="xlnet_bench_spm_"), "sp"), vocab_size=1000)
     suites = SUITES if args.suite == "all" else tuple(args.suite.split(","))
     unknown = set(suites) - set(SUITES)
     if unknown:

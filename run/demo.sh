@@ -11,6 +11,8 @@ if [ ! -x "$PY" ]; then
   .venv/bin/pip install -q -r requirements.txt
   PY=.venv/bin/python
 fi
+# the packages themselves (pyproject.toml), editable, if this environment lacks them
+"$PY" -I -c "import xlnet_tf, tfrecords, run" 2>/dev/null || "$PY" -m pip install -q --no-deps -e .
 export TF_CPP_MIN_LOG_LEVEL=2
 # TensorFlow prints start-up noise (CUDA probing, oneDNN) before its log level applies; drop it.
 quiet() { "$@" 2>&1 | { grep -v -E "^(I|W|E)[0-9]{4} |^WARNING: All log messages|rebuild TensorFlow" || true; }; }

@@ -15,13 +15,7 @@ TINY = dict(n_token=53, d_model=16, n_layer=2, n_head=2, d_head=8, d_inner=24)
 
 def hf_config(config: XLNetConfig) -> transformers.XLNetConfig:
     """Our config as a Hugging Face config (ff_activation `gelu` = HF `gelu_new`, the tanh form)."""
-    act = {"gelu": "gelu_new", "gelu_exact": "gelu", "relu": "relu"}[config.ff_activation]
-    return transformers.XLNetConfig(
-        vocab_size=config.n_token, d_model=config.d_model, n_layer=config.n_layer, n_head=config.n_head,
-        d_inner=config.d_inner, ff_activation=act, untie_r=config.untie_r, attn_type=config.attn_type,
-        bi_data=config.bi_data, clamp_len=config.clamp_len, same_length=config.same_length,
-        dropout=0.0, mem_len=config.mem_len, reuse_len=config.reuse_len, use_mems_eval=True,
-        layer_norm_eps=config.layer_norm_eps)
+    return transformers.XLNetConfig(**config.to_hf_dict())
 
 
 def randomize_(module: torch.nn.Module, seed: int, scale: float = 0.4, tie_biases: bool = False):

@@ -17,8 +17,6 @@ from __future__ import annotations
 import os
 import sys
 
-if __package__ in (None, ""):  # `python tfrecords/build_classifier.py`
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags
 

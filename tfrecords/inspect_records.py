@@ -13,8 +13,6 @@ from __future__ import annotations
 import os
 import sys
 
-if __package__ in (None, ""):  # `python tfrecords/inspect_records.py`
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from typing import Dict, Iterator, Optional
 

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import io
 import os
-import sys
 
-if __package__ in (None, ""):  # `python tfrecords/spm.py`: make the repo importable
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from typing import Iterator, Sequence
 

@@ -136,6 +136,17 @@ class XLNetConfig:
         mapping.update(overrides)
         return cls(**mapping)
 
+    def to_hf_dict(self) -> dict[str, Any]:
+        """Keyword arguments of a Hugging Face `XLNetConfig` with the same architecture (dropout 0, mems
+        kept in evaluation); `gelu` (the original's tanh form) is HF's `gelu_new`, `gelu_exact` its `gelu`."""
+        act = {"gelu": "gelu_new", "gelu_exact": "gelu", "relu": "relu"}[self.ff_activation]
+        return dict(
+            vocab_size=self.n_token, d_model=self.d_model, n_layer=self.n_layer, n_head=self.n_head,
+            d_inner=self.d_inner, ff_activation=act, untie_r=self.untie_r, attn_type=self.attn_type,
+            bi_data=self.bi_data, clamp_len=self.clamp_len, same_length=self.same_length, dropout=0.0,
+            mem_len=self.mem_len, reuse_len=self.reuse_len, use_mems_eval=True,
+            layer_norm_eps=self.layer_norm_eps)
+
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 

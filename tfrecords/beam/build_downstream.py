@@ -9,12 +9,8 @@ pipeline options go after `--`. Each job gives the files of the local CLI.
 
 from __future__ import annotations
 
-import os
 import sys
 
-if __package__ in (None, ""):  # `python tfrecords/beam/build_downstream.py`
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))))
 
 from absl import app, flags
 
