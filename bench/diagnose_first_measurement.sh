@@ -1,6 +1,6 @@
 #!/bin/bash
 # Usage: WORK=<bench/transfer.py --work_dir> bash bench/diagnose_first_measurement.sh (after its pretrain stage;
-# the 900-step PLM checkpoint must have been copied to $WORK/plm_ckpt_900 while it trained).
+# uses the 900-step PLM checkpoint that run/flags/pretrain_cpu.flags keeps in $WORK/plm_model/kept/).
 # Diagnosis of the first null result (issue 14): the first measurement's protocol on the shipped topic slice
 # (1,500 train / 300 dev), run/flags/topic_demo.flags with the 4x256 models, 250 steps, batch 32.
 cd "$(dirname "$0")/.."
@@ -13,7 +13,7 @@ ft() {  # name spiece config init lr
   out=$D/ft_$1
   [ -f $out/eval_results.json ] && return
   rm -rf $out
-  .venv/bin/python run/run_classifier.py --flagfile=run/flags/topic_demo.flags --record_dir=$D/records_$(basename $2 .model) \
+  .venv/bin/python run/run_classifier.py --flagfile=run/flags/topic_demo.flags --record_dir=$D/records_$(basename $(dirname $2)) \
     --model_dir=$out --spiece_model_file=$2 --model_config_path=$3 ${4:+--init_checkpoint=$4} --learning_rate=$5 \
     --train_steps=250 --save_steps=250 > $out.log 2>&1
   echo "$1: $(grep -o '"accuracy": [0-9.]*' $out/eval_results.json | tail -1)"
@@ -25,4 +25,4 @@ ft demo_pretrained_1e-4 $D/demo/spiece.model $DEMO/xlnet_config.json $DEMO 1e-4
 PLM=$WORK/plm_model/final
 ft corpus_plm_3e-4 $WORK/spiece.model $PLM/xlnet_config.json $PLM 3e-4
 ft corpus_scratch_3e-4 $WORK/spiece.model $PLM/xlnet_config.json "" 3e-4
-ft corpus_plm_step900_3e-4 $WORK/spiece.model $PLM/xlnet_config.json $WORK/plm_ckpt_900 3e-4
+ft corpus_plm_step900_3e-4 $WORK/spiece.model $PLM/xlnet_config.json $WORK/plm_model/kept/ckpt-900 3e-4

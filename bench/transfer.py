@@ -31,9 +31,8 @@ import time
 from typing import Dict, List, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO)
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags
 
 FLAGS = flags.FLAGS
 STAGES = ("corpus", "spm", "records", "pretrain", "finetune", "report")
@@ -192,12 +191,11 @@ def pretrained_dir(work: str, objective: str) -> str:
 
 
 def pretraining_done(work: str, objective: str, train_steps: int) -> bool:
-    path = os.path.join(pretrained_dir(work, objective), "eval_results.json")
+    from xlnet_tf import results
+
     final = os.path.join(pretrained_dir(work, objective), "final", "xlnet_model.ckpt.index")
-    if not (os.path.exists(path) and os.path.exists(final)):
-        return False
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)[-1]["step"] == train_steps
+    recorded = results.load(pretrained_dir(work, objective))
+    return os.path.exists(final) and recorded is not None and recorded.last["step"] == train_steps
 
 
 def stage_pretrain(work: str, recipe_path: str, recipe: Dict[str, str], objective: str):
@@ -215,13 +213,13 @@ def run_dir(work: str, task: str, init: str, lr: str, seed: str) -> str:
 
 
 def read_score(path: str, task: Task) -> Optional[Dict[str, float]]:
-    """The run's metrics at its last checkpoint (classifier/RACE: `last`; SQuAD: the report)."""
-    f = os.path.join(path, "eval_results.json")
-    if not os.path.exists(f):
+    """The run's metrics at its last evaluation (eval_results.json, any runner)."""
+    from xlnet_tf import results
+
+    recorded = results.load(path)
+    if recorded is None or recorded.last is None:
         return None
-    with open(f, encoding="utf-8") as fh:
-        res = json.load(fh)
-    res = res.get("last", res)
+    res = recorded.last
     return {m: float(res[m]) * task.to_percent for m in task.metrics if m in res}
 
 
@@ -322,13 +320,14 @@ def collect(work: str, task_map: Dict[str, Task]) -> Dict:
 
 
 def pretrain_curves(work: str) -> Dict:
+    from xlnet_tf import results
+
     curves = {}
     for objective in FLAGS.objectives:
-        path = os.path.join(pretrained_dir(work, objective), "eval_results.json")
-        if os.path.exists(path):
-            with open(path, encoding="utf-8") as f:
-                curves[objective] = [{"step": r["step"], "loss": r["loss"], "accuracy": r["accuracy"]}
-                                     for r in json.load(f)]
+        recorded = results.load(pretrained_dir(work, objective))
+        if recorded is not None:
+            curves[objective] = [{"step": r["step"], "loss": r["loss"], "accuracy": r["accuracy"]}
+                                 for r in recorded.evaluations]
     return curves
 
 

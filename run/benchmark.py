@@ -19,15 +19,20 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags
 
-FLAGS = flags.FLAGS
-flags.DEFINE_list("flagfiles", None, "Flag files to run, in order.")
-flags.DEFINE_string("results_dir", None, "Where model directories and the results table go.")
-flags.DEFINE_string("data_root", "", "Folder holding the tasks' data folders (GLUE layout names).")
-flags.DEFINE_string("extra_flags", "", "Flags added to every run (model config, init checkpoint, ...).")
+from run import common_flags
+
+FLAGS = flags.FlagValues()  # defined by define_flags when the benchmark runs, never at import
+
+
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = common_flags.Definer(fv)
+    d.list("flagfiles", None, "Flag files to run, in order.")
+    d.string("results_dir", None, "Where model directories and the results table go.")
+    d.string("data_root", "", "Folder holding the tasks' data folders (GLUE layout names).")
+    d.string("extra_flags", "", "Flags added to every run (model config, init checkpoint, ...).")
 
 RUN_DIR = os.path.dirname(os.path.abspath(__file__))
 DATA_FOLDERS = {"mnli": "MNLI", "qqp": "QQP", "sst2": "SST-2", "cola": "CoLA", "stsb": "STS-B", "mrpc": "MRPC",
@@ -59,12 +64,13 @@ def command_for(flagfile: str, output_dir: str, data_root: str, extra: str):
 
 
 def summarize(name: str, model_dir: str, wall: float, returncode: int):
+    from xlnet_tf import results
+
     row = {"task": name, "status": "ok" if returncode == 0 else f"failed ({returncode})",
            "wall_s": round(wall, 1)}
-    results = os.path.join(model_dir, "eval_results.json")
-    if os.path.exists(results):
-        report = json.load(open(results))
-        best, last = report.get("best", {}), report.get("last", {})
+    recorded = results.load(model_dir)
+    if recorded is not None and recorded.last is not None:
+        best, last = recorded.best, recorded.last
         metric = next((m for m in METRICS if m in last), None)
         if metric:
             row.update(metric=metric, best=best.get(metric), best_step=best.get("step"),
@@ -116,4 +122,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    common_flags.run_main(FLAGS, define_flags, main)

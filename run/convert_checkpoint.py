@@ -11,18 +11,22 @@ dropped), a `checkpoint` file and `<output_dir>/xlnet_config.json`.
 """
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags
 
-FLAGS = flags.FLAGS
-flags.DEFINE_string("original_checkpoint", None, "Original TF1 checkpoint prefix (xlnet_model.ckpt).")
-flags.DEFINE_string("config", None, "xlnet_config.json of the original checkpoint.")
-flags.DEFINE_string("hf_safetensors", None, "Hugging Face model.safetensors (file or directory).")
-flags.DEFINE_string("hf_config", None, "Hugging Face config.json.")
-flags.DEFINE_string("output_dir", None, "Directory for the converted checkpoint (required).")
+from run import common_flags
+
+FLAGS = flags.FlagValues()  # defined by define_flags when the converter runs, never at import
+
+
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = common_flags.Definer(fv)
+    d.string("original_checkpoint", None, "Original TF1 checkpoint prefix (xlnet_model.ckpt).")
+    d.string("config", None, "xlnet_config.json of the original checkpoint.")
+    d.string("hf_safetensors", None, "Hugging Face model.safetensors (file or directory).")
+    d.string("hf_config", None, "Hugging Face config.json.")
+    d.string("output_dir", None, "Directory for the converted checkpoint (required).")
 
 
 def convert(output_dir, original_checkpoint=None, config=None, hf_safetensors=None, hf_config=None):
@@ -59,4 +63,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    common_flags.run_main(FLAGS, define_flags, main)

@@ -13,11 +13,9 @@ Query it: `saved_model_cli show --dir serving/mrpc/1 --all`, or from Python (imp
 """
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags
 
 FLAGS = flags.FLAGS
 

@@ -9,51 +9,50 @@ batch size, replicas, SentencePiece model) before anything is built. Resumes fro
 """
 
 import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import app, flags  # noqa: E402
-
-from run import common_flags  # noqa: E402
-
-FLAGS = flags.FLAGS
 
 
-def define_flags():
-    common_flags.define_strategy_flags()
-    common_flags.define_model_flags()
-    common_flags.define_optimizer_flags(learning_rate=1e-4, weight_decay=0.0, adam_epsilon=1e-8)
-    common_flags.define_loop_flags(train_steps=1000, steps_per_loop=100, save_steps=1000,
+from absl import app, flags
+
+from run import common_flags
+
+# This runner's flags, defined by `define_flags` when it runs (its __main__, common_flags.parse),
+# never at import.
+FLAGS = flags.FlagValues()
+
+
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = common_flags.Definer(fv)
+    common_flags.define_strategy_flags(fv)
+    common_flags.define_model_flags(fv)
+    common_flags.define_optimizer_flags(fv, learning_rate=1e-4, weight_decay=0.0, adam_epsilon=1e-8)
+    common_flags.define_loop_flags(fv, train_steps=1000, steps_per_loop=100, save_steps=1000,
                                    train_batch_size=16)
-    flags.DEFINE_string("eval_records_dir", None, "Held-out records; evaluated before training, at "
-                        "every checkpoint and at the end.")
-    flags.DEFINE_integer("eval_batches", 0, "Held-out batches per evaluation (0 = all).")
-    flags.DEFINE_string("spiece_model", None, "SentencePiece model the records were built with "
-                        "(checked against the manifest's checksum).")
-    flags.DEFINE_integer("seq_len", 512, "Sequence length (must match the records).")
-    flags.DEFINE_integer("reuse_len", 256, "Reuse length (must match the records).")
-    flags.DEFINE_integer("num_predict", 85, "Prediction slots (must match the records).")
-    flags.DEFINE_integer("perm_size", None, "Factorization block size (checked if given).")
-    flags.DEFINE_bool("bi_data", True, "Bidirectional data (must match the records).")
-    flags.DEFINE_integer("mem_len", 384, "Memory length (0 = no memory).")
-    flags.DEFINE_enum("objective", "plm", ["plm", "mlm"], "plm: XLNet's permutation LM (query stream). "
-                      "mlm: BERT's masked LM from the content stream, full attention within each part. "
-                      "Must match the records' (tfrecords/build_pretrain.py --objective).")
-    flags.DEFINE_bool("nsp", False, "Add next-sentence prediction (a 2-way head on <cls>) to the loss; the "
-                      "records must carry the labels (tfrecords/build_pretrain.py --nsp). Off, as XLNet.")
+    d.string("eval_records_dir", None, "Held-out records; evaluated before training, at "
+             "every checkpoint and at the end.")
+    d.integer("eval_batches", 0, "Held-out batches per evaluation (0 = all).")
+    d.string("spiece_model", None, "SentencePiece model the records were built with "
+             "(checked against the manifest's checksum).")
+    d.integer("seq_len", 512, "Sequence length (must match the records).")
+    d.integer("reuse_len", 256, "Reuse length (must match the records).")
+    d.integer("num_predict", 85, "Prediction slots (must match the records).")
+    d.integer("perm_size", None, "Factorization block size (checked if given).")
+    d.bool("bi_data", True, "Bidirectional data (must match the records).")
+    d.integer("mem_len", 384, "Memory length (0 = no memory).")
+    d.enum("objective", "plm", ["plm", "mlm"], "plm: XLNet's permutation LM (query stream). "
+           "mlm: BERT's masked LM from the content stream, full attention within each part. "
+           "Must match the records' (tfrecords/build_pretrain.py --objective).")
+    d.bool("nsp", False, "Add next-sentence prediction (a 2-way head on <cls>) to the loss; the "
+           "records must carry the labels (tfrecords/build_pretrain.py --nsp). Off, as XLNet.")
 
 
 def run():
     """Everything `main` does, reading FLAGS (tests call this after parsing flags)."""
-    import json
-
     import keras
     import tensorflow as tf
 
     from tfrecords import manifest as manifest_lib
     from tfrecords import pretrain_data
-    from xlnet_tf import checkpoints, distribute, optimization, training
+    from xlnet_tf import checkpoints, distribute, model_dir, optimization, results, training
     from xlnet_tf.models import XLNetPretrainer
 
     common_flags.require(FLAGS, "record_dir", "model_dir")
@@ -67,19 +66,21 @@ def run():
                      spiece_model=FLAGS.spiece_model, perm_size=FLAGS.perm_size, bi_data=FLAGS.bi_data,
                      objective=FLAGS.objective, nsp=FLAGS.nsp)
     # Validate the manifest against the flags before building anything.
-    manifest_lib.validate_pretrain_manifest(
-        manifest_lib.read_manifest(FLAGS.record_dir), global_batch_size=FLAGS.train_batch_size,
-        num_replicas=replicas, **data_args)
+    manifests = [manifest_lib.read_manifest(FLAGS.record_dir)]
+    manifest_lib.validate_pretrain_manifest(manifests[0], global_batch_size=FLAGS.train_batch_size,
+                                            num_replicas=replicas, **data_args)
     if FLAGS.eval_records_dir:
         eval_manifest = manifest_lib.read_manifest(FLAGS.eval_records_dir)
         layout = eval_manifest["stream_layout"]
         manifest_lib.validate_pretrain_manifest(eval_manifest, global_batch_size=layout["global_batch_size"],
                                                 num_replicas=layout["num_replicas"], **data_args)
+        manifests.append(eval_manifest)
     config = common_flags.model_config_from_flags(FLAGS, mem_len=FLAGS.mem_len, reuse_len=FLAGS.reuse_len,
                                                   bi_data=FLAGS.bi_data)
     config.validate(batch_size=per_replica, seq_len=FLAGS.seq_len)
-    tf.io.gfile.makedirs(FLAGS.model_dir)
-    config.to_json_file(os.path.join(FLAGS.model_dir, "xlnet_config.json"))
+    for m in manifests:
+        manifest_lib.check_vocab(m, config.n_token)
+    model_dir.prepare(FLAGS.model_dir, config, log=lambda line: print(line, flush=True))
 
     keras.utils.set_random_seed(FLAGS.seed)
     with strategy.scope():
@@ -102,7 +103,6 @@ def run():
         local_replicas = replicas // ctx.num_input_pipelines  # one pipeline feeds these, interleaved
         return ds.skip(skip_batches * local_replicas)
 
-    eval_results = []
     eval_dir = [FLAGS.eval_records_dir]
 
     def evaluate(step):
@@ -114,16 +114,15 @@ def run():
             eval_dir[0], global_batch_size=layout["global_batch_size"],
             num_replicas=layout["num_replicas"], replica_id=0, **data_args)
         result = training.evaluate_plm(model, ds, FLAGS.mem_len, FLAGS.eval_batches or None)
-        result["step"] = step
-        eval_results.append(result)
         print(f"eval step {step}: held-out loss {result['loss']:.4f} accuracy {result['accuracy']:.4f} "
               f"over {int(result['num_tokens'])} target tokens", flush=True)
-        with open(os.path.join(FLAGS.model_dir, "eval_results.json"), "w", encoding="utf-8") as f:
-            json.dump(eval_results, f, indent=2)
+        results.record(FLAGS.model_dir, "pretrain", "loss", step, result, split="heldout",
+                       higher_is_better=False)
 
     loop = training.TrainLoopConfig(
         model_dir=FLAGS.model_dir, train_steps=FLAGS.train_steps, steps_per_loop=FLAGS.steps_per_loop,
         save_steps=FLAGS.save_steps, keep_checkpoints=FLAGS.keep_checkpoints,
+        keep_checkpoint_steps=FLAGS.keep_checkpoint_steps,
         jit_compile=FLAGS.jit_compile, global_batch_size=FLAGS.train_batch_size, seq_len=FLAGS.seq_len,
         clip_mode=FLAGS.clip_mode)
     trainer = training.Trainer(strategy, model, optimizer, training.plm_loss_fn, dataset_fn, loop,
@@ -139,8 +138,11 @@ def run():
         evaluate(0)
     history = trainer.train(
         on_loop_end=lambda step: evaluate(step) if step % FLAGS.save_steps == 0 else None)
-    if eval_dir[0] and (not eval_results or eval_results[-1]["step"] != FLAGS.train_steps):
+    recorded = results.load(FLAGS.model_dir) if eval_dir[0] else None
+    if eval_dir[0] and (recorded is None or recorded.last["step"] != FLAGS.train_steps):
         evaluate(FLAGS.train_steps)
+    # every held-out evaluation of this model_dir, including those of the runs this one resumed
+    eval_results = results.load(FLAGS.model_dir).evaluations if eval_dir[0] else []
     if not trainer.chief:
         return {"history": history, "eval": [], "final_checkpoint": None, "unigram_baseline": None}
     final = checkpoints.save_original_checkpoint(model, os.path.join(FLAGS.model_dir, "final",
@@ -162,7 +164,5 @@ def main(argv):
     run()
 
 
-define_flags()
-
 if __name__ == "__main__":
-    app.run(main)
+    common_flags.run_main(FLAGS, define_flags, main)

@@ -12,28 +12,29 @@ regression) and `predict_<split>.tsv` (GLUE submission layout `index<TAB>predict
 """
 
 import os
-import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags
 
-from run import common_flags  # noqa: E402
+from run import common_flags
 
-FLAGS = flags.FLAGS
+# This runner's flags, defined by `define_flags` when it runs (its __main__, common_flags.parse),
+# never at import.
+FLAGS = flags.FlagValues()
 
 # Extra metrics per task (accuracy always); regression tasks get Pearson/Spearman.
 TASK_METRICS = {"mrpc": ("f1",), "qqp": ("f1",), "cola": ("mcc",)}
 
 
-def define_flags():
-    common_flags.define_strategy_flags()
-    common_flags.define_model_flags()
-    common_flags.define_optimizer_flags(learning_rate=2e-5, weight_decay=0.0, adam_epsilon=1e-6)
-    common_flags.define_loop_flags(train_steps=1000, steps_per_loop=100, save_steps=1000,
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = common_flags.Definer(fv)
+    common_flags.define_strategy_flags(fv)
+    common_flags.define_model_flags(fv)
+    common_flags.define_optimizer_flags(fv, learning_rate=2e-5, weight_decay=0.0, adam_epsilon=1e-6)
+    common_flags.define_loop_flags(fv, train_steps=1000, steps_per_loop=100, save_steps=1000,
                                    train_batch_size=32)
-    common_flags.define_finetune_flags(max_seq_length=128)
-    flags.DEFINE_string("task", None, "Task name (metrics; and building records with --data_dir).")
+    common_flags.define_finetune_flags(fv, max_seq_length=128)
+    d.string("task", None, "Task name (metrics; and building records with --data_dir).")
 
 
 def _metrics(manifest, labels, outputs, weights):
@@ -57,7 +58,8 @@ def run():
     import numpy as np
 
     from tfrecords import classifier_data
-    from xlnet_tf import checkpoints, distribute, finetuning
+    from tfrecords import manifest as manifest_lib
+    from xlnet_tf import checkpoints, distribute, finetuning, model_dir
     from xlnet_tf.models import XLNetClassifier
 
     common_flags.require(FLAGS, "record_dir", "model_dir")
@@ -79,18 +81,16 @@ def run():
     strategy = distribute.get_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.num_cpu_replicas)
     micro = common_flags.micro_batch_size(FLAGS, strategy.num_replicas_in_sync)
     config = common_flags.model_config_from_flags(FLAGS)
-    os.makedirs(FLAGS.model_dir, exist_ok=True)
-    config.to_json_file(os.path.join(FLAGS.model_dir, "xlnet_config.json"))
-
+    manifest_lib.check_vocab(manifest, config.n_token)
     split = "train" if FLAGS.do_train else FLAGS.eval_split
     sample = classifier_data.classifier_dataset(FLAGS.record_dir, 8, False, split=split, **data_args).take(16)
     text_pair = any(bool(np.any(b["segment_ids"].numpy() == 1)) for b in sample)
-    common_flags.write_export_info(
-        FLAGS.model_dir, task="regression" if manifest["is_regression"] else "classifier",
+    model_dir.prepare(FLAGS.model_dir, config, model_dir.export_info(
+        task="regression" if manifest["is_regression"] else "classifier",
         labels=manifest.get("label_list"), num_labels=manifest.get("num_labels"), text_pair=text_pair,
         max_seq_length=FLAGS.max_seq_length, uncased=FLAGS.uncased, spiece_model_file=FLAGS.spiece_model_file,
         summary_type=FLAGS.summary_type, use_summ_proj=FLAGS.use_summ_proj,
-        task_name=(FLAGS.task or manifest["task"]).lower())
+        task_name=(FLAGS.task or manifest["task"]).lower()), log=lambda line: print(line, flush=True))
 
     keras.utils.set_random_seed(FLAGS.seed)
     with strategy.scope():
@@ -129,10 +129,12 @@ def run():
             print(f"eval {FLAGS.eval_split} step {step}: {json.dumps(result)}", flush=True)
             return result
 
+        task = (FLAGS.task or manifest.get("task") or "").lower()  # as _metrics picks the metrics
         key = "pearson" if manifest["is_regression"] else (
-            "mcc" if "mcc" in TASK_METRICS.get((FLAGS.task or "").lower(), ()) else "accuracy")
-        report = finetuning.evaluate_checkpoints(model, FLAGS.model_dir, evaluate, FLAGS.eval_all_checkpoints,
-                                                 key)
+            "mcc" if "mcc" in TASK_METRICS.get(task, ()) else "accuracy")
+        report = finetuning.evaluate_checkpoints(
+            model, FLAGS.model_dir, evaluate, FLAGS.eval_all_checkpoints, key,
+            task="regression" if manifest["is_regression"] else "classifier", split=FLAGS.eval_split)
         print(f"best {key}: {report['best'].get(key)} at step {report['best']['step']}", flush=True)
 
     if FLAGS.do_predict:
@@ -155,7 +157,5 @@ def main(argv):
     run()
 
 
-define_flags()
-
 if __name__ == "__main__":
-    app.run(main)
+    common_flags.run_main(FLAGS, define_flags, main)

@@ -11,25 +11,26 @@ the accuracy on middle, high and all questions, and `predict_<split>.tsv` (quest
 """
 
 import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import app, flags  # noqa: E402
-
-from run import common_flags  # noqa: E402
-
-FLAGS = flags.FLAGS
 
 
-def define_flags():
-    common_flags.define_strategy_flags()
-    common_flags.define_model_flags()
-    common_flags.define_optimizer_flags(learning_rate=2e-5, weight_decay=0.0, adam_epsilon=1e-6)
-    common_flags.define_loop_flags(train_steps=12000, steps_per_loop=100, save_steps=1000,
+from absl import app, flags
+
+from run import common_flags
+
+# This runner's flags, defined by `define_flags` when it runs (its __main__, common_flags.parse),
+# never at import.
+FLAGS = flags.FlagValues()
+
+
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = common_flags.Definer(fv)
+    common_flags.define_strategy_flags(fv)
+    common_flags.define_model_flags(fv)
+    common_flags.define_optimizer_flags(fv, learning_rate=2e-5, weight_decay=0.0, adam_epsilon=1e-6)
+    common_flags.define_loop_flags(fv, train_steps=12000, steps_per_loop=100, save_steps=1000,
                                    train_batch_size=32)
-    common_flags.define_finetune_flags(max_seq_length=512)
-    flags.DEFINE_integer("max_qa_length", 128, "Question+option budget (must match the records).")
+    common_flags.define_finetune_flags(fv, max_seq_length=512)
+    d.integer("max_qa_length", 128, "Question+option budget (must match the records).")
 
 
 def race_metrics(labels, logits, levels, weights):
@@ -53,8 +54,9 @@ def race_metrics(labels, logits, levels, weights):
 def run():
     import keras
 
+    from tfrecords import manifest as manifest_lib
     from tfrecords import race_data
-    from xlnet_tf import checkpoints, distribute, finetuning
+    from xlnet_tf import checkpoints, distribute, finetuning, model_dir
     from xlnet_tf.models import XLNetMultipleChoice
 
     common_flags.require(FLAGS, "record_dir", "model_dir")
@@ -76,13 +78,11 @@ def run():
     strategy = distribute.get_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.num_cpu_replicas)
     micro = common_flags.micro_batch_size(FLAGS, strategy.num_replicas_in_sync)
     config = common_flags.model_config_from_flags(FLAGS)
-    os.makedirs(FLAGS.model_dir, exist_ok=True)
-    config.to_json_file(os.path.join(FLAGS.model_dir, "xlnet_config.json"))
-
-    common_flags.write_export_info(
-        FLAGS.model_dir, task="race", max_seq_length=FLAGS.max_seq_length, max_qa_length=FLAGS.max_qa_length,
+    manifest_lib.check_vocab(race_data.read_race_manifest(record_dir), config.n_token)
+    model_dir.prepare(FLAGS.model_dir, config, model_dir.export_info(
+        task="race", max_seq_length=FLAGS.max_seq_length, max_qa_length=FLAGS.max_qa_length,
         uncased=FLAGS.uncased, spiece_model_file=FLAGS.spiece_model_file, summary_type=FLAGS.summary_type,
-        use_summ_proj=FLAGS.use_summ_proj)
+        use_summ_proj=FLAGS.use_summ_proj), log=lambda line: print(line, flush=True))
     keras.utils.set_random_seed(FLAGS.seed)
     with strategy.scope():
         model = XLNetMultipleChoice(config, summary_type=FLAGS.summary_type, use_proj=FLAGS.use_summ_proj,
@@ -114,7 +114,7 @@ def run():
             return result
 
         finetuning.evaluate_checkpoints(model, FLAGS.model_dir, evaluate, FLAGS.eval_all_checkpoints,
-                                        "accuracy")
+                                        "accuracy", task="race", split=FLAGS.eval_split)
 
     if FLAGS.do_predict:
         if not FLAGS.do_train:
@@ -133,7 +133,5 @@ def main(argv):
     run()
 
 
-define_flags()
-
 if __name__ == "__main__":
-    app.run(main)
+    common_flags.run_main(FLAGS, define_flags, main)

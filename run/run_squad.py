@@ -12,36 +12,37 @@ when the predict file has answers.
 """
 
 import os
-import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from absl import app, flags  # noqa: E402
-
-from run import common_flags  # noqa: E402
-
-FLAGS = flags.FLAGS
 
 
-def define_flags():
-    common_flags.define_strategy_flags()
-    common_flags.define_model_flags()
-    common_flags.define_optimizer_flags(learning_rate=3e-5, weight_decay=0.0, adam_epsilon=1e-6)
-    common_flags.define_loop_flags(train_steps=8000, steps_per_loop=100, save_steps=1000,
+from absl import app, flags
+
+from run import common_flags
+
+# This runner's flags, defined by `define_flags` when it runs (its __main__, common_flags.parse),
+# never at import.
+FLAGS = flags.FlagValues()
+
+
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = common_flags.Definer(fv)
+    common_flags.define_strategy_flags(fv)
+    common_flags.define_model_flags(fv)
+    common_flags.define_optimizer_flags(fv, learning_rate=3e-5, weight_decay=0.0, adam_epsilon=1e-6)
+    common_flags.define_loop_flags(fv, train_steps=8000, steps_per_loop=100, save_steps=1000,
                                    train_batch_size=48)
-    common_flags.define_finetune_flags(max_seq_length=512)
-    flags.DEFINE_string("train_file", None, "SQuAD JSON to train on.")
-    flags.DEFINE_string("predict_file", None, "SQuAD JSON to predict (and evaluate when it has answers).")
-    flags.DEFINE_bool("version_2_with_negative", None, "SQuAD 2.0 (answer class, null odds); default: "
-                      "detected from the files.")
-    flags.DEFINE_integer("doc_stride", 128, "Sliding-window stride (must match the records).")
-    flags.DEFINE_integer("max_query_length", 64, "Question budget (must match the records).")
-    flags.DEFINE_integer("max_answer_length", 64, "Longest answer, in tokens.")
-    flags.DEFINE_integer("n_best_size", 5, "Candidates kept per question.")
-    flags.DEFINE_integer("start_n_top", 5, "Beam size over starts.")
-    flags.DEFINE_integer("end_n_top", 5, "Beam size over ends per start.")
-    flags.DEFINE_float("null_score_threshold", None, "SQuAD 2.0: also write predictions_thresholded.json "
-                       "answering '' where null odds exceed this (a fixed, not dev-tuned, threshold).")
+    common_flags.define_finetune_flags(fv, max_seq_length=512)
+    d.string("train_file", None, "SQuAD JSON to train on.")
+    d.string("predict_file", None, "SQuAD JSON to predict (and evaluate when it has answers).")
+    d.bool("version_2_with_negative", None, "SQuAD 2.0 (answer class, null odds); default: "
+           "detected from the files.")
+    d.integer("doc_stride", 128, "Sliding-window stride (must match the records).")
+    d.integer("max_query_length", 64, "Question budget (must match the records).")
+    d.integer("max_answer_length", 64, "Longest answer, in tokens.")
+    d.integer("n_best_size", 5, "Candidates kept per question.")
+    d.integer("start_n_top", 5, "Beam size over starts.")
+    d.integer("end_n_top", 5, "Beam size over ends per start.")
+    d.float("null_score_threshold", None, "SQuAD 2.0: also write predictions_thresholded.json "
+            "answering '' where null odds exceed this (a fixed, not dev-tuned, threshold).")
 
 
 def run():
@@ -49,8 +50,11 @@ def run():
 
     import keras
 
+    from tfrecords import manifest as manifest_lib
     from tfrecords import squad_data
-    from xlnet_tf import checkpoints, distribute, finetuning, squad_metrics, squad_postprocess
+    from xlnet_tf import (checkpoints, distribute, finetuning, model_dir, squad_metrics,
+                          squad_postprocess)
+    from xlnet_tf import results as eval_results
     from xlnet_tf.models import XLNetForSquad
 
     common_flags.require(FLAGS, "record_dir", "model_dir")
@@ -78,13 +82,12 @@ def run():
     strategy = distribute.get_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.num_cpu_replicas)
     micro = common_flags.micro_batch_size(FLAGS, strategy.num_replicas_in_sync)
     config = common_flags.model_config_from_flags(FLAGS)
-    os.makedirs(FLAGS.model_dir, exist_ok=True)
-    config.to_json_file(os.path.join(FLAGS.model_dir, "xlnet_config.json"))
-
-    common_flags.write_export_info(
-        FLAGS.model_dir, task="squad", max_seq_length=FLAGS.max_seq_length, max_query_length=FLAGS.max_query_length,
+    manifest_lib.check_vocab(manifest, config.n_token)
+    model_dir.prepare(FLAGS.model_dir, config, model_dir.export_info(
+        task="squad", max_seq_length=FLAGS.max_seq_length, max_query_length=FLAGS.max_query_length,
         max_answer_length=FLAGS.max_answer_length, start_n_top=FLAGS.start_n_top, end_n_top=FLAGS.end_n_top,
-        version_2_with_negative=v2, uncased=FLAGS.uncased, spiece_model_file=FLAGS.spiece_model_file)
+        version_2_with_negative=v2, uncased=FLAGS.uncased, spiece_model_file=FLAGS.spiece_model_file),
+        log=lambda line: print(line, flush=True))
     keras.utils.set_random_seed(FLAGS.seed)
     with strategy.scope():
         # SQuAD 1.1 has no unanswerable questions: no answer-class head (windows without the answer are
@@ -135,10 +138,10 @@ def run():
                     json.dump(fixed, f, indent=2)
                 report["fixed_threshold"] = {"threshold": FLAGS.null_score_threshold,
                                              **squad_metrics.evaluate(dataset, fixed, None, version_2_with_negative=True)}
-        with open(os.path.join(FLAGS.model_dir, "eval_results.json.tmp"), "w") as f:
-            json.dump(report, f, indent=2)
-        os.replace(os.path.join(FLAGS.model_dir, "eval_results.json.tmp"),
-                   os.path.join(FLAGS.model_dir, "eval_results.json"))
+        latest = finetuning.list_checkpoints(FLAGS.model_dir)
+        step = finetuning.checkpoint_step(latest[-1]) if latest else 0
+        eval_results.record(FLAGS.model_dir, "squad", "f1", step, report, split=FLAGS.eval_split,
+                            checkpoint=latest[-1] if latest else FLAGS.init_checkpoint)
         print(f"SQuAD {manifest['version']} {FLAGS.eval_split}: {json.dumps(report)}", flush=True)
         return report
     return None
@@ -150,7 +153,5 @@ def main(argv):
     run()
 
 
-define_flags()
-
 if __name__ == "__main__":
-    app.run(main)
+    common_flags.run_main(FLAGS, define_flags, main)

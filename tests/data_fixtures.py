@@ -76,12 +76,12 @@ def built_records(num_processes: int = 1, **overrides) -> str:
 
 
 def run_with_flags(module, args):
-    """Parse `args` as the command line of runner `module` (the flags are restored afterwards) and return
-    `module.run()`."""
-    from absl import flags
-    from absl.testing import flagsaver
+    """Parse `args` as the command line of runner `module` into its own flags (reset to the defaults
+    afterwards) and return `module.run()`."""
+    from run import common_flags
 
-    with flagsaver.flagsaver():
-        flags.FLAGS.unparse_flags()
-        flags.FLAGS([module.__name__] + list(args))
+    fv = common_flags.parse(module.FLAGS, module.define_flags, [module.__name__] + list(args))
+    try:
         return module.run()
+    finally:
+        fv.unparse_flags()

@@ -16,8 +16,10 @@ def test_command_and_table(tmp_path):
     assert benchmark.runner_for("run/flags/race.flags").endswith("run_race.py")
     assert benchmark.runner_for("squad_v2.flags").endswith("run_squad.py")
     os.makedirs(model_dir)
-    json.dump({"best": {"step": 5, "f1": 0.8, "accuracy": 0.7}, "last": {"step": 10, "f1": 0.75, "accuracy": 0.7}},
-              open(os.path.join(model_dir, "eval_results.json"), "w"))
+    from xlnet_tf import results
+
+    results.record(model_dir, "classifier", "f1", 5, {"f1": 0.8, "accuracy": 0.7}, split="dev")
+    results.record(model_dir, "classifier", "f1", 10, {"f1": 0.75, "accuracy": 0.7}, split="dev")
     with open(os.path.join(model_dir, "train_history.json"), "w") as f:
         f.write(json.dumps({"examples_per_sec": 10.0}) + "\n" + json.dumps({"examples_per_sec": 20.0}) + "\n")
     row = benchmark.summarize(name, model_dir, 12.34, 0)
@@ -27,11 +29,18 @@ def test_command_and_table(tmp_path):
     assert json.load(open(tmp_path / "out" / "results.json"))[0]["task"] == "mrpc"
 
 
-def test_flag_files_parse_with_their_runners():
-    from absl import flags
-    from absl.testing import flagsaver
+def _runner_of(flagfile_name):
+    from run import run_classifier, run_race, run_squad
 
-    from run import run_classifier, run_race, run_squad  # noqa: F401 (define the flags)
+    if "squad" in flagfile_name:
+        return run_squad
+    if "race" in flagfile_name or "mc_" in flagfile_name:
+        return run_race
+    return run_classifier
+
+
+def test_flag_files_parse_with_their_runners():
+    from run import common_flags
 
     flag_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run", "flags")
     names = [n for n in os.listdir(flag_dir)
@@ -39,10 +48,41 @@ def test_flag_files_parse_with_their_runners():
     assert {"mnli.flags", "qqp.flags", "sst2.flags", "cola.flags", "stsb.flags", "mrpc.flags", "rte.flags",
             "race.flags", "squad_v1.flags", "squad_v2.flags"} <= set(names)
     for name in names:
-        with flagsaver.flagsaver():
-            flags.FLAGS.unparse_flags()
-            flags.FLAGS(["x", f"--flagfile={os.path.join(flag_dir, name)}"])
-            assert flags.FLAGS.train_steps > 0 and flags.FLAGS.learning_rate > 0, name
+        runner = _runner_of(name)
+        fv = common_flags.parse(runner.FLAGS, runner.define_flags, ["x", f"--flagfile={os.path.join(flag_dir, name)}"])
+        try:
+            assert fv.train_steps > 0 and fv.learning_rate > 0, name
+        finally:
+            fv.unparse_flags()
+
+
+def test_runners_keep_their_own_defaults_and_define_nothing_at_import():
+    """Importing several runners into one process changes none of their defaults (it used to: the first
+    runner imported set every later runner's shared defaults, e.g. SQuAD's --max_seq_length to 128)."""
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("from run import run_classifier, run_squad, run_race, pretrain, benchmark, convert_checkpoint; "
+            "from absl import flags; "
+            "mods = (run_classifier, run_squad, run_race, pretrain, benchmark, convert_checkpoint); "
+            "assert not any(list(m.FLAGS) for m in mods), 'defined at import'; "
+            "assert 'max_seq_length' not in flags.FLAGS and 'learning_rate' not in flags.FLAGS; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+    from run import common_flags, pretrain, run_classifier, run_race, run_squad
+
+    expected = {run_classifier: (128, 2e-5, 1000, 32), run_squad: (512, 3e-5, 8000, 48),
+                run_race: (512, 2e-5, 12000, 32)}
+    for runner in (run_squad, run_race, run_classifier, pretrain):  # any order
+        fv = common_flags.parse(runner.FLAGS, runner.define_flags, ["x"])
+        fv.unparse_flags()
+    for runner, (max_len, lr, steps, batch) in expected.items():
+        fv = runner.FLAGS
+        assert (fv["max_seq_length"].default, fv["learning_rate"].default, fv["train_steps"].default,
+                fv["train_batch_size"].default) == (max_len, lr, steps, batch), runner.__name__
+    assert pretrain.FLAGS["learning_rate"].default == 1e-4 and "max_seq_length" not in pretrain.FLAGS
 
 
 def test_transfer_flag_file_parses_and_names_real_tasks():

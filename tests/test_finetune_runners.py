@@ -36,7 +36,8 @@ def test_topic_classifier_beats_majority_baseline(tmp_path):
         "--max_seq_length=96", "--train_batch_size=32", "--train_steps=300", "--save_steps=150",
         "--learning_rate=1e-3", "--eval_all_checkpoints"])
     report = json.load(open(model_dir / "eval_results.json"))
-    assert [c["step"] for c in report["checkpoints"]] == [150, 300]
+    assert [c["step"] for c in report["evaluations"]] == [150, 300]
+    assert report["schema"] == "xlnet_tf.eval_results" and report["task"] == "classifier"
     baseline = _majority(f"{DATA}/topic/dev.tsv")
     assert report["best"]["accuracy"] > baseline + 0.12, (report["best"], baseline)
     assert report["last"]["num_examples"] == 300 and "macro_f1" in report["last"]
@@ -141,7 +142,8 @@ def test_squad_beats_first_sentence_baseline(tmp_path, version):
         f"--record_dir={tmp_path}/records", f"--model_dir={tmp_path}/m", "--do_train", "--do_predict",
         "--max_seq_length=128", "--doc_stride=64", "--max_query_length=48", "--train_batch_size=32",
         "--train_steps=400", "--save_steps=400", "--steps_per_loop=100", "--learning_rate=1e-3"])
-    report = json.load(open(tmp_path / "m" / "eval_results.json"))
+    report = json.load(open(tmp_path / "m" / "eval_results.json"))["last"]
+    assert report["step"] == 400 and report["checkpoint"].endswith("ckpt-400")
     baseline = _first_sentence_baseline(predict_file, v2)
     em = "exact" if v2 else "exact_match"
     assert report[em] >= baseline[em] + 3.0, (report, baseline)

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from absl import flags
-from absl.testing import flagsaver
 
 from tests import data_fixtures
 from tfrecords import pretrain_data
@@ -60,7 +59,9 @@ def test_training_reduces_heldout_loss(records, tmp_path):
     assert after["loss"] < before["loss"] - 1.0, (before, after)
     baseline = result["unigram_baseline"]
     assert 0 < baseline["loss"] < before["loss"] and baseline["num_tokens"] > 0
-    assert json.load(open(tmp_path / "m" / "eval_results.json"))[-1]["loss"] == after["loss"]
+    recorded = json.load(open(tmp_path / "m" / "eval_results.json"))
+    assert recorded["task"] == "pretrain" and recorded["last"]["loss"] == after["loss"]
+    assert [e["step"] for e in recorded["evaluations"]] == [0, 60] and recorded["best"]["step"] == 60
     assert os.path.exists(result["final_checkpoint"] + ".index")
     assert glob.glob(str(tmp_path / "m" / "train" / "events.out.tfevents.*"))
 
@@ -71,7 +72,15 @@ class _Killed(Exception):
 
 def test_kill_and_resume_gives_the_same_loss_curve(records, tmp_path):
     common = ["--train_steps=8", "--steps_per_loop=2", "--save_steps=2", "--dropout=0.1", "--dropatt=0.1"]
-    straight = _run(_args(records, tmp_path / "a", *common))["history"]
+    straight = _run(_args(records, tmp_path / "a", *common, "--keep_checkpoints=1",
+                          "--keep_checkpoint_steps=4"))["history"]
+    # the straight run keeps only its latest checkpoint, plus every 4th step under kept/
+    assert sorted(os.path.basename(p) for p in glob.glob(str(tmp_path / "a" / "ckpt-*.index"))) == [
+        "ckpt-8.index"]
+    for step in (4, 8):
+        reader = tf.train.load_checkpoint(str(tmp_path / "a" / "kept" / f"ckpt-{step}"))
+        assert reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == step
+    assert not glob.glob(str(tmp_path / "a" / "kept" / "ckpt-[26].index"))
 
     from xlnet_tf import training
 
@@ -91,6 +100,9 @@ def test_kill_and_resume_gives_the_same_loss_curve(records, tmp_path):
         training.Trainer.train = original_train
     resumed = _run(_args(records, tmp_path / "b", *common))["history"]
     assert [r["step"] for r in resumed] == [6, 8]
+    # train_history.json was appended loop by loop: the killed run's loops, then the resumed run's
+    logged = [json.loads(line) for line in open(tmp_path / "b" / "train_history.json")]
+    assert [r["step"] for r in logged] == [2, 4, 6, 8]
     for a, b in zip(straight[2:], resumed):
         assert a["step"] == b["step"]
         assert abs(a["loss"] - b["loss"]) < 1e-5, (a, b)
@@ -174,28 +186,27 @@ def test_manifest_mismatch_is_caught_before_building(records, tmp_path):
 
 
 def test_unknown_flag_and_flagfiles(tmp_path):
-    from run import pretrain  # noqa: F401  (defines the flags)
+    from run import pretrain
 
     with pytest.raises(flags.IllegalFlagValueError, match="--record_dir"):
         _run(MODEL_FLAGS + [f"--model_dir={tmp_path}"])
 
-    with flagsaver.flagsaver():
-        flags.FLAGS.unparse_flags()
+    from run import common_flags
+
+    def parse(*argv):
+        return common_flags.parse(pretrain.FLAGS, pretrain.define_flags, ["pretrain.py", *argv])
+
+    try:
         with pytest.raises(flags.UnrecognizedFlagError):
-            flags.FLAGS(["pretrain.py", "--record_dir=x", "--model_dir=y", "--learning_rat=1"])
-    for name in ("demo_pretrain", "pretrain_base", "pretrain_large", "pretrain_cpu", "pretrain_gpu"):
-        with flagsaver.flagsaver():
-            flags.FLAGS.unparse_flags()
-            flags.FLAGS(["pretrain.py", f"--flagfile={REPO}/run/flags/{name}.flags", "--record_dir=x",
-                         "--model_dir=y"])
-            assert flags.FLAGS.seq_len > 0 and flags.FLAGS.train_steps > 0
-    with flagsaver.flagsaver():
-        flags.FLAGS.unparse_flags()
-        flags.FLAGS(["pretrain.py", f"--flagfile={REPO}/run/flags/pretrain_large.flags", "--record_dir=x",
-                     "--model_dir=y"])
-        assert (flags.FLAGS.seq_len, flags.FLAGS.reuse_len, flags.FLAGS.mem_len, flags.FLAGS.perm_size,
-                flags.FLAGS.num_predict, flags.FLAGS.n_layer, flags.FLAGS.d_model) == (
-                    512, 256, 384, 256, 85, 24, 1024)
+            parse("--record_dir=x", "--model_dir=y", "--learning_rat=1")
+        for name in ("demo_pretrain", "pretrain_base", "pretrain_large", "pretrain_cpu", "pretrain_gpu"):
+            fv = parse(f"--flagfile={REPO}/run/flags/{name}.flags", "--record_dir=x", "--model_dir=y")
+            assert fv.seq_len > 0 and fv.train_steps > 0
+        fv = parse(f"--flagfile={REPO}/run/flags/pretrain_large.flags", "--record_dir=x", "--model_dir=y")
+        assert (fv.seq_len, fv.reuse_len, fv.mem_len, fv.perm_size, fv.num_predict, fv.n_layer, fv.d_model) == (
+            512, 256, 384, 256, 85, 24, 1024)
+    finally:
+        pretrain.FLAGS.unparse_flags()
 
 
 def test_mirrored_two_replicas_in_a_subprocess(tmp_path):

@@ -153,3 +153,14 @@ def check_record_files(manifest: Dict[str, Any], directory: Optional[str] = None
                                 f"{e['num_bytes']} (truncated or corrupt)")
         paths.append(path)
     return paths
+
+
+def check_vocab(manifest: Dict[str, Any], n_token: int) -> None:
+    """The model's vocabulary (`n_token`) must be the records' SentencePiece model's size: a smaller one
+    cannot embed some ids, a larger or different one reads every id as another piece."""
+    vocab = (manifest.get("spiece_model") or {}).get("vocab_size")
+    if vocab is not None and vocab != n_token:
+        raise ManifestError(
+            f"{manifest.get('_path', MANIFEST_NAME)}: the records were tokenized with a {vocab}-piece SentencePiece "
+            f"model but the model has n_token={n_token} (--n_token / --model_config_path): use the model and "
+            f"SentencePiece model that belong together, or rebuild the records")

@@ -3,8 +3,6 @@ prediction over padded eval sets, and evaluation of one or every checkpoint of a
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -95,30 +93,25 @@ def restore_weights(model, path: str) -> None:
 
 
 def evaluate_checkpoints(model, model_dir: str, evaluate: Callable[[int], Dict[str, float]],
-                         all_checkpoints: bool, key: str) -> Dict[str, object]:
+                         all_checkpoints: bool, key: str, task: str, split: str) -> Dict[str, object]:
     """Evaluates the latest (or every) checkpoint of `model_dir` with `evaluate(step) -> metrics`.
 
-    Writes `eval_results.json` (`{"checkpoints": [...], "best": ..., "last": ...}`; best by `key`) and
-    returns it. With no checkpoint, evaluates the model as it is (step 0).
+    Each evaluation is added to `eval_results.json` (xlnet_tf.results; best by `key`) as soon as it is
+    measured; returns the file's content. With no checkpoint, evaluates the model as it is (step 0).
     """
+    from xlnet_tf import results
+
     paths = list_checkpoints(model_dir)
     if not all_checkpoints:
         paths = paths[-1:]
-    results = []
+    recorded = None
     if not paths:
-        results.append({"step": 0, **evaluate(0)})
+        recorded = results.record(model_dir, task, key, 0, evaluate(0), split=split)
     for path in paths:
         restore_weights(model, path)
         step = checkpoint_step(path)
-        results.append({"step": step, "checkpoint": path, **evaluate(step)})
-    report = {"checkpoints": results, "last": results[-1],
-              "best": max(results, key=lambda r: r.get(key, float("-inf")))}
-    tf.io.gfile.makedirs(model_dir)
-    tmp = os.path.join(model_dir, "eval_results.json.tmp")
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        json.dump(report, f, indent=2)
-    tf.io.gfile.rename(tmp, os.path.join(model_dir, "eval_results.json"), overwrite=True)
-    return report
+        recorded = results.record(model_dir, task, key, step, evaluate(step), split=split, checkpoint=path)
+    return recorded.to_dict()
 
 
 def build_optimizer_and_trainer(strategy, model, flags_values, train_dataset_fn: Callable,
@@ -140,7 +133,8 @@ def build_optimizer_and_trainer(strategy, model, flags_values, train_dataset_fn:
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     loop = training.TrainLoopConfig(
         model_dir=f.model_dir, train_steps=f.train_steps, steps_per_loop=f.steps_per_loop,
-        save_steps=f.save_steps, keep_checkpoints=f.keep_checkpoints, jit_compile=f.jit_compile,
+        save_steps=f.save_steps, keep_checkpoints=f.keep_checkpoints,
+        keep_checkpoint_steps=f.keep_checkpoint_steps, jit_compile=f.jit_compile,
         global_batch_size=examples_per_step, seq_len=seq_len,
         gradient_accumulation_steps=f.gradient_accumulation_steps, clip_mode=f.clip_mode)
     return training.Trainer(strategy, model, optimizer, task_loss_fn, train_dataset_fn, loop, log=log)

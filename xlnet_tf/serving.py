@@ -14,8 +14,14 @@ Signatures (`serving_default` / `from_ids`), by task:
   contexts are truncated (their tail cannot be answered).
 - `embedding`: `text` (+ `text_b`) -> `pooled [B, D]` (the sequence summary) and `sequence [B, L, D]`.
 `from_ids` takes `input_ids`, `segment_ids` int32 `[B, L]` and `attention_mask` float32 `[B, L]` (1 = real
-token; SQuAD adds `p_mask`, `cls_index`; RACE takes `[B, 4, L]`). Inputs longer than `max_seq_length`
-are truncated the same way as the record builders do. Batch size and length are variable.
+token; SQuAD adds `p_mask`, `cls_index`; RACE takes `[B, 4, L]`). Batch size and length are variable.
+
+Bad requests are rejected with an error that names the input (never a silently wrong answer): raw text must
+be valid UTF-8 (as for the record builders) and the text inputs of one request must have the same batch
+size; `from_ids` needs ids in `[0, n_token)`, every tensor of one shape, an attention mask of 0/1, at most the
+exported `max_seq_length` positions (texts are truncated as the builders do; ids are not, because only the
+caller knows which tokens may go) and, for SQuAD, `cls_index` inside the sequence; RACE takes at most 4
+options.
 """
 
 from __future__ import annotations
@@ -39,6 +45,34 @@ def _trim_left(input_ids, segment_ids, attention_mask):
     first = tf.argmax(tf.concat([real, [1]], 0), output_type=tf.int32)
     first = tf.maximum(tf.minimum(first, tf.shape(attention_mask)[1] - 1), 0)
     return input_ids[:, first:], segment_ids[:, first:], attention_mask[:, first:]
+
+
+def _rank_is(signature: str, name: str, tensor, rank: int):
+    """`tensor`, checked at run time to have `rank` dimensions (a loaded signature called in Python with a
+    tensor of another rank raises TypeError and then runs the function anyway)."""
+    # EnsureShape checks the run-time shape (tf.rank would be folded to the signature's static rank)
+    return tf.ensure_shape(tensor, [None] * rank, name=f"{signature}_{name}_must_be_rank_{rank}")
+
+
+def _valid_utf8(name: str, text, rank: int = 1):
+    """`text` unchanged, after asserting its rank and that every element is valid UTF-8 (the message names
+    the input)."""
+    text = _rank_is("serving_default", name, text, rank)
+    flat = tf.reshape(text, [-1])
+    clean = tf.strings.unicode_transcode(flat, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
+    check = tf.debugging.Assert(tf.reduce_all(tf.equal(clean, flat)),
+                                [f"serving_default: {name} holds invalid UTF-8; send UTF-8 text (the record "
+                                 "builders reject such input too)"])
+    with tf.control_dependencies([check]):
+        return tf.identity(text)
+
+
+def _same_batch(names, *tensors):
+    """Asserts the inputs of one request have the same batch size."""
+    first = tf.shape(tensors[0])[0]
+    return [tf.debugging.Assert(tf.equal(tf.shape(t)[0], first),
+                                [f"serving_default: {name} and {names[0]} must have the same batch size"])
+            for name, t in zip(names[1:], tensors[1:])]
 
 
 class _Untracked:
@@ -73,6 +107,46 @@ class ServingModule(tf.Module):
     @property
     def model(self):
         return self._model.value
+
+    def _checked_ids(self, input_ids, segment_ids, attention_mask, p_mask=None, cls_index=None, rank=2):
+        """`from_ids` validation: the three id inputs, returned only after every check passed (one message
+        per input). The value checks read the rank-checked tensors (data dependencies: Grappler keeps them)."""
+        input_ids, segment_ids, attention_mask = (
+            _rank_is("from_ids", name, t, rank) for name, t in
+            (("input_ids", input_ids), ("segment_ids", segment_ids), ("attention_mask", attention_mask)))
+        checks = self._check_id_values(input_ids, segment_ids, attention_mask, p_mask, cls_index)
+        if rank == 3:
+            checks.append(tf.debugging.Assert(tf.shape(input_ids)[1] <= 4,
+                                              ["from_ids: input_ids holds at most 4 choices (A-D)"]))
+        with tf.control_dependencies(checks):
+            return tf.identity(input_ids), tf.identity(segment_ids), tf.identity(attention_mask)
+
+    def _check_id_values(self, input_ids, segment_ids, attention_mask, p_mask, cls_index):
+        n_token = self.model.backbone.config.n_token
+        shape = tf.shape(input_ids)
+        checks = [
+            tf.debugging.Assert(tf.reduce_all(tf.equal(tf.shape(segment_ids), shape)),
+                                ["from_ids: segment_ids must have the shape of input_ids"]),
+            tf.debugging.Assert(tf.reduce_all(tf.equal(tf.shape(attention_mask), shape)),
+                                ["from_ids: attention_mask must have the shape of input_ids"]),
+            tf.debugging.Assert(tf.reduce_all((input_ids >= 0) & (input_ids < n_token)),
+                                [f"from_ids: input_ids must be in [0, {n_token}) (the exported vocabulary)"]),
+            tf.debugging.Assert(tf.reduce_all(tf.equal(attention_mask, 0.0) | tf.equal(attention_mask, 1.0)),
+                                ["from_ids: attention_mask must be 1 (real token) or 0 (padding)"]),
+            tf.debugging.Assert(shape[-1] <= self.max_seq_length,
+                                [f"from_ids: input_ids is longer than the exported max_seq_length="
+                                 f"{self.max_seq_length}; shorten the ids (keeping <sep>/<cls>) or send text "
+                                 "to serving_default"]),
+        ]
+        if p_mask is not None:
+            checks.append(tf.debugging.Assert(tf.reduce_all(tf.equal(tf.shape(p_mask), shape)),
+                                              ["from_ids: p_mask must have the shape of input_ids"]))
+        if cls_index is not None:
+            checks.append(tf.debugging.Assert(
+                tf.equal(tf.shape(cls_index)[0], shape[0])
+                & tf.reduce_all((cls_index >= 0) & (cls_index < shape[-1])),
+                ["from_ids: cls_index must hold one position per row, inside the sequence"]))
+        return checks
 
     # ------------------------------------------------------------------------------------ text tasks
     def _classify(self, input_ids, segment_ids, attention_mask):
@@ -211,35 +285,58 @@ class ServingModule(tf.Module):
                      S([None, None], tf.float32, name="attention_mask")]
         if self.task in ("classifier", "regression", "embedding"):
             if self.text_pair:
-                text_fn = tf.function(lambda text, text_b: self._classify(*self._pack_texts(text, text_b)),
-                                      input_signature=[S([None], tf.string, name="text"),
-                                                       S([None], tf.string, name="text_b")])
+                def classify_pair(text, text_b):
+                    with tf.control_dependencies(_same_batch(("text", "text_b"), text, text_b)):
+                        return self._classify(*self._pack_texts(_valid_utf8("text", text),
+                                                                _valid_utf8("text_b", text_b)))
+
+                text_fn = tf.function(classify_pair, input_signature=[S([None], tf.string, name="text"),
+                                                                      S([None], tf.string, name="text_b")])
             else:
-                text_fn = tf.function(lambda text: self._classify(*self._pack_texts(text)),
+                text_fn = tf.function(lambda text: self._classify(*self._pack_texts(_valid_utf8("text", text))),
                                       input_signature=[S([None], tf.string, name="text")])
-            ids_fn = tf.function(self._classify, input_signature=ids_specs)
+            def classify_ids(input_ids, segment_ids, attention_mask):
+                return self._classify(*self._checked_ids(input_ids, segment_ids, attention_mask))
+
+            ids_fn = tf.function(classify_ids, input_signature=ids_specs)
         elif self.task == "race":
+            def race_text(article, question, options):
+                checks = _same_batch(("article", "question", "options"), article, question, options)
+                checks.append(tf.debugging.Assert(tf.shape(options)[1] <= 4,
+                                                  ["serving_default: options holds at most 4 choices (A-D)"]))
+                with tf.control_dependencies(checks):
+                    article, question = _valid_utf8("article", article), _valid_utf8("question", question)
+                    options = _valid_utf8("options", options, rank=2)
+                    return self._race(*self._race_pack(article, question, options), options=options)
+
+            def race_ids(input_ids, segment_ids, attention_mask):
+                return self._race(*self._checked_ids(input_ids, segment_ids, attention_mask, rank=3))
+
             text_fn = tf.function(
-                lambda article, question, options: self._race(*self._race_pack(article, question, options),
-                                                              options=options),
+                race_text,
                 input_signature=[S([None], tf.string, name="article"), S([None], tf.string, name="question"),
                                  S([None, None], tf.string, name="options")])
-            ids_fn = tf.function(lambda input_ids, segment_ids, attention_mask:
-                                 self._race(input_ids, segment_ids, attention_mask),
+            ids_fn = tf.function(race_ids,
                                  input_signature=[S([None, None, None], tf.int32, name="input_ids"),
                                                   S([None, None, None], tf.int32, name="segment_ids"),
                                                   S([None, None, None], tf.float32, name="attention_mask")])
         else:
             def squad_text(question, context):
-                features, spans = self._squad_pack(question, context)
-                return self._squad_answer(context, self._squad(features), spans)
+                with tf.control_dependencies(_same_batch(("question", "context"), question, context)):
+                    question, context = _valid_utf8("question", question), _valid_utf8("context", context)
+                    features, spans = self._squad_pack(question, context)
+                    return self._squad_answer(context, self._squad(features), spans)
+
+            def squad_ids(input_ids, segment_ids, attention_mask, p_mask, cls_index):
+                input_ids, segment_ids, attention_mask = self._checked_ids(input_ids, segment_ids, attention_mask,
+                                                                           p_mask, cls_index)
+                return self._squad({"input_ids": input_ids, "segment_ids": segment_ids,
+                                    "attention_mask": attention_mask, "p_mask": p_mask, "cls_index": cls_index})
 
             text_fn = tf.function(squad_text, input_signature=[S([None], tf.string, name="question"),
                                                                S([None], tf.string, name="context")])
             ids_fn = tf.function(
-                lambda input_ids, segment_ids, attention_mask, p_mask, cls_index: self._squad(
-                    {"input_ids": input_ids, "segment_ids": segment_ids, "attention_mask": attention_mask,
-                     "p_mask": p_mask, "cls_index": cls_index}),
+                squad_ids,
                 input_signature=ids_specs + [S([None, None], tf.float32, name="p_mask"),
                                              S([None], tf.int32, name="cls_index")])
         self.serve_text, self.serve_ids = text_fn, ids_fn

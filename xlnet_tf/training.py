@@ -27,6 +27,9 @@ class TrainLoopConfig:
     steps_per_loop: int = 100
     save_steps: int = 1000
     keep_checkpoints: int = 5
+    # Also keep every checkpoint whose step is a multiple of this (0 = none) under model_dir/kept/, beyond
+    # the `keep_checkpoints` most recent (intermediate models for "how much pretraining is enough").
+    keep_checkpoint_steps: int = 0
     jit_compile: bool = False
     global_batch_size: int = 1  # examples per optimizer step (all micro-batches of all replicas)
     seq_len: int = 0  # for tokens/s in the progress line
@@ -46,6 +49,14 @@ class TrainLoopConfig:
         if self.save_steps <= 0 or self.save_steps % self.steps_per_loop:
             raise ValueError(f"--save_steps ({self.save_steps}) must be a positive multiple of "
                              f"--steps_per_loop ({self.steps_per_loop})")
+        if self.keep_checkpoint_steps < 0 or self.keep_checkpoint_steps % self.save_steps:
+            raise ValueError(f"--keep_checkpoint_steps ({self.keep_checkpoint_steps}) must be 0 or a multiple "
+                             f"of --save_steps ({self.save_steps})")
+
+
+def kept_checkpoint(model_dir: str, step: int) -> str:
+    """Prefix of the checkpoint of `step` kept by `TrainLoopConfig.keep_checkpoint_steps`."""
+    return os.path.join(model_dir, "kept", f"ckpt-{step}")
 
 
 class MemoryState:
@@ -285,14 +296,23 @@ class Trainer:
     def save(self) -> str:
         if self.mems is not None:
             self.mems.stash()
-        return self.manager.save(checkpoint_number=int(self.global_step.numpy()))
+        step = int(self.global_step.numpy())
+        path = self.manager.save(checkpoint_number=step)
+        every = self.config.keep_checkpoint_steps
+        if every and step % every == 0:
+            self.checkpoint.write(kept_checkpoint(self.manager.directory, step))
+        return path
 
     def current_lr(self) -> float:
         lr = self.optimizer.learning_rate
         return float(lr.numpy() if hasattr(lr, "numpy") else lr)
 
     def train(self, on_loop_end: Optional[Callable[[int], None]] = None) -> List[Dict[str, float]]:
-        """Trains to `train_steps`, resuming from `model_dir`; returns one record per host loop."""
+        """Trains to `train_steps`, resuming from `model_dir`; returns one record per host loop of this call.
+
+        Each record is also appended to `model_dir/train_history.json` (JSON lines) as soon as its loop ends,
+        so the file holds the whole run across resumes (the loops after the last checkpoint of a killed run
+        appear twice: the later record is the one the final model went through)."""
         c = self.config
         start = self.restore()
         dataset = self.strategy.distribute_datasets_from_function(
@@ -315,6 +335,9 @@ class Trainer:
             record = {"step": step, "loss": loss, "grad_norm": norm, "learning_rate": self.current_lr(),
                       "examples_per_sec": examples}
             history.append(record)
+            if self.chief:  # appended as it happens: a killed run keeps what it measured
+                with tf.io.gfile.GFile(os.path.join(c.model_dir, "train_history.json"), "a") as f:
+                    f.write(json.dumps(record) + "\n")
             with self.writer.as_default():
                 for key, value in record.items():
                     if key != "step":
@@ -328,10 +351,6 @@ class Trainer:
             if on_loop_end is not None:
                 on_loop_end(step)
         self.writer.flush()
-        if self.chief:
-            with open(os.path.join(c.model_dir, "train_history.json"), "a", encoding="utf-8") as f:
-                for record in history:
-                    f.write(json.dumps(record) + "\n")
         return history
 
 

@@ -1,0 +1,331 @@
+"""Bad input never gives a silently wrong result: each case gets a one-line error that names the file, flag or
+field, and leaves the files it found as they were.
+
+Cases so far: reruns into a model_dir of another run (fine-tuning and pretraining), unreadable model_dir
+files, records tokenized for another vocabulary, stale checkpoint saves, unknown flags."""
+
+import json
+import os
+import shutil
+
+import pytest
+from absl import flags
+
+from tests import data_fixtures
+
+REPO = data_fixtures.REPO_ROOT
+TOPIC = os.path.join(REPO, "data", "finetune", "topic")
+TINY = ["--n_layer=1", "--d_model=32", "--n_head=2", "--d_head=16", "--d_inner=64",
+        f"--n_token={data_fixtures.TINY_VOCAB}", "--dropout=0.0", "--dropatt=0.0",
+        f"--spiece_model_file={data_fixtures.tiny_spm()}", "--max_seq_length=32", "--train_batch_size=8",
+        "--train_steps=2", "--steps_per_loop=1", "--save_steps=2", "--task=tsv", f"--data_dir={TOPIC}"]
+
+_run = data_fixtures.run_with_flags
+
+
+def _snapshot(directory):
+    """{relative path: bytes} of every file under `directory`."""
+    out = {}
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, directory)] = f.read()
+    return out
+
+
+@pytest.fixture(scope="module")
+def classifier_run(tmp_path_factory):
+    """A finished 2-step topic fine-tuning run and its records (reused by every case; cases copy it)."""
+    from run import run_classifier
+
+    root = tmp_path_factory.mktemp("bad_inputs")
+    args = TINY + [f"--record_dir={root}/records", f"--model_dir={root}/model", "--do_train"]
+    _run(run_classifier, args)
+    return root
+
+
+@pytest.mark.parametrize("flag, field", [
+    ("--n_layer=2", "n_layer"),
+    ("--d_inner=128", "d_inner"),
+    ("--dropout=0.2", "dropout"),
+    ("--clamp_len=8", "clamp_len"),
+    ("--untie_r=false", "untie_r"),
+    ("--summary_type=mean", "summary_type"),
+    ("--use_summ_proj=false", "use_summ_proj"),
+])
+def test_classifier_rerun_with_other_model_settings_fails_and_writes_nothing(classifier_run, tmp_path, flag,
+                                                                            field):
+    from run import run_classifier
+    from xlnet_tf.model_dir import ModelDirError
+
+    model = tmp_path / "model"
+    shutil.copytree(classifier_run / "model", model)
+    before = _snapshot(model)
+    with pytest.raises(ModelDirError, match=rf"--model_dir={model}.*{field}: .* there, .* now"):
+        _run(run_classifier, TINY + [f"--record_dir={classifier_run}/records", f"--model_dir={model}",
+                                     "--do_train", "--train_steps=4", "--save_steps=4", flag])
+    assert _snapshot(model) == before
+
+
+def test_classifier_rerun_with_the_same_settings_resumes(classifier_run, tmp_path):
+    """The check passes a genuine resume: same flags, more steps (and a moved SentencePiece path is no
+    difference: the model is compared by checksum)."""
+    from run import run_classifier
+
+    model = tmp_path / "model"
+    shutil.copytree(classifier_run / "model", model)
+    moved = tmp_path / "moved_spiece.model"
+    shutil.copy(data_fixtures.tiny_spm(), moved)
+    _run(run_classifier, TINY + [f"--record_dir={classifier_run}/records", f"--model_dir={model}", "--do_train",
+                                 "--train_steps=4", "--save_steps=4", f"--spiece_model_file={moved}"])
+    assert os.path.exists(model / "ckpt-4.index")
+    info = json.load(open(model / "export_info.json"))
+    assert info["spiece_model_file"] == str(moved) and len(info["spiece_sha256"]) == 64
+
+
+def test_records_of_another_vocabulary_are_refused(classifier_run, tmp_path):
+    from run import run_classifier
+    from tfrecords.manifest import ManifestError
+
+    with pytest.raises(ManifestError, match=rf"manifest.json: .*{data_fixtures.TINY_VOCAB}-piece.*n_token=2000"):
+        _run(run_classifier, TINY + [f"--record_dir={classifier_run}/records", f"--model_dir={tmp_path}/m",
+                                     "--do_train", "--n_token=2000"])
+    assert not os.path.exists(tmp_path / "m")
+
+
+def test_unknown_flag_names_the_flag():
+    from run import run_classifier
+
+    with pytest.raises(flags.UnrecognizedFlagError, match="learning_rat"):
+        _run(run_classifier, ["--learning_rat=1e-3"])
+
+
+# ---- the model_dir contract, library level ---------------------------------------------------------------
+
+def _config(**overrides):
+    from xlnet_tf.config import XLNetConfig
+
+    return XLNetConfig(**{**dict(n_token=100, n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32), **overrides})
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", "unreadable"),
+    ("[1, 2]", "not a JSON object"),
+    ('{"n_layer": 1, "colour": "red"}', "Unknown XLNetConfig keys"),
+    ('{"n_layer": -1}', "n_layer must be a positive integer"),
+])
+def test_unusable_config_in_model_dir_is_named(tmp_path, content, message):
+    from xlnet_tf import model_dir
+
+    (tmp_path / "xlnet_config.json").write_text(content)
+    with pytest.raises(model_dir.ModelDirError, match=rf"xlnet_config.json.*{message}|{message}.*"):
+        model_dir.prepare(str(tmp_path), _config())
+    assert (tmp_path / "xlnet_config.json").read_text() == content
+
+
+def test_unreadable_export_info_is_named(tmp_path):
+    from xlnet_tf import model_dir
+
+    (tmp_path / "export_info.json").write_text("{")
+    with pytest.raises(model_dir.ModelDirError, match="export_info.json is unreadable"):
+        model_dir.prepare(str(tmp_path), _config(), {"task": "race"})
+
+
+def test_model_dir_that_is_a_file(tmp_path):
+    from xlnet_tf import model_dir
+
+    path = tmp_path / "file"
+    path.write_text("x")
+    with pytest.raises(model_dir.ModelDirError, match=f"--model_dir={path} is a file"):
+        model_dir.prepare(str(path), _config())
+
+
+def test_every_difference_is_listed_at_once(tmp_path):
+    from xlnet_tf import model_dir
+
+    model_dir.prepare(str(tmp_path), _config(), {"task": "classifier", "labels": ["a", "b"], "max_seq_length": 64})
+    with pytest.raises(model_dir.ModelDirError) as e:
+        model_dir.prepare(str(tmp_path), _config(d_inner=64, dropout=0.3),
+                          {"task": "classifier", "labels": ["a", "c"], "max_seq_length": 64, "uncased": True})
+    msg = str(e.value)
+    for part in ("xlnet_config.json d_inner: 32 there, 64 now", "xlnet_config.json dropout: 0.1 there, 0.3 now",
+                 "export_info.json labels: ['a', 'b'] there, ['a', 'c'] now",
+                 "export_info.json uncased: '<absent>' there, True now"):
+        assert part in msg, msg
+    assert "\n" not in msg
+
+
+def test_stale_checkpoint_saves_are_removed(tmp_path):
+    from xlnet_tf import model_dir
+
+    for stale in ("ckpt-300_temp", os.path.join("kept", "ckpt-900_temp")):
+        os.makedirs(tmp_path / stale)
+        (tmp_path / stale / "part-00000-of-00001.data-00000-of-00001").write_text("half")
+    (tmp_path / "ckpt-200.index").write_text("kept")
+    lines = []
+    model_dir.prepare(str(tmp_path), _config(), log=lines.append)
+    assert not os.path.exists(tmp_path / "ckpt-300_temp") and not os.path.exists(tmp_path / "kept" / "ckpt-900_temp")
+    assert (tmp_path / "ckpt-200.index").read_text() == "kept"
+    assert len(lines) == 2 and all("interrupted checkpoint save" in line for line in lines)
+
+
+def test_config_written_by_an_older_version_compares_with_defaults(tmp_path):
+    """An xlnet_config.json without the fields added later (the released file's keys only) equals a config
+    whose extra fields are the defaults."""
+    from xlnet_tf import model_dir
+
+    _config().to_json_file(str(tmp_path / "xlnet_config.json"), original_only=True)
+    model_dir.prepare(str(tmp_path), _config())  # no error
+    with pytest.raises(model_dir.ModelDirError, match="mem_len: None there, 16 now"):
+        model_dir.prepare(str(tmp_path), _config(mem_len=16))
+
+
+# ---- pretraining -----------------------------------------------------------------------------------------
+
+PRETRAIN = ["--n_layer=1", "--d_model=32", "--n_head=2", "--d_head=16", "--d_inner=64",
+            f"--n_token={data_fixtures.TINY_VOCAB}", "--mem_len=16", "--seq_len=32", "--reuse_len=16",
+            "--num_predict=6", "--perm_size=8", "--train_batch_size=4", "--bi_data=true", "--train_steps=1",
+            "--steps_per_loop=1", "--save_steps=1"]
+
+
+def _pretrain_records():
+    from tfrecords import pretrain_data
+
+    out = os.path.join(data_fixtures.tmp_root(), "bad_inputs_pretrain")
+    if not os.path.exists(os.path.join(out, "manifest.json")):
+        cfg = pretrain_data.PretrainConfig(seq_len=32, reuse_len=16, num_predict=6, perm_size=8,
+                                           global_batch_size=4, bi_data=True, seed=3)
+        pretrain_data.build_pretrain_records(os.path.join(data_fixtures.CORPUS_DIR, "sotu_slice.txt"),
+                                             data_fixtures.tiny_spm(), out, cfg, log=None)
+    return out
+
+
+def test_pretraining_rerun_with_another_model_fails_and_writes_nothing(tmp_path):
+    from run import pretrain
+    from xlnet_tf.model_dir import ModelDirError
+
+    records = _pretrain_records()
+    _run(pretrain, PRETRAIN + [f"--record_dir={records}", f"--model_dir={tmp_path}/m"])
+    before = _snapshot(tmp_path / "m")
+    with pytest.raises(ModelDirError, match="d_model: 32 there, 64 now.*mem_len: 16 there, 8 now"):
+        _run(pretrain, PRETRAIN + [f"--record_dir={records}", f"--model_dir={tmp_path}/m", "--d_model=64",
+                                   "--d_head=32", "--mem_len=8", "--train_steps=2", "--save_steps=2"])
+    assert _snapshot(tmp_path / "m") == before
+
+
+def test_pretraining_records_of_another_vocabulary_are_refused(tmp_path):
+    from run import pretrain
+    from tfrecords.manifest import ManifestError
+
+    with pytest.raises(ManifestError, match="manifest.json: the records were tokenized with a "
+                                            f"{data_fixtures.TINY_VOCAB}-piece"):
+        _run(pretrain, PRETRAIN + [f"--record_dir={_pretrain_records()}", f"--model_dir={tmp_path}/m",
+                                   "--n_token=32000"])
+    assert not os.path.exists(tmp_path / "m")
+
+
+# ---- eval_results.json -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("content, message", [
+    ("{", "eval_results.json is unreadable"),
+    ('"text"', "expected a JSON object"),
+    ('{"accuracy": 1}', "not an eval_results.json"),
+    ('{"schema": "other", "version": 1}', "schema is 'other'"),
+    ('{"schema": "xlnet_tf.eval_results", "version": 7, "task": "race", "key": "accuracy", "evaluations": []}',
+     "version 7 is not supported"),
+    ('{"schema": "xlnet_tf.eval_results", "version": 1, "task": "race", "evaluations": []}', "missing field 'key'"),
+    ('{"schema": "xlnet_tf.eval_results", "version": 1, "task": "poetry", "key": "a", "evaluations": []}',
+     "task 'poetry' is not one of"),
+    ('{"schema": "xlnet_tf.eval_results", "version": 1, "task": "race", "key": "accuracy", '
+     '"evaluations": [{"accuracy": 1}]}', r"evaluations\[0\] has no integer 'step'"),
+])
+def test_unusable_eval_results_are_named(tmp_path, content, message):
+    from xlnet_tf import results
+
+    (tmp_path / "eval_results.json").write_text(content)
+    with pytest.raises(results.ResultsError, match=message):
+        results.record(str(tmp_path), "race", "accuracy", 5, {"accuracy": 0.3})
+    assert (tmp_path / "eval_results.json").read_text() == content
+
+
+def test_results_of_another_task_are_not_mixed(tmp_path):
+    from xlnet_tf import results
+
+    results.record(str(tmp_path), "squad", "f1", 5, {"f1": 10.0})
+    with pytest.raises(results.ResultsError, match="holds squad results, this run records race"):
+        results.record(str(tmp_path), "race", "accuracy", 5, {"accuracy": 0.3})
+
+
+def test_reserved_metric_names_are_refused(tmp_path):
+    from xlnet_tf import results
+
+    with pytest.raises(ValueError, match=r"metric names \['step'\] are reserved"):
+        results.record(str(tmp_path), "race", "accuracy", 5, {"step": 3})
+
+
+# ---- serving: bad requests are rejected naming the input -------------------------------------------------
+
+@pytest.fixture(scope="module")
+def served(classifier_run):
+    import tensorflow as tf
+
+    from run import export_savedmodel
+
+    path = export_savedmodel.export_from_model_dir(str(classifier_run / "model"), str(classifier_run / "export"))
+    return tf.saved_model.load(path)
+
+
+def _ids_request(length=10, **changes):
+    import numpy as np
+
+    request = {"input_ids": np.full([2, length], 7, np.int32), "segment_ids": np.zeros([2, length], np.int32),
+               "attention_mask": np.ones([2, length], np.float32)}
+    request.update(changes)
+    return request
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(input_ids=[[7] * 9 + [data_fixtures.TINY_VOCAB]] * 2), r"input_ids must be in \[0, 1000\)"),
+    (dict(input_ids=[[-1] + [7] * 9] * 2), r"input_ids must be in \[0, 1000\)"),
+    (dict(segment_ids=[[0] * 9] * 2), "segment_ids must have the shape of input_ids"),
+    (dict(attention_mask=[[1.0] * 10]), "attention_mask must have the shape of input_ids"),
+    (dict(attention_mask=[[0.5] * 10] * 2), "attention_mask must be 1 .real token. or 0"),
+    (dict(length=33), "longer than the exported max_seq_length=32"),
+])
+def test_from_ids_rejects_bad_requests(served, changes, message):
+    import numpy as np
+    import tensorflow as tf
+
+    length = changes.pop("length", 10)
+    request = _ids_request(length, **{k: np.asarray(v, dtype=("float32" if k == "attention_mask" else "int32"))
+                                      for k, v in changes.items()})
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        served.signatures["from_ids"](**{k: tf.constant(v) for k, v in request.items()})
+
+
+def test_from_ids_accepts_a_good_request(served):
+    import tensorflow as tf
+
+    out = served.signatures["from_ids"](**{k: tf.constant(v) for k, v in _ids_request(32).items()})
+    assert out["logits"].shape[0] == 2
+
+
+def test_serving_default_rejects_invalid_utf8_naming_the_input(served):
+    import tensorflow as tf
+
+    good = served.signatures["serving_default"](text=tf.constant(["Caf\u00e9 \U0001F600 ok", ""]))
+    assert good["label"].shape == (2,)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="text holds invalid UTF-8"):
+        served.signatures["serving_default"](text=tf.constant([b"fine", b"caf\xe9 latin-1"]))
+
+
+def test_serving_default_rejects_the_wrong_rank(served):
+    import tensorflow as tf
+
+    # the loaded signature raises TypeError, then runs the function anyway: it must stop there too
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"(?s)Shape of tensor text \[1,2\] .*serving_default_text_must_be_rank_1"):
+        served.signatures["serving_default"](text=tf.constant([["a", "b"]]))
+    # every input has the wrong rank here; graph execution checks them in no fixed order, so any may be named
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"(?s)(\w+) \[1,2,10\] .*from_ids_\1_must_be_rank_2"):
+        served.signatures["from_ids"](**{k: tf.constant(v[None]) for k, v in _ids_request().items()})

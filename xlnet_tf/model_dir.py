@@ -1,0 +1,123 @@
+"""A run's model directory, checked before anything is written to it.
+
+Every runner (pretraining and fine-tuning) calls `prepare` first. A model_dir that already holds an
+`xlnet_config.json` or `export_info.json` belongs to an earlier run: resuming it with different model or task
+settings would silently mix two runs (checkpoints restored into another shape, or into the same shape with a
+different vocabulary, labels or sequence length). `prepare` compares every field and raises `ModelDirError`
+naming each difference, leaving every file as it was; only when all agree does it write (atomically) and
+remove the `ckpt-*_temp` directories an interrupted checkpoint save leaves behind. Paths may be local or any
+filesystem `tf.io.gfile` knows (`gs://` on TPU).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Dict, List, Optional
+
+import tensorflow as tf
+
+from xlnet_tf.config import XLNetConfig
+
+CONFIG_NAME = "xlnet_config.json"
+EXPORT_INFO_NAME = "export_info.json"
+
+
+class ModelDirError(ValueError):
+    """The model directory holds a different run's settings."""
+
+
+# The SentencePiece model is compared by checksum (`spiece_sha256`): its path may move between runs.
+_NOT_COMPARED = ("spiece_model_file",)
+
+
+def _differences(recorded: Dict[str, Any], wanted: Dict[str, Any]) -> List[str]:
+    out = []
+    for key in sorted((set(recorded) | set(wanted)) - set(_NOT_COMPARED)):
+        a, b = recorded.get(key, "<absent>"), wanted.get(key, "<absent>")
+        if a != b:
+            out.append(f"{key}: {a!r} there, {b!r} now")
+    return out
+
+
+def _read_json(path: str) -> Dict[str, Any]:
+    try:
+        with tf.io.gfile.GFile(path, "r") as f:
+            values = json.loads(f.read())
+    except (OSError, ValueError, tf.errors.OpError) as e:
+        raise ModelDirError(f"{path} is unreadable ({e}); it belongs to an earlier run: move it away or use "
+                            "another --model_dir") from None
+    if not isinstance(values, dict):
+        raise ModelDirError(f"{path} is not a JSON object; use another --model_dir")
+    return values
+
+
+def check(model_dir: str, config: Optional[XLNetConfig] = None,
+          export_info: Optional[Dict[str, Any]] = None) -> None:
+    """Raises `ModelDirError` if `model_dir`'s existing config or export info differs from this run's."""
+    if tf.io.gfile.exists(model_dir) and not tf.io.gfile.isdir(model_dir):
+        raise ModelDirError(f"--model_dir={model_dir} is a file, not a directory")
+    problems = []
+    for name, wanted in ((CONFIG_NAME, None if config is None else config.to_dict()),
+                         (EXPORT_INFO_NAME, export_info)):
+        path = os.path.join(model_dir, name)
+        if wanted is None or not tf.io.gfile.exists(path):
+            continue
+        recorded = _read_json(path)
+        if name == CONFIG_NAME:  # written by an older version: fill the fields it lacked with defaults
+            try:
+                recorded = XLNetConfig.from_dict(recorded).to_dict()
+            except (TypeError, ValueError) as e:
+                raise ModelDirError(f"{path}: {e}; use another --model_dir") from None
+        wanted = json.loads(json.dumps(wanted))  # compare as written (tuples -> lists)
+        problems += [f"{name} {d}" for d in _differences(recorded, wanted)]
+    if problems:
+        raise ModelDirError(
+            f"--model_dir={model_dir} holds a run with other settings; nothing was written. Use another "
+            f"--model_dir, or the earlier run's flags. Differences: " + "; ".join(problems))
+
+
+def remove_stale_saves(model_dir: str, log: Optional[Callable[[str], None]] = None) -> List[str]:
+    """Deletes `ckpt-*_temp*` directories (a save killed before its rename); returns what was removed."""
+    removed = []
+    for pattern in ("ckpt-*_temp*", os.path.join("*", "ckpt-*_temp*")):  # model_dir and kept/, .workers/...
+        for path in sorted(tf.io.gfile.glob(os.path.join(model_dir, pattern))):
+            if not tf.io.gfile.isdir(path):
+                continue
+            tf.io.gfile.rmtree(path)
+            removed.append(path)
+            if log:
+                log(f"Removed {path} (an interrupted checkpoint save)")
+    return removed
+
+
+def write_json_atomic(path: str, values: Dict[str, Any]) -> None:
+    """JSON to `path` via a temporary name + rename (any tf.io.gfile filesystem)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(tmp, "w") as f:
+        f.write(json.dumps(values, indent=2, sort_keys=True) + "\n")
+    tf.io.gfile.rename(tmp, path, overwrite=True)
+
+
+def prepare(model_dir: str, config: Optional[XLNetConfig] = None, export_info: Optional[Dict[str, Any]] = None,
+            log: Optional[Callable[[str], None]] = None) -> None:
+    """`check`, then create `model_dir`, clear stale saves and write the config / export info."""
+    check(model_dir, config, export_info)
+    tf.io.gfile.makedirs(model_dir)
+    remove_stale_saves(model_dir, log)
+    if config is not None:
+        write_json_atomic(os.path.join(model_dir, CONFIG_NAME), config.to_dict())
+    if export_info is not None:
+        write_json_atomic(os.path.join(model_dir, EXPORT_INFO_NAME), export_info)
+
+
+def export_info(**info) -> Dict[str, Any]:
+    """The export info of a fine-tuning run, as `prepare` writes it: the SentencePiece path made absolute (the
+    exporter finds it from any working directory) and its checksum (`spiece_sha256`, compared on reruns)."""
+    spm = info.get("spiece_model_file")
+    if spm:
+        from xlnet_tf.tokenization import file_sha256
+
+        info["spiece_model_file"] = os.path.abspath(spm)
+        info["spiece_sha256"] = file_sha256(spm) if os.path.isfile(spm) else None
+    return info
