@@ -10,6 +10,7 @@ import functools
 from absl import app, flags
 
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.errors import UserError
 
 
 class Definer:
@@ -36,11 +37,35 @@ def run_main(fv: flags.FlagValues, define, main) -> None:
             flags.FLAGS.register_flag_by_module(module, flag)
             flags.FLAGS.register_key_flag_for_module(sys.argv[0], flag)  # listed by --help
 
+    d = Definer(fv)
+    if "verbose" not in fv:
+        d.bool("verbose", False, "Show the traceback of a user error (bad flag, file or data) too.")
+
     def parsed_main(argv):
         fv.mark_as_parsed()
-        return main(argv)
+        try:
+            return main(argv)
+        except USER_ERRORS as e:
+            if fv.verbose:
+                raise
+            report_user_error(e)
 
     app.run(parsed_main)
+
+
+# What a user fixes: reported in one line, not a traceback (xlnet_tf.errors). FileNotFoundError names the path.
+USER_ERRORS = (UserError, flags.Error, FileNotFoundError)
+
+
+def report_user_error(error: BaseException, tool: str = None) -> None:
+    """`<tool>: error: <message>` on stderr, exit status 2 (argparse's convention for usage errors)."""
+    import os
+    import sys
+
+    tool = tool or os.path.basename(sys.argv[0])
+    message = " ".join(str(error).split()) or type(error).__name__
+    print(f"{tool}: error: {message}", file=sys.stderr, flush=True)
+    sys.exit(2)
 
 
 def parse(fv: flags.FlagValues, define, argv) -> flags.FlagValues:
@@ -157,7 +182,7 @@ def require(FLAGS, *names):
     defined and parsed before the run, e.g. to read a flag file's values)."""
     missing = [f"--{n}" for n in names if getattr(FLAGS, n) in (None, "")]
     if missing:
-        raise flags.IllegalFlagValueError(f"Missing required flag(s): {', '.join(missing)}")
+        raise UserError(f"Missing required flag(s): {', '.join(missing)}")
 
 
 def model_config_from_flags(FLAGS, **runtime) -> XLNetConfig:
@@ -172,15 +197,13 @@ def model_config_from_flags(FLAGS, **runtime) -> XLNetConfig:
 
 
 def dtype_policy(FLAGS) -> str:
-    return {"float32": "float32", "bfloat16": "mixed_bfloat16",
-            "float16": "mixed_float16"}[FLAGS.mixed_precision]
+    from xlnet_tf import lifecycle
+
+    return lifecycle.dtype_policy(FLAGS.mixed_precision)
 
 
 def micro_batch_size(FLAGS, num_replicas: int) -> int:
     """Global micro-batch (`--train_batch_size / --gradient_accumulation_steps`), checked to split evenly."""
-    k = FLAGS.gradient_accumulation_steps
-    if FLAGS.train_batch_size % (k * num_replicas):
-        raise flags.IllegalFlagValueError(
-            f"--train_batch_size={FLAGS.train_batch_size} must be divisible by --gradient_accumulation_steps={k} "
-            f"x {num_replicas} replicas")
-    return FLAGS.train_batch_size // k
+    from xlnet_tf import lifecycle
+
+    return lifecycle.micro_batch_size(FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps, num_replicas)

@@ -17,6 +17,9 @@ import os
 
 from absl import app, flags
 
+from run import common_flags
+from xlnet_tf.errors import UserError
+
 FLAGS = flags.FLAGS
 
 
@@ -37,25 +40,23 @@ def define_flags():
 def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, task=None, spiece_model=None,
                           max_seq_length=None):
     """Library entry point of the CLI; returns the export path."""
-    import json
-
     import numpy as np
 
-    from xlnet_tf import checkpoints, finetuning, serving
+    from xlnet_tf import checkpoints, export_info, finetuning, serving
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetClassifier, XLNetForSquad, XLNetMultipleChoice
 
-    info_path = os.path.join(model_dir, "export_info.json") if model_dir else None
-    info = json.load(open(info_path)) if info_path and os.path.exists(info_path) else {}
+    recorded = export_info.read_optional(model_dir) if model_dir else None
+    info = recorded.to_dict() if recorded else {}
     task = task or info.get("task")
     if task is None:
-        raise ValueError(f"--task is required: no export_info.json in --model_dir={model_dir}")
+        raise UserError(f"--task is required: no export_info.json in --model_dir={model_dir}")
     spiece_model = spiece_model or info.get("spiece_model_file")
     if not spiece_model or not os.path.exists(spiece_model):
-        raise ValueError(f"SentencePiece model not found ({spiece_model!r}); pass --export_spiece_model")
+        raise UserError(f"SentencePiece model not found ({spiece_model!r}); pass --export_spiece_model")
     max_seq_length = max_seq_length or info.get("max_seq_length")
     if not max_seq_length:
-        raise ValueError("--export_max_seq_length is required (no export_info.json)")
+        raise UserError("--export_max_seq_length is required (no export_info.json)")
     config = XLNetConfig.from_json_file(os.path.join(model_dir, "xlnet_config.json"), dropout=0.0, dropatt=0.0)
     summary = dict(summary_type=info.get("summary_type", "last"), use_proj=info.get("use_summ_proj", True))
     if task in ("classifier", "regression", "embedding"):
@@ -70,7 +71,7 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
     if checkpoint is None:
         found = finetuning.list_checkpoints(model_dir)
         if not found:
-            raise ValueError(f"No checkpoint in {model_dir}; pass --checkpoint")
+            raise UserError(f"No checkpoint in --model_dir={model_dir}; pass --checkpoint")
         checkpoint = found[-1]
     checkpoints.load_init_checkpoint(model, checkpoint, require_heads=task != "embedding")
     options = dict(uncased=info.get("uncased", False), labels=info.get("labels"),
@@ -91,8 +92,11 @@ def main(argv):
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if not FLAGS.export_dir or not (FLAGS.model_dir or FLAGS.checkpoint):
         raise app.UsageError("--export_dir and --model_dir (or --checkpoint with --model_dir) are required")
-    path = export_from_model_dir(FLAGS.model_dir, FLAGS.export_dir, FLAGS.version, FLAGS.checkpoint, FLAGS.task,
-                                 FLAGS.export_spiece_model, FLAGS.export_max_seq_length)
+    try:
+        path = export_from_model_dir(FLAGS.model_dir, FLAGS.export_dir, FLAGS.version, FLAGS.checkpoint, FLAGS.task,
+                                     FLAGS.export_spiece_model, FLAGS.export_max_seq_length)
+    except common_flags.USER_ERRORS as e:
+        common_flags.report_user_error(e)
     print(f"Exported to {path}")
 
 

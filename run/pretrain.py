@@ -47,6 +47,8 @@ def define_flags(fv: flags.FlagValues = FLAGS):
 
 def run():
     """Everything `main` does, reading FLAGS (tests call this after parsing flags)."""
+    import contextlib
+
     import keras
     import tensorflow as tf
 
@@ -136,8 +138,11 @@ def run():
               f"{baseline['loss']:.4f}, accuracy {baseline['accuracy']:.4f}", flush=True)
     if tf.train.latest_checkpoint(FLAGS.model_dir) is None:
         evaluate(0)
-    history = trainer.train(
-        on_loop_end=lambda step: evaluate(step) if step % FLAGS.save_steps == 0 else None)
+    with contextlib.ExitStack() as named:  # a damaged record is reported with its file
+        for m in manifests:
+            named.enter_context(manifest_lib.naming_corrupt_records(m))
+        history = trainer.train(
+            on_loop_end=lambda step: evaluate(step) if step % FLAGS.save_steps == 0 else None)
     recorded = results.load(FLAGS.model_dir) if eval_dir[0] else None
     if eval_dir[0] and (recorded is None or recorded.last["step"] != FLAGS.train_steps):
         evaluate(FLAGS.train_steps)

@@ -13,10 +13,10 @@ regression) and `predict_<split>.tsv` (GLUE submission layout `index<TAB>predict
 
 import os
 
-
 from absl import app, flags
 
 from run import common_flags
+from xlnet_tf import lifecycle
 
 # This runner's flags, defined by `define_flags` when it runs (its __main__, common_flags.parse),
 # never at import.
@@ -37,118 +37,107 @@ def define_flags(fv: flags.FlagValues = FLAGS):
     d.string("task", None, "Task name (metrics; and building records with --data_dir).")
 
 
-def _metrics(manifest, labels, outputs, weights):
-    from xlnet_tf import metrics
+class ClassifierTask(lifecycle.FineTuningTask):
+    """Sequence classification / regression over classifier records (tfrecords/classifier_data.py)."""
 
-    if manifest["is_regression"]:
-        return metrics.regression_metrics(labels, outputs["score"], weights)
-    task = (FLAGS.task or manifest.get("task") or "").lower()
-    extra = TASK_METRICS.get(task, ())
-    if manifest["num_labels"] == 2 and "f1" not in extra:
-        extra = extra + ("f1",)
-    if manifest["num_labels"] > 2:
-        extra = extra + ("macro_f1",)
-    return metrics.classification_metrics(labels, outputs["logits"].argmax(-1), weights, extra)
+    metric_key = "accuracy"
+
+    def __init__(self, settings):
+        super().__init__(settings)
+        self._task_name = None
+
+    @property
+    def name(self):
+        return "regression" if self.manifest["is_regression"] else "classifier"
+
+    @property
+    def output_keys(self):
+        return ("score",) if self.manifest["is_regression"] else ("logits",)
+
+    def task_name(self) -> str:
+        return (self.settings.task or self.manifest.get("task") or "").lower()
+
+    def prepare_records(self, log):
+        from tfrecords import classifier_data, record_inputs
+
+        s = self.settings
+        if s.data_dir:
+            common_flags.require(s, "task", "spiece_model_file")
+            processor = classifier_data.get_processor(s.task)
+            current = {split: record_inputs.input_digests(classifier_data.split_sources(
+                processor.get_examples(s.data_dir, split))) for split in self.needed_splits()}
+            record_inputs.refresh(s.record_dir, classifier_data.CLASSIFIER_KIND, current, lambda splits: (
+                classifier_data.build_classifier_records(
+                    processor, s.data_dir, s.spiece_model_file, s.record_dir, max_seq_length=s.max_seq_length,
+                    splits=splits, uncased=s.uncased, eval_batch_size=s.eval_batch_size, seed=s.seed, log=log)),
+                log)
+        manifest = classifier_data.read_classifier_manifest(s.record_dir)
+        if manifest["is_regression"]:
+            self.metric_key = "pearson"
+        elif "mcc" in TASK_METRICS.get((s.task or manifest.get("task") or "").lower(), ()):
+            self.metric_key = "mcc"
+        return manifest
+
+    def dataset(self, split, batch_size, training, input_context=None):
+        from tfrecords import classifier_data
+
+        s = self.settings
+        return classifier_data.classifier_dataset(
+            s.record_dir, batch_size, training, split=split, max_seq_length=s.max_seq_length,
+            spiece_model=s.spiece_model_file, uncased=s.uncased,
+            **(dict(seed=s.seed, shuffle_buffer=s.shuffle_buffer, input_context=input_context) if training else {}))
+
+    def export_info(self):
+        import numpy as np
+
+        s, m = self.settings, self.manifest
+        split = "train" if s.do_train else self.eval_split()
+        text_pair = any(bool(np.any(b["segment_ids"].numpy() == 1)) for b in self.dataset(split, 8, False).take(16))
+        return dict(task=self.name, labels=m.get("label_list"), num_labels=m.get("num_labels"),
+                    text_pair=text_pair, max_seq_length=s.max_seq_length, uncased=s.uncased,
+                    spiece_model_file=s.spiece_model_file, summary_type=s.summary_type,
+                    use_summ_proj=s.use_summ_proj, task_name=self.task_name())
+
+    def build_model(self, config, dtype):
+        from xlnet_tf.models import XLNetClassifier
+
+        s, m = self.settings, self.manifest
+        return XLNetClassifier(config, num_labels=m.get("num_labels") or 2, regression=m["is_regression"],
+                               task_name=self.task_name(), summary_type=s.summary_type,
+                               use_proj=s.use_summ_proj, dtype=dtype)
+
+    def metrics(self, split, outputs, model_dir):
+        from xlnet_tf import metrics
+
+        m = self.manifest
+        labels, weights = outputs["label"], outputs["is_real_example"]
+        if m["is_regression"]:
+            return metrics.regression_metrics(labels, outputs["score"], weights)
+        extra = TASK_METRICS.get(self.task_name(), ())
+        if m["num_labels"] == 2 and "f1" not in extra:
+            extra = extra + ("f1",)
+        if m["num_labels"] > 2:
+            extra = extra + ("macro_f1",)
+        return metrics.classification_metrics(labels, outputs["logits"].argmax(-1), weights, extra)
+
+    def write_predictions(self, split, outputs, model_dir, log):
+        import numpy as np
+
+        from tfrecords import classifier_data
+        from xlnet_tf import finetuning
+
+        labels = self.manifest.get("label_list")
+        path = os.path.join(model_dir, f"predict_{split}.tsv")
+        value = ((lambda k: f"{float(outputs['score'][k]):.6f}") if self.manifest["is_regression"]
+                 else (lambda k: labels[int(np.argmax(outputs["logits"][k]))]))
+        count = finetuning.write_predictions_tsv(
+            path, ("index", "prediction"), outputs, classifier_data.read_guids(self.settings.record_dir, split), value)
+        log(f"Wrote {count} predictions to {path}")
+        return None
 
 
 def run():
-    import json
-
-    import keras
-    import numpy as np
-
-    from tfrecords import classifier_data
-    from tfrecords import manifest as manifest_lib
-    from xlnet_tf import checkpoints, distribute, finetuning, model_dir
-    from xlnet_tf.models import XLNetClassifier
-
-    common_flags.require(FLAGS, "record_dir", "model_dir")
-    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
-        raise flags.IllegalFlagValueError("Nothing to do: give --do_train, --do_eval and/or --do_predict")
-    if FLAGS.data_dir and not os.path.exists(os.path.join(FLAGS.record_dir, "manifest.json")):
-        common_flags.require(FLAGS, "task", "spiece_model_file")
-        splits = [s for s, on in (("train", FLAGS.do_train), (FLAGS.eval_split, FLAGS.do_eval),
-                                  (FLAGS.predict_split, FLAGS.do_predict)) if on]
-        classifier_data.build_classifier_records(
-            classifier_data.get_processor(FLAGS.task), FLAGS.data_dir, FLAGS.spiece_model_file,
-            FLAGS.record_dir, max_seq_length=FLAGS.max_seq_length, splits=sorted(set(splits)),
-            uncased=FLAGS.uncased, eval_batch_size=FLAGS.eval_batch_size, seed=FLAGS.seed,
-            log=lambda line: print(line, flush=True))
-    manifest = classifier_data.read_classifier_manifest(FLAGS.record_dir)
-    data_args = dict(max_seq_length=FLAGS.max_seq_length, spiece_model=FLAGS.spiece_model_file,
-                     uncased=FLAGS.uncased)
-
-    strategy = distribute.get_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.num_cpu_replicas)
-    micro = common_flags.micro_batch_size(FLAGS, strategy.num_replicas_in_sync)
-    config = common_flags.model_config_from_flags(FLAGS)
-    manifest_lib.check_vocab(manifest, config.n_token)
-    split = "train" if FLAGS.do_train else FLAGS.eval_split
-    sample = classifier_data.classifier_dataset(FLAGS.record_dir, 8, False, split=split, **data_args).take(16)
-    text_pair = any(bool(np.any(b["segment_ids"].numpy() == 1)) for b in sample)
-    model_dir.prepare(FLAGS.model_dir, config, model_dir.export_info(
-        task="regression" if manifest["is_regression"] else "classifier",
-        labels=manifest.get("label_list"), num_labels=manifest.get("num_labels"), text_pair=text_pair,
-        max_seq_length=FLAGS.max_seq_length, uncased=FLAGS.uncased, spiece_model_file=FLAGS.spiece_model_file,
-        summary_type=FLAGS.summary_type, use_summ_proj=FLAGS.use_summ_proj,
-        task_name=(FLAGS.task or manifest["task"]).lower()), log=lambda line: print(line, flush=True))
-
-    keras.utils.set_random_seed(FLAGS.seed)
-    with strategy.scope():
-        model = XLNetClassifier(config, num_labels=manifest.get("num_labels") or 2,
-                                regression=manifest["is_regression"],
-                                task_name=(FLAGS.task or manifest["task"]).lower(),
-                                summary_type=FLAGS.summary_type, use_proj=FLAGS.use_summ_proj,
-                                dtype=common_flags.dtype_policy(FLAGS))
-        if FLAGS.init_checkpoint:
-            report = checkpoints.load_init_checkpoint(model, FLAGS.init_checkpoint)
-            print(f"Initialized {len(report['loaded'])} variables from {FLAGS.init_checkpoint}; "
-                  f"fresh: {report['missing_heads']}", flush=True)
-
-    if FLAGS.do_train:
-        def train_dataset_fn(ctx, skip_batches):
-            ds = classifier_data.classifier_dataset(
-                FLAGS.record_dir, ctx.get_per_replica_batch_size(micro), True, split="train",
-                seed=FLAGS.seed, shuffle_buffer=FLAGS.shuffle_buffer, input_context=ctx, **data_args)
-            return ds.skip(skip_batches)
-
-        trainer = finetuning.build_optimizer_and_trainer(
-            strategy, model, FLAGS, train_dataset_fn, examples_per_step=FLAGS.train_batch_size,
-            seq_len=FLAGS.max_seq_length, log=lambda line: print(line, flush=True))
-        trainer.train()
-
-    def run_split(split, batch_size):
-        ds = classifier_data.classifier_dataset(FLAGS.record_dir, batch_size, False, split=split,
-                                                **data_args)
-        keys = ("score",) if manifest["is_regression"] else ("logits",)
-        return finetuning.predict(strategy, model, ds, keys)
-
-    if FLAGS.do_eval:
-        def evaluate(step):
-            out = run_split(FLAGS.eval_split, FLAGS.eval_batch_size)
-            result = _metrics(manifest, out["label"], out, out["is_real_example"])
-            print(f"eval {FLAGS.eval_split} step {step}: {json.dumps(result)}", flush=True)
-            return result
-
-        task = (FLAGS.task or manifest.get("task") or "").lower()  # as _metrics picks the metrics
-        key = "pearson" if manifest["is_regression"] else (
-            "mcc" if "mcc" in TASK_METRICS.get(task, ()) else "accuracy")
-        report = finetuning.evaluate_checkpoints(
-            model, FLAGS.model_dir, evaluate, FLAGS.eval_all_checkpoints, key,
-            task="regression" if manifest["is_regression"] else "classifier", split=FLAGS.eval_split)
-        print(f"best {key}: {report['best'].get(key)} at step {report['best']['step']}", flush=True)
-
-    if FLAGS.do_predict:
-        if not FLAGS.do_train:
-            finetuning.restore_latest_weights(model, FLAGS.model_dir)
-        out = run_split(FLAGS.predict_split, FLAGS.predict_batch_size)
-        labels = manifest.get("label_list")
-        path = os.path.join(FLAGS.model_dir, f"predict_{FLAGS.predict_split}.tsv")
-        value = ((lambda k: f"{float(out['score'][k]):.6f}") if manifest["is_regression"]
-                 else (lambda k: labels[int(np.argmax(out["logits"][k]))]))
-        count = finetuning.write_predictions_tsv(
-            path, ("index", "prediction"), out, classifier_data.read_guids(FLAGS.record_dir, FLAGS.predict_split),
-            value)
-        print(f"Wrote {count} predictions to {path}", flush=True)
+    return lifecycle.run(ClassifierTask(FLAGS), common_flags.model_config_from_flags(FLAGS))
 
 
 def main(argv):

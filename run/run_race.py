@@ -12,10 +12,10 @@ the accuracy on middle, high and all questions, and `predict_<split>.tsv` (quest
 
 import os
 
-
 from absl import app, flags
 
 from run import common_flags
+from xlnet_tf import lifecycle
 
 # This runner's flags, defined by `define_flags` when it runs (its __main__, common_flags.parse),
 # never at import.
@@ -51,80 +51,71 @@ def race_metrics(labels, logits, levels, weights):
     return flat
 
 
-def run():
-    import keras
+class RaceTask(lifecycle.FineTuningTask):
+    """Four-way multiple choice over RACE records (tfrecords/race_data.py)."""
 
-    from tfrecords import manifest as manifest_lib
-    from tfrecords import race_data
-    from xlnet_tf import checkpoints, distribute, finetuning, model_dir
-    from xlnet_tf.models import XLNetMultipleChoice
+    name = "race"
+    metric_key = "accuracy"
+    output_keys = ("logits",)
+    passthrough = ("example_index", "is_real_example", "label", "level")
 
-    common_flags.require(FLAGS, "record_dir", "model_dir")
-    record_dir = FLAGS.record_dir
-    if not (FLAGS.do_train or FLAGS.do_eval or FLAGS.do_predict):
-        raise flags.IllegalFlagValueError("Nothing to do: give --do_train, --do_eval and/or --do_predict")
-    if FLAGS.data_dir and not os.path.exists(os.path.join(record_dir, "manifest.json")):
-        common_flags.require(FLAGS, "spiece_model_file")
-        splits = [s for s, on in (("train", FLAGS.do_train), (FLAGS.eval_split, FLAGS.do_eval),
-                                  (FLAGS.predict_split, FLAGS.do_predict)) if on]
-        race_data.build_race_records(FLAGS.data_dir, FLAGS.spiece_model_file, record_dir,
-                                     max_seq_length=FLAGS.max_seq_length, max_qa_length=FLAGS.max_qa_length,
-                                     splits=sorted(set(splits)), uncased=FLAGS.uncased,
-                                     eval_batch_size=FLAGS.eval_batch_size, seed=FLAGS.seed,
-                                     log=lambda line: print(line, flush=True))
-    data_args = dict(max_seq_length=FLAGS.max_seq_length, spiece_model=FLAGS.spiece_model_file,
-                     max_qa_length=FLAGS.max_qa_length, uncased=FLAGS.uncased)
+    @property
+    def tokens_per_example(self):
+        return self.settings.max_seq_length * 4
 
-    strategy = distribute.get_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.num_cpu_replicas)
-    micro = common_flags.micro_batch_size(FLAGS, strategy.num_replicas_in_sync)
-    config = common_flags.model_config_from_flags(FLAGS)
-    manifest_lib.check_vocab(race_data.read_race_manifest(record_dir), config.n_token)
-    model_dir.prepare(FLAGS.model_dir, config, model_dir.export_info(
-        task="race", max_seq_length=FLAGS.max_seq_length, max_qa_length=FLAGS.max_qa_length,
-        uncased=FLAGS.uncased, spiece_model_file=FLAGS.spiece_model_file, summary_type=FLAGS.summary_type,
-        use_summ_proj=FLAGS.use_summ_proj), log=lambda line: print(line, flush=True))
-    keras.utils.set_random_seed(FLAGS.seed)
-    with strategy.scope():
-        model = XLNetMultipleChoice(config, summary_type=FLAGS.summary_type, use_proj=FLAGS.use_summ_proj,
-                                    dtype=common_flags.dtype_policy(FLAGS))
-        if FLAGS.init_checkpoint:
-            checkpoints.load_init_checkpoint(model, FLAGS.init_checkpoint)
+    def prepare_records(self, log):
+        from tfrecords import race_data, record_inputs
 
-    if FLAGS.do_train:
-        def train_dataset_fn(ctx, skip_batches):
-            return race_data.race_dataset(record_dir, ctx.get_per_replica_batch_size(micro), True,
-                                          split="train", seed=FLAGS.seed, shuffle_buffer=FLAGS.shuffle_buffer,
-                                          input_context=ctx, **data_args).skip(skip_batches)
+        s = self.settings
+        if s.data_dir:
+            common_flags.require(s, "spiece_model_file")
+            current = {split: record_inputs.input_digests(race_data.split_sources(
+                race_data.read_race_split(s.data_dir, split))) for split in self.needed_splits()}
+            record_inputs.refresh(s.record_dir, race_data.RACE_KIND, current, lambda splits: (
+                race_data.build_race_records(
+                    s.data_dir, s.spiece_model_file, s.record_dir, max_seq_length=s.max_seq_length,
+                    max_qa_length=s.max_qa_length, splits=splits, uncased=s.uncased,
+                    eval_batch_size=s.eval_batch_size, seed=s.seed, log=log)), log)
+        return race_data.read_race_manifest(s.record_dir)
 
-        trainer = finetuning.build_optimizer_and_trainer(
-            strategy, model, FLAGS, train_dataset_fn, examples_per_step=FLAGS.train_batch_size,
-            seq_len=FLAGS.max_seq_length * 4, log=lambda line: print(line, flush=True))
-        trainer.train()
+    def dataset(self, split, batch_size, training, input_context=None):
+        from tfrecords import race_data
 
-    def run_split(split, batch_size):
-        ds = race_data.race_dataset(record_dir, batch_size, False, split=split, **data_args)
-        return finetuning.predict(strategy, model, ds, ("logits",),
-                                  passthrough=("example_index", "is_real_example", "label", "level"))
+        s = self.settings
+        return race_data.race_dataset(
+            s.record_dir, batch_size, training, split=split, max_seq_length=s.max_seq_length,
+            spiece_model=s.spiece_model_file, max_qa_length=s.max_qa_length, uncased=s.uncased,
+            **(dict(seed=s.seed, shuffle_buffer=s.shuffle_buffer, input_context=input_context) if training else {}))
 
-    if FLAGS.do_eval:
-        def evaluate(step):
-            out = run_split(FLAGS.eval_split, FLAGS.eval_batch_size)
-            result = race_metrics(out["label"], out["logits"], out["level"], out["is_real_example"])
-            print(f"eval {FLAGS.eval_split} step {step}: {result}", flush=True)
-            return result
+    def export_info(self):
+        s = self.settings
+        return dict(task="race", max_seq_length=s.max_seq_length, max_qa_length=s.max_qa_length,
+                    uncased=s.uncased, spiece_model_file=s.spiece_model_file, summary_type=s.summary_type,
+                    use_summ_proj=s.use_summ_proj)
 
-        finetuning.evaluate_checkpoints(model, FLAGS.model_dir, evaluate, FLAGS.eval_all_checkpoints,
-                                        "accuracy", task="race", split=FLAGS.eval_split)
+    def build_model(self, config, dtype):
+        from xlnet_tf.models import XLNetMultipleChoice
 
-    if FLAGS.do_predict:
-        if not FLAGS.do_train:
-            finetuning.restore_latest_weights(model, FLAGS.model_dir)
-        out = run_split(FLAGS.predict_split, FLAGS.predict_batch_size)
-        path = os.path.join(FLAGS.model_dir, f"predict_{FLAGS.predict_split}.tsv")
+        s = self.settings
+        return XLNetMultipleChoice(config, summary_type=s.summary_type, use_proj=s.use_summ_proj, dtype=dtype)
+
+    def metrics(self, split, outputs, model_dir):
+        return race_metrics(outputs["label"], outputs["logits"], outputs["level"], outputs["is_real_example"])
+
+    def write_predictions(self, split, outputs, model_dir, log):
+        from tfrecords import race_data
+        from xlnet_tf import finetuning
+
+        path = os.path.join(model_dir, f"predict_{split}.tsv")
         count = finetuning.write_predictions_tsv(
-            path, ("id", "answer"), out, race_data.read_race_guids(record_dir, FLAGS.predict_split),
-            lambda k: "ABCD"[int(out["logits"][k].argmax())])
-        print(f"Wrote {count} predictions to {path}", flush=True)
+            path, ("id", "answer"), outputs, race_data.read_race_guids(self.settings.record_dir, split),
+            lambda k: "ABCD"[int(outputs["logits"][k].argmax())])
+        log(f"Wrote {count} predictions to {path}")
+        return None
+
+
+def run():
+    return lifecycle.run(RaceTask(FLAGS), common_flags.model_config_from_flags(FLAGS))
 
 
 def main(argv):

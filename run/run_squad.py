@@ -11,12 +11,13 @@ evaluates them as the official scripts (EM, F1, HasAns/NoAns, best thresholds) i
 when the predict file has answers.
 """
 
+import json
 import os
-
 
 from absl import app, flags
 
 from run import common_flags
+from xlnet_tf import lifecycle
 
 # This runner's flags, defined by `define_flags` when it runs (its __main__, common_flags.parse),
 # never at import.
@@ -45,106 +46,125 @@ def define_flags(fv: flags.FlagValues = FLAGS):
             "answering '' where null odds exceed this (a fixed, not dev-tuned, threshold).")
 
 
-def run():
-    import json
+class SquadTask(lifecycle.FineTuningTask):
+    """SQuAD 1.1/2.0 span extraction (tfrecords/squad_data.py). Evaluating and predicting both read the
+    `--predict_file` split (`--eval_split`): predictions.json etc. are written, and scored as the official
+    scripts do when the file has answers."""
 
-    import keras
+    name = "squad"
+    metric_key = "f1"
+    passthrough = ("unique_id", "is_real_example")
+    evaluation_writes_predictions = True
 
-    from tfrecords import manifest as manifest_lib
-    from tfrecords import squad_data
-    from xlnet_tf import (checkpoints, distribute, finetuning, model_dir, squad_metrics,
-                          squad_postprocess)
-    from xlnet_tf import results as eval_results
-    from xlnet_tf.models import XLNetForSquad
+    @property
+    def v2(self) -> bool:
+        return bool(self.manifest["version_2_with_negative"])
 
-    common_flags.require(FLAGS, "record_dir", "model_dir")
-    if not (FLAGS.do_train or FLAGS.do_predict):
-        raise flags.IllegalFlagValueError("Nothing to do: give --do_train and/or --do_predict")
-    record_dir = FLAGS.record_dir
-    manifest_path = os.path.join(record_dir, "manifest.json")
-    have = squad_data.read_squad_manifest(record_dir)["splits"] if os.path.exists(manifest_path) else {}
-    need_train = FLAGS.do_train and "train" not in have
-    need_eval = FLAGS.do_predict and FLAGS.eval_split not in have
-    if need_train or need_eval:
-        common_flags.require(FLAGS, "spiece_model_file", *(["train_file"] if need_train else []),
-                             *(["predict_file"] if need_eval else []))
-        squad_data.build_squad_records(
-            FLAGS.spiece_model_file, record_dir, train_file=FLAGS.train_file if need_train else None,
-            predict_file=FLAGS.predict_file if need_eval else None, eval_split=FLAGS.eval_split,
-            max_seq_length=FLAGS.max_seq_length, doc_stride=FLAGS.doc_stride,
-            max_query_length=FLAGS.max_query_length, version_2_with_negative=FLAGS.version_2_with_negative,
-            uncased=FLAGS.uncased, seed=FLAGS.seed, log=lambda line: print(line, flush=True))
-    manifest = squad_data.read_squad_manifest(record_dir)
-    v2 = bool(manifest["version_2_with_negative"])
-    data_args = dict(max_seq_length=FLAGS.max_seq_length, spiece_model=FLAGS.spiece_model_file,
-                     doc_stride=FLAGS.doc_stride, max_query_length=FLAGS.max_query_length, uncased=FLAGS.uncased)
+    @property
+    def output_keys(self):
+        keys = ("start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index")
+        return keys + (("cls_logits",) if self.v2 else ())
 
-    strategy = distribute.get_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.num_cpu_replicas)
-    micro = common_flags.micro_batch_size(FLAGS, strategy.num_replicas_in_sync)
-    config = common_flags.model_config_from_flags(FLAGS)
-    manifest_lib.check_vocab(manifest, config.n_token)
-    model_dir.prepare(FLAGS.model_dir, config, model_dir.export_info(
-        task="squad", max_seq_length=FLAGS.max_seq_length, max_query_length=FLAGS.max_query_length,
-        max_answer_length=FLAGS.max_answer_length, start_n_top=FLAGS.start_n_top, end_n_top=FLAGS.end_n_top,
-        version_2_with_negative=v2, uncased=FLAGS.uncased, spiece_model_file=FLAGS.spiece_model_file),
-        log=lambda line: print(line, flush=True))
-    keras.utils.set_random_seed(FLAGS.seed)
-    with strategy.scope():
+    def predict_split(self):
+        return self.settings.eval_split
+
+    def prepare_records(self, log):
+        from tfrecords import record_inputs, squad_data
+
+        s = self.settings
+        files = {"train": s.train_file, self.eval_split(): s.predict_file}
+        current = {split: record_inputs.input_digests([files[split]]) for split in self.needed_splits()
+                   if files[split]}
+        have = (squad_data.read_squad_manifest(s.record_dir)["splits"]
+                if os.path.exists(os.path.join(s.record_dir, "manifest.json")) else {})
+        missing = [split for split in self.needed_splits() if split not in have and split not in current]
+        if missing:
+            flag = {"train": "--train_file"}.get(missing[0], "--predict_file")
+            raise common_flags.UserError(f"no {missing[0]} records in --record_dir={s.record_dir}: give {flag}")
+
+        def build(splits):
+            common_flags.require(s, "spiece_model_file")
+            squad_data.build_squad_records(
+                s.spiece_model_file, s.record_dir, train_file=s.train_file if "train" in splits else None,
+                predict_file=s.predict_file if self.eval_split() in splits else None, eval_split=self.eval_split(),
+                max_seq_length=s.max_seq_length, doc_stride=s.doc_stride, max_query_length=s.max_query_length,
+                version_2_with_negative=s.version_2_with_negative, uncased=s.uncased, seed=s.seed, log=log)
+
+        record_inputs.refresh(s.record_dir, squad_data.SQUAD_KIND, current, build, log)
+        return squad_data.read_squad_manifest(s.record_dir)
+
+    def dataset(self, split, batch_size, training, input_context=None):
+        from tfrecords import squad_data
+
+        s = self.settings
+        return squad_data.squad_dataset(
+            s.record_dir, batch_size, training, split=split, max_seq_length=s.max_seq_length,
+            spiece_model=s.spiece_model_file, doc_stride=s.doc_stride, max_query_length=s.max_query_length,
+            uncased=s.uncased,
+            **(dict(seed=s.seed, shuffle_buffer=s.shuffle_buffer, input_context=input_context) if training else {}))
+
+    def export_info(self):
+        s = self.settings
+        return dict(task="squad", max_seq_length=s.max_seq_length, max_query_length=s.max_query_length,
+                    max_answer_length=s.max_answer_length, start_n_top=s.start_n_top, end_n_top=s.end_n_top,
+                    version_2_with_negative=self.v2, uncased=s.uncased, spiece_model_file=s.spiece_model_file)
+
+    def build_model(self, config, dtype):
+        from xlnet_tf.models import XLNetForSquad
+
+        s = self.settings
         # SQuAD 1.1 has no unanswerable questions: no answer-class head (windows without the answer are
         # still labelled at <cls>, so the span loss learns "not here").
-        model = XLNetForSquad(config, start_n_top=FLAGS.start_n_top, end_n_top=FLAGS.end_n_top,
-                              use_answer_class=v2, dtype=common_flags.dtype_policy(FLAGS))
-        if FLAGS.init_checkpoint:
-            checkpoints.load_init_checkpoint(model, FLAGS.init_checkpoint)
+        return XLNetForSquad(config, start_n_top=s.start_n_top, end_n_top=s.end_n_top, use_answer_class=self.v2,
+                             dtype=dtype)
 
-    if FLAGS.do_train:
-        def train_dataset_fn(ctx, skip_batches):
-            return squad_data.squad_dataset(record_dir, ctx.get_per_replica_batch_size(micro), True,
-                                            split="train", seed=FLAGS.seed, shuffle_buffer=FLAGS.shuffle_buffer,
-                                            input_context=ctx, **data_args).skip(skip_batches)
+    def _source(self, split):
+        """The split's SQuAD JSON if it is still the file the records were built from, else None."""
+        from tfrecords import record_inputs
 
-        trainer = finetuning.build_optimizer_and_trainer(
-            strategy, model, FLAGS, train_dataset_fn, examples_per_step=FLAGS.train_batch_size,
-            seq_len=FLAGS.max_seq_length, log=lambda line: print(line, flush=True))
-        trainer.train()
+        entry = self.manifest["splits"][split]
+        source = entry.get("source_file")
+        if not source or not os.path.exists(source):
+            return None
+        if record_inputs.file_digest(source) != entry.get("source_sha256"):
+            raise common_flags.UserError(
+                f"{source} changed since the {split} records were built from it: scoring against it would be "
+                f"wrong; pass --predict_file={source} to rebuild the records")
+        return source
 
-    if FLAGS.do_predict:
-        if not FLAGS.do_train:  # the original ignored the fine-tuned weights here and predicted at random (#56)
-            if not finetuning.restore_latest_weights(model, FLAGS.model_dir) and not FLAGS.init_checkpoint:
-                raise ValueError(f"--do_predict without training: no checkpoint in {FLAGS.model_dir} and no "
-                                 f"--init_checkpoint")
-        eval_data = squad_postprocess.load_eval_data(record_dir, FLAGS.eval_split)
-        ds = squad_data.squad_dataset(record_dir, FLAGS.predict_batch_size, False, split=FLAGS.eval_split,
-                                      **data_args)
-        keys = ["start_top_log_probs", "start_top_index", "end_top_log_probs", "end_top_index"]
-        keys += ["cls_logits"] if v2 else []
-        results = finetuning.predict(strategy, model, ds, keys, passthrough=("unique_id", "is_real_example"))
+    def metrics(self, split, outputs, model_dir):
+        from tfrecords import manifest as manifest_lib
+        from tfrecords import squad_data
+        from xlnet_tf import squad_metrics, squad_postprocess
+
+        s, v2 = self.settings, self.v2
         if not v2:  # a v1.1 model has no answer class: null odds are irrelevant
-            results["cls_logits"] = results["start_top_log_probs"][:, 0] * 0 - 1e9
+            outputs = {**outputs, "cls_logits": outputs["start_top_log_probs"][:, 0] * 0 - 1e9}
         preds = squad_postprocess.compute_predictions(
-            eval_data, results, n_best_size=FLAGS.n_best_size, max_answer_length=FLAGS.max_answer_length,
-            version_2_with_negative=v2)
-        squad_postprocess.write_predictions(FLAGS.model_dir, preds, v2)
-        source = manifest["splits"][FLAGS.eval_split].get("source_file") or FLAGS.predict_file
+            squad_postprocess.load_eval_data(s.record_dir, split), outputs, n_best_size=s.n_best_size,
+            max_answer_length=s.max_answer_length, version_2_with_negative=v2)
+        squad_postprocess.write_predictions(model_dir, preds, v2)
         report = {"num_predictions": len(preds.predictions)}
-        if source and os.path.exists(source):
+        source = self._source(split)
+        if source:
             dataset = squad_data.load_squad_json(source)
             report.update(squad_metrics.evaluate(dataset, preds.predictions, preds.null_odds if v2 else None,
                                                  version_2_with_negative=v2))
-            if v2 and FLAGS.null_score_threshold is not None:
-                fixed = squad_postprocess.apply_threshold(preds.predictions, preds.null_odds,
-                                                          FLAGS.null_score_threshold)
-                with open(os.path.join(FLAGS.model_dir, "predictions_thresholded.json"), "w") as f:
-                    json.dump(fixed, f, indent=2)
-                report["fixed_threshold"] = {"threshold": FLAGS.null_score_threshold,
+            if v2 and s.null_score_threshold is not None:
+                fixed = squad_postprocess.apply_threshold(preds.predictions, preds.null_odds, s.null_score_threshold)
+                manifest_lib.write_json_atomic(os.path.join(model_dir, "predictions_thresholded.json"), fixed)
+                report["fixed_threshold"] = {"threshold": s.null_score_threshold,
                                              **squad_metrics.evaluate(dataset, fixed, None, version_2_with_negative=True)}
-        latest = finetuning.list_checkpoints(FLAGS.model_dir)
-        step = finetuning.checkpoint_step(latest[-1]) if latest else 0
-        eval_results.record(FLAGS.model_dir, "squad", "f1", step, report, split=FLAGS.eval_split,
-                            checkpoint=latest[-1] if latest else FLAGS.init_checkpoint)
-        print(f"SQuAD {manifest['version']} {FLAGS.eval_split}: {json.dumps(report)}", flush=True)
         return report
-    return None
+
+    def write_predictions(self, split, outputs, model_dir, log):
+        report = self.metrics(split, outputs, model_dir)
+        log(f"SQuAD {self.manifest['version']} {split}: {json.dumps(report)}")
+        return report if "f1" in report else None
+
+
+def run():
+    return lifecycle.run(SquadTask(FLAGS), common_flags.model_config_from_flags(FLAGS))
 
 
 def main(argv):

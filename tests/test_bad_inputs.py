@@ -101,6 +101,26 @@ def test_unknown_flag_names_the_flag():
         _run(run_classifier, ["--learning_rat=1e-3"])
 
 
+@pytest.mark.parametrize("runner, args, message", [
+    ("run_classifier", ["--record_dir={tmp}/none", "--model_dir={tmp}/m", "--do_eval"],
+     "record directory does not exist: {tmp}/none"),
+    ("run_squad", ["--record_dir={tmp}/none", "--model_dir={tmp}/m", "--do_eval"],
+     "no dev records in --record_dir={tmp}/none: give --predict_file"),
+    ("export_savedmodel", ["--model_dir={tmp}", "--export_dir={tmp}/e"],
+     "--task is required: no export_info.json in --model_dir={tmp}"),
+])
+def test_user_errors_are_one_line_without_a_traceback(tmp_path, runner, args, message):
+    import subprocess
+    import sys
+
+    fill = lambda text: text.replace("{tmp}", str(tmp_path))  # noqa: E731
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "run", f"{runner}.py"), *map(fill, args)],
+                          capture_output=True, text=True, cwd=str(tmp_path), timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"{runner}.py: error: {fill(message)}", proc.stderr[-2000:]
+
+
 # ---- the model_dir contract, library level ---------------------------------------------------------------
 
 def _config(**overrides):
@@ -124,12 +144,50 @@ def test_unusable_config_in_model_dir_is_named(tmp_path, content, message):
     assert (tmp_path / "xlnet_config.json").read_text() == content
 
 
+def _race_info(**changes):
+    from xlnet_tf.export_info import ExportInfo
+
+    return ExportInfo(**{**dict(task="race", max_seq_length=64, max_qa_length=16, summary_type="last",
+                                use_summ_proj=True), **changes})
+
+
+def _classifier_info(**changes):
+    from xlnet_tf.export_info import ExportInfo
+
+    return ExportInfo(**{**dict(task="classifier", max_seq_length=64, labels=["a", "b"], num_labels=2,
+                                text_pair=False, summary_type="last", use_summ_proj=True), **changes})
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"task": "race", "max_seq_length": 64}', "max_qa_length, summary_type, use_summ_proj missing"),
+    ('{"task": "tagging", "max_seq_length": 64}', "task is 'tagging'"),
+    ('{"schema": "xlnet_tf.export_info", "version": 9, "task": "race"}', "schema 'xlnet_tf.export_info' version 9"),
+    ('{"task": "race", "max_seq_length": 64, "max_qa_length": 16, "summary_type": "last", "use_summ_proj": true,'
+     ' "colour": "red"}', r"unknown field\(s\) \['colour'\]"),
+])
+def test_export_info_that_breaks_the_schema_is_named(tmp_path, content, message):
+    from xlnet_tf import model_dir
+
+    (tmp_path / "export_info.json").write_text(content)
+    with pytest.raises(model_dir.ModelDirError, match=f"export_info.json: {message}"):
+        model_dir.prepare(str(tmp_path), _config(), _race_info())
+    assert (tmp_path / "export_info.json").read_text() == content
+
+
+def test_export_info_without_a_schema_header_reads_as_version_1(tmp_path):
+    from xlnet_tf import export_info
+
+    legacy = {k: v for k, v in _race_info().to_dict().items() if k not in ("schema", "version")}
+    (tmp_path / "export_info.json").write_text(json.dumps(legacy))
+    assert export_info.read(str(tmp_path / "export_info.json")) == _race_info()
+
+
 def test_unreadable_export_info_is_named(tmp_path):
     from xlnet_tf import model_dir
 
     (tmp_path / "export_info.json").write_text("{")
     with pytest.raises(model_dir.ModelDirError, match="export_info.json is unreadable"):
-        model_dir.prepare(str(tmp_path), _config(), {"task": "race"})
+        model_dir.prepare(str(tmp_path), _config(), _race_info())
 
 
 def test_model_dir_that_is_a_file(tmp_path):
@@ -144,14 +202,14 @@ def test_model_dir_that_is_a_file(tmp_path):
 def test_every_difference_is_listed_at_once(tmp_path):
     from xlnet_tf import model_dir
 
-    model_dir.prepare(str(tmp_path), _config(), {"task": "classifier", "labels": ["a", "b"], "max_seq_length": 64})
+    model_dir.prepare(str(tmp_path), _config(), _classifier_info(labels=["a", "b"]))
     with pytest.raises(model_dir.ModelDirError) as e:
         model_dir.prepare(str(tmp_path), _config(d_inner=64, dropout=0.3),
-                          {"task": "classifier", "labels": ["a", "c"], "max_seq_length": 64, "uncased": True})
+                          _classifier_info(labels=["a", "c"], uncased=True))
     msg = str(e.value)
     for part in ("xlnet_config.json d_inner: 32 there, 64 now", "xlnet_config.json dropout: 0.1 there, 0.3 now",
                  "export_info.json labels: ['a', 'b'] there, ['a', 'c'] now",
-                 "export_info.json uncased: '<absent>' there, True now"):
+                 "export_info.json uncased: False there, True now"):
         assert part in msg, msg
     assert "\n" not in msg
 
@@ -329,3 +387,189 @@ def test_serving_default_rejects_the_wrong_rank(served):
     # every input has the wrong rank here; graph execution checks them in no fixed order, so any may be named
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"(?s)(\w+) \[1,2,10\] .*from_ids_\1_must_be_rank_2"):
         served.signatures["from_ids"](**{k: tf.constant(v[None]) for k, v in _ids_request().items()})
+
+
+# ---- records are tied to their inputs by content -------------------------------------------------------
+
+def _tiny_task(directory, dev_rows):
+    """A two-label tsv task: train.tsv from the topic task's first rows, dev.tsv from `dev_rows`."""
+    os.makedirs(directory, exist_ok=True)
+    head = open(os.path.join(TOPIC, "train.tsv"), encoding="utf-8").read().splitlines()[:1]
+    rows = [r for r in open(os.path.join(TOPIC, "train.tsv"), encoding="utf-8").read().splitlines()[1:]
+            if r.split("\t")[0] in ("Physical sciences", "History")][:40]
+    with open(os.path.join(directory, "train.tsv"), "w", encoding="utf-8") as f:
+        f.write("\n".join(head + rows) + "\n")
+    with open(os.path.join(directory, "dev.tsv"), "w", encoding="utf-8") as f:
+        f.write("\n".join(head + dev_rows) + "\n")
+    return directory
+
+
+def test_changed_data_rebuilds_the_records_it_shaped(tmp_path, capsys):
+    from run import run_classifier
+
+    dev = ["History\tThe treaty was signed in the old capital.", "History\tA king ruled the northern lands."]
+    data = _tiny_task(str(tmp_path / "task"), dev)
+    args = TINY[:-1] + [f"--data_dir={data}", f"--record_dir={tmp_path}/rec", f"--model_dir={tmp_path}/m", "--do_eval"]
+    _run(run_classifier, args)
+    manifest = json.load(open(tmp_path / "rec" / "manifest.json"))
+    assert manifest["splits"]["dev"]["label_counts"] == {"History": 2, "Physical sciences": 0}
+    before = manifest["splits"]["dev"]["inputs"]
+    assert list(before) == [os.path.join(data, "dev.tsv")]
+    # same size, same names, other content: a size/name fingerprint would reuse the old records
+    text = "\n".join(["label\ttext"] + dev) + "\n"
+    changed = text.replace("History\tA king ruled", "Physical sciences\tA king"[:len("History\tA king ruled")])
+    assert len(changed) == len(text) and changed != text
+    with open(os.path.join(data, "dev.tsv"), "w", encoding="utf-8") as f:
+        f.write(changed)
+    capsys.readouterr()
+    _run(run_classifier, args)
+    assert f"dev: {os.path.join(data, 'dev.tsv')} changed since the records were built" in capsys.readouterr().out
+    after = json.load(open(tmp_path / "rec" / "manifest.json"))["splits"]["dev"]
+    assert after["inputs"] != before and after["label_counts"] == {"History": 1, "Physical sciences": 1}
+    # unchanged data: the records are reused as they are
+    records = _snapshot(tmp_path / "rec")
+    _run(run_classifier, args)
+    assert _snapshot(tmp_path / "rec") == records
+
+
+def test_records_of_another_data_file_are_rebuilt_not_reused(tmp_path, capsys):
+    from run import run_classifier
+
+    data = _tiny_task(str(tmp_path / "task"), ["History\tOne.", "History\tTwo."])
+    args = TINY[:-1] + [f"--record_dir={tmp_path}/rec", f"--model_dir={tmp_path}/m", "--do_eval"]
+    _run(run_classifier, args + [f"--data_dir={data}"])
+    other = _tiny_task(str(tmp_path / "other"), ["Physical sciences\tThree.", "History\tFour.", "History\tFive."])
+    capsys.readouterr()
+    _run(run_classifier, args + [f"--data_dir={other}", f"--model_dir={tmp_path}/m2"])
+    assert "the input files differ" in capsys.readouterr().out
+    manifest = json.load(open(tmp_path / "rec" / "manifest.json"))
+    assert manifest["splits"]["dev"]["num_examples"] == 3
+
+
+def test_an_empty_split_is_an_error_and_never_cached(tmp_path):
+    from run import run_classifier
+    from tfrecords.classifier_data import DataError
+
+    data = _tiny_task(str(tmp_path / "task"), [])
+    with pytest.raises(DataError, match="dev.tsv: only a header, no data rows"):
+        _run(run_classifier, TINY[:-1] + [f"--data_dir={data}", f"--record_dir={tmp_path}/rec",
+                                          f"--model_dir={tmp_path}/m", "--do_eval"])
+    assert not os.path.exists(tmp_path / "rec" / "manifest.json")
+
+
+def test_pretraining_fingerprint_covers_file_content_not_size(tmp_path):
+    from tfrecords import pretrain_data
+
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("The cat sat on the mat.\nIt was warm.\n\nA new document.\n", encoding="utf-8")
+    b.write_text("The dog sat on the mat.\nIt was warm.\n\nA new document.\n", encoding="utf-8")
+    cfg = data_fixtures.small_config()
+    fa = pretrain_data._fingerprint(cfg, "sha", [str(a)], pretrain_data.input_digests([str(a)]))
+    fb = pretrain_data._fingerprint(cfg, "sha", [str(b)], pretrain_data.input_digests([str(b)]))
+    assert os.path.getsize(a) == os.path.getsize(b) and fa != fb
+
+
+def test_changed_pretraining_corpus_is_refused_naming_the_directory(tmp_path):
+    from tfrecords import pretrain_data
+
+    corpus = tmp_path / "corpus.txt"
+    shutil.copy(os.path.join(data_fixtures.CORPUS_DIR, sorted(os.listdir(data_fixtures.CORPUS_DIR))[0]), corpus)
+    out = str(tmp_path / "rec")
+    cfg = data_fixtures.small_config()
+    pretrain_data.build_pretrain_records(str(corpus), data_fixtures.tiny_spm(), out, cfg, log=None)
+    records = _snapshot(out)
+    text = corpus.read_text(encoding="utf-8")
+    corpus.write_text(text.replace("a", "e", 1), encoding="utf-8")
+    with pytest.raises(pretrain_data.BuildError, match=f"{out} already holds records built from other input"):
+        pretrain_data.build_pretrain_records(str(corpus), data_fixtures.tiny_spm(), out, cfg, log=None)
+    assert _snapshot(out) == records
+
+
+def test_an_empty_squad_split_is_an_error_and_never_cached(tmp_path):
+    from run import run_squad
+    from tfrecords.classifier_data import DataError
+
+    empty = tmp_path / "dev.json"
+    empty.write_text(json.dumps({"version": "1.1", "data": [{"title": "T", "paragraphs": [
+        {"context": "Nothing is asked here.", "qas": []}]}]}), encoding="utf-8")
+    with pytest.raises(DataError, match=f"{empty}: no usable questions for the dev split"):
+        _run(run_squad, TINY[:-2] + ["--max_query_length=16", f"--predict_file={empty}", f"--record_dir={tmp_path}/rec",
+                                     f"--model_dir={tmp_path}/m", "--do_eval"])
+    assert not os.path.exists(tmp_path / "rec" / "manifest.json")
+
+
+def test_squad_scores_only_against_the_file_its_records_came_from(tmp_path, capsys):
+    from run import run_squad
+    from xlnet_tf.errors import UserError
+
+    dev = tmp_path / "dev.json"
+    data = json.load(open(os.path.join(REPO, "data", "finetune", "squad_wordnet", "dev-v1.1.json")))
+    data["data"] = data["data"][:3]
+    dev.write_text(json.dumps(data), encoding="utf-8")
+    args = TINY[:-2] + ["--max_query_length=16", "--max_seq_length=64", "--doc_stride=32",
+                        f"--record_dir={tmp_path}/rec", "--do_eval"]
+    _run(run_squad, args + [f"--predict_file={dev}", f"--model_dir={tmp_path}/m"])
+    assert "exact_match" in json.load(open(tmp_path / "m" / "eval_results.json"))["last"]
+    qa = data["data"][0]["paragraphs"][0]["qas"][0]
+    qa["answers"] = [{"text": "x", "answer_start": 0}]  # the gold answers change under the records
+    dev.write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(UserError, match=f"{dev} changed since the dev records were built from it"):
+        _run(run_squad, args + [f"--model_dir={tmp_path}/m2"])
+    assert not os.path.exists(tmp_path / "m2" / "eval_results.json")
+    capsys.readouterr()
+    _run(run_squad, args + [f"--predict_file={dev}", f"--model_dir={tmp_path}/m3"])
+    assert f"dev: {dev} changed since the records were built" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda m: m["splits"]["dev"].pop("num_bytes"), "splits/dev/num_bytes is missing"),
+    (lambda m: m["spiece_model"].update(vocab_size="1000"), "spiece_model/vocab_size is a str, not int"),
+    (lambda m: m.update(uncased=1), "uncased is a int, not bool"),
+])
+def test_a_damaged_record_manifest_names_the_field(tmp_path, damage, message):
+    from run import run_classifier
+    from tfrecords.manifest import ManifestError
+
+    data = _tiny_task(str(tmp_path / "task"), ["History\tOne.", "History\tTwo."])
+    args = TINY[:-1] + [f"--record_dir={tmp_path}/rec", f"--model_dir={tmp_path}/m", "--do_eval"]
+    _run(run_classifier, args + [f"--data_dir={data}"])
+    path = tmp_path / "rec" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    damage(manifest)
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(ManifestError, match=f"{path}: {message}"):
+        _run(run_classifier, args)
+
+
+def test_a_vocabulary_too_large_for_the_corpus_says_the_largest_size(tmp_path):
+    from tfrecords import spm
+    from xlnet_tf.errors import UserError
+
+    with pytest.raises(UserError, match=r"--vocab_size=100000 is too large .* at most (\d+) pieces; use --vocab_size=\1"):
+        spm.train_spm([os.path.join(data_fixtures.CORPUS_DIR, "sotu_slice.txt")], str(tmp_path / "sp"),
+                      vocab_size=100000)
+    assert not os.path.exists(tmp_path / "sp.model")
+
+
+def test_a_tsv_row_with_an_extra_field_names_file_and_line(tmp_path):
+    from tfrecords import classifier_data
+
+    data = _tiny_task(str(tmp_path / "task"), ["History\tOne.", "History\tTwo\twith a tab inside."])
+    with pytest.raises(classifier_data.DataError, match=r"dev.tsv:3: 3 fields but the header has 2"):
+        classifier_data.get_processor("tsv").get_examples(data, "dev")
+
+
+def test_a_damaged_record_file_is_named(tmp_path):
+    """Same size, other bytes: the size check passes; TensorFlow's CRC error names no file, ours does."""
+    from run import run_classifier
+    from tfrecords.manifest import ManifestError
+
+    data = _tiny_task(str(tmp_path / "task"), ["History\tOne.", "History\tTwo."])
+    args = TINY[:-1] + [f"--data_dir={data}", f"--record_dir={tmp_path}/rec", f"--model_dir={tmp_path}/m", "--do_eval"]
+    _run(run_classifier, args)
+    path = tmp_path / "rec" / "dev.tfrecord"
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ManifestError, match=f"{path}: corrupted record"):
+        _run(run_classifier, args)

@@ -270,7 +270,7 @@ def test_a_lost_document_fails_the_shard(BP, tmp_path):
 
 
 def test_bad_inputs_are_clear_errors(BP, tmp_path):
-    with pytest.raises(PD.BuildError, match="different parameters"):
+    with pytest.raises(PD.BuildError, match="already holds records built from other parameters"):
         BP.build_pretrain_records_beam(F.CORPUS_GLOB, F.tiny_spm(), F.built_records(),
                                        F.small_config(seed=8), log=None)
     bad = tmp_path / "bad.txt"

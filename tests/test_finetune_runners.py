@@ -7,7 +7,6 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from absl import flags
 
 from tests import data_fixtures
 
@@ -114,7 +113,9 @@ def test_checkpoint_for_another_vocabulary_is_a_clear_error(tmp_path):
 def test_runner_refuses_to_do_nothing_and_missing_records(tmp_path):
     from run import run_classifier
 
-    with pytest.raises(flags.IllegalFlagValueError, match="Nothing to do"):
+    from xlnet_tf.errors import UserError
+
+    with pytest.raises(UserError, match="nothing to do"):
         _run(run_classifier, TINY + [f"--record_dir={tmp_path}", f"--model_dir={tmp_path}/m"])
     with pytest.raises(ValueError, match="record directory does not exist"):
         _run(run_classifier, TINY + [f"--record_dir={tmp_path}/none", f"--model_dir={tmp_path}/m", "--do_eval"])

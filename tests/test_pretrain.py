@@ -188,7 +188,9 @@ def test_manifest_mismatch_is_caught_before_building(records, tmp_path):
 def test_unknown_flag_and_flagfiles(tmp_path):
     from run import pretrain
 
-    with pytest.raises(flags.IllegalFlagValueError, match="--record_dir"):
+    from xlnet_tf.errors import UserError
+
+    with pytest.raises(UserError, match="--record_dir"):
         _run(MODEL_FLAGS + [f"--model_dir={tmp_path}"])
 
     from run import common_flags

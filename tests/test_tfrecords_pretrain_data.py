@@ -322,7 +322,7 @@ def test_resume_skips_finished_shards(tmp_path):
     assert os.stat(keep).st_mtime_ns == mtime
     same_dirs(ref, out)
     assert not os.path.exists(victim + ".tmp-99999")
-    with pytest.raises(PD.BuildError, match="different parameters"):
+    with pytest.raises(PD.BuildError, match="already holds records built from other parameters"):
         PD.build_pretrain_records(F.CORPUS_GLOB, F.tiny_spm(), out, F.small_config(seed=1),
                                   log=None)
 

@@ -45,7 +45,9 @@ from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequ
 import numpy as np
 
 from tfrecords import manifest as manifest_lib
+from tfrecords import record_inputs
 from xlnet_tf import tokenization
+from xlnet_tf.errors import UserError
 from xlnet_tf.tokenization import CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID
 
 CLASSIFIER_KIND = "xlnet_classifier"
@@ -54,7 +56,7 @@ OUTPUT_NAMES = ("input_ids", "segment_ids", "attention_mask", "label", "is_real_
                 "example_index")
 
 
-class DataError(ValueError):
+class DataError(UserError):
     """Bad task input; the message names the file (and line) at fault."""
 
 
@@ -194,11 +196,13 @@ class Table:
 
 
 def read_table(path: str, delimiter: str = "\t", quoting: int = csv.QUOTE_NONE,
-               has_header: bool = True) -> Table:
+               has_header: bool = True, strict_columns: bool = False) -> Table:
     """Read a TSV (default: no quoting, as GLUE and shared/data) or CSV file.
 
-    Blank lines are skipped. DataError for a missing file, invalid UTF-8, a CSV syntax error
-    or a file without data rows, naming the file (and line).
+    Blank lines are skipped. DataError for a missing file, invalid UTF-8, a CSV syntax error, a file
+    without data rows, and (`strict_columns`: your own tsv/csv tasks) a row with more fields than the header,
+    naming the file and line. GLUE files keep the original's reading (STS-B rows with stray columns, the label
+    read at column -1).
     """
     csv.field_size_limit(2 ** 31 - 1)
     lines = decode_lines(path)
@@ -213,6 +217,10 @@ def read_table(path: str, delimiter: str = "\t", quoting: int = csv.QUOTE_NONE,
             if has_header and header is None:
                 header = [f.strip() for f in fields]
                 continue
+            if strict_columns and header is not None and len(fields) > len(header):
+                raise DataError(f"{path}:{start}: {len(fields)} fields but the header has {len(header)} (a "
+                                f"{'tab' if delimiter == chr(9) else 'delimiter'} inside a text?): the extra "
+                                "field would be dropped; fix the row (or use a quoted csv)")
             rows.append((start, fields))
     except csv.Error as e:
         raise DataError(f"{path}:{reader.line_num}: {e}") from None
@@ -547,8 +555,8 @@ class DelimitedProcessor(Processor):
         return os.path.join(data_dir, f"{split}.{self.ext}")
 
     def _table(self, data_dir: str, split: str) -> Table:
-        return read_table(self.path(data_dir, split), self.delimiter, self.quoting,
-                          self.has_header)
+        return read_table(self.path(data_dir, split), self.delimiter, self.quoting, self.has_header,
+                          strict_columns=True)
 
     def _text_columns(self, table: Table):
         a, b = self.text_column, self.text_b_column
@@ -774,6 +782,11 @@ def write_split_records(output_dir: str, split: str, records: Iterable[Dict[str,
             "guids_file": f"{split}.guids.txt"}
 
 
+def split_sources(examples: Sequence[InputExample]) -> List[str]:
+    """The files a split's examples were read from (their `source` is `path:line`)."""
+    return sorted({ex.source.rsplit(":", 1)[0] for ex in examples})
+
+
 def merge_manifest(output_dir: str, kind: str, manifest: Dict[str, Any],
                    build_keys: Sequence[str]) -> Dict[str, Any]:
     """Merge the new `splits` into an existing manifest built with the same `build_keys`
@@ -862,16 +875,20 @@ def build_classifier_records(processor: Processor, data_dir: str, spiece_model: 
             for _ in range(n_pad):
                 yield {k: v[0] for k, v in dummy.items()}
 
+        sources = split_sources(exs)
+        if not n:
+            raise DataError(f"{processor.name} {s}: no examples in {data_dir} "
+                            f"({', '.join(sources) or 'no rows read'}); check the split's file")
         entry = write_split_records(output_dir, s, records(), float_keys,
                                     [ex.guid for ex in exs])
         has_labels = any(ex.label is not None for ex in exs)
-        sources = sorted({ex.source.rsplit(":", 1)[0] for ex in exs})
         entry.update({
             "num_examples": n, "num_padding": n_pad, "num_truncated": stats["truncated"],
             "num_skipped_rows": processor.num_skipped(s),
             "has_labels": has_labels, "shuffled": s == "train",
             "pad_to_multiple": 0 if s == "train" else int(eval_batch_size),
             "num_source_files": len(sources),
+            "inputs": record_inputs.input_digests(sources),
             "sources": sources[:10] + (["..."] if len(sources) > 10 else []),
         })
         if has_labels and not is_regression:

@@ -15,8 +15,10 @@ from typing import Iterator, List, Sequence, Tuple
 
 import numpy as np
 
+from xlnet_tf.errors import UserError
 
-class CorpusError(ValueError):
+
+class CorpusError(UserError):
     """Bad corpus input: no files, no documents, invalid UTF-8."""
 
 

@@ -8,9 +8,14 @@ a `ManifestError` (a ValueError) that names the field.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import os
-from typing import Any, Dict, List, Optional
+import re
+from typing import Any, Dict, List, Optional, Tuple
+
+from xlnet_tf.errors import UserError
 
 MANIFEST_NAME = "manifest.json"
 PRETRAIN_KIND = "xlnet_pretrain"
@@ -27,7 +32,7 @@ def format_version(kind: Optional[str]) -> int:
     return PRETRAIN_FORMAT_VERSION if kind == PRETRAIN_KIND else FORMAT_VERSION
 
 
-class ManifestError(ValueError):
+class ManifestError(UserError):
     """A record directory or its manifest is missing, corrupt, or does not match."""
 
 
@@ -71,9 +76,72 @@ def read_manifest(directory: str, kind: Optional[str] = PRETRAIN_KIND) -> Dict[s
         hint = _UPGRADES.get((manifest.get("kind"), found), "rebuild the records with this version")
         raise ManifestError(f"{path}: format_version {found!r} is not supported (expected {wanted}): "
                             f"{hint}")
+    RecordManifest.check(manifest, path)
     manifest["_path"] = path
     manifest["_dir"] = directory
     return manifest
+
+
+# ---- the schema --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    """One required manifest field: its name (a/b = b inside a) and JSON type(s)."""
+
+    name: str
+    types: Tuple[type, ...]
+
+
+_SPIECE = (Field("spiece_model/sha256", (str,)), Field("spiece_model/vocab_size", (int,)))
+_FINETUNE = (Field("max_seq_length", (int,)), Field("uncased", (bool,)), Field("splits", (dict,))) + _SPIECE
+_SPLIT = (Field("file", (str,)), Field("num_records", (int,)), Field("num_bytes", (int,)),
+          Field("num_examples", (int,)))
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordManifest:
+    """The typed header every `manifest.json` has, by kind and format version (the rest is descriptive).
+
+    Pretraining (`xlnet_pretrain`, format 2): `params` (the build's PretrainConfig), `fingerprint` (of the
+    parameters, SentencePiece model and input contents), `inputs/files` (path, bytes, sha256 per input file),
+    `files` (record files in reading order), `totals`. Fine-tuning (`xlnet_classifier`, `xlnet_race`,
+    `xlnet_squad`, format 1): `max_seq_length`, `uncased`, and per split `file`, `num_records`, `num_bytes`,
+    `num_examples` (and `inputs`, `{path: sha256}` of the files it was read from; tfrecords/record_inputs.py).
+    Both: `spiece_model/sha256` and `/vocab_size`."""
+
+    kind: str
+    format_version: int
+
+    REQUIRED = {
+        PRETRAIN_KIND: (Field("params", (dict,)), Field("fingerprint", (str,)), Field("files", (list,)),
+                        Field("inputs/files", (list,)), Field("totals", (dict,))) + _SPIECE,
+    }
+
+    @classmethod
+    def check(cls, manifest: Dict[str, Any], path: str) -> "RecordManifest":
+        """ManifestError naming the first missing or mistyped field of `manifest` (read from `path`)."""
+        kind = manifest.get("kind")
+        for field in cls.REQUIRED.get(kind, _FINETUNE):
+            _check_field(manifest, field, path)
+        if kind != PRETRAIN_KIND:
+            for split, entry in manifest["splits"].items():
+                if not isinstance(entry, dict):
+                    raise ManifestError(f"{path}: splits/{split} is not an object; rebuild the records")
+                for field in _SPLIT:
+                    _check_field(entry, field, path, prefix=f"splits/{split}/")
+        return cls(kind, manifest["format_version"])
+
+
+def _check_field(values: Dict[str, Any], field: Field, path: str, prefix: str = "") -> None:
+    value: Any = values
+    for part in field.name.split("/"):
+        value = value.get(part) if isinstance(value, dict) else None
+    ok = value is not None and isinstance(value, field.types) and not (
+        isinstance(value, bool) and bool not in field.types)
+    if not ok:
+        what = "missing" if value is None else f"a {type(value).__name__}, not {field.types[0].__name__}"
+        raise ManifestError(f"{path}: {prefix}{field.name} is {what}; the manifest is damaged or not written by "
+                            "these builders: rebuild the records")
 
 
 def _mismatch(manifest, field, recorded, wanted, hint=""):
@@ -153,6 +221,35 @@ def check_record_files(manifest: Dict[str, Any], directory: Optional[str] = None
                                 f"{e['num_bytes']} (truncated or corrupt)")
         paths.append(path)
     return paths
+
+
+def record_file_paths(manifest: Dict[str, Any]) -> List[str]:
+    """Every record file a manifest lists (pretraining `files`, or each split's `file`)."""
+    directory = manifest["_dir"]
+    if manifest.get("kind") == PRETRAIN_KIND:
+        return [os.path.join(directory, e["name"]) for e in manifest.get("files", [])]
+    return [os.path.join(directory, e["file"]) for e in manifest.get("splits", {}).values()]
+
+
+@contextlib.contextmanager
+def naming_corrupt_records(manifest: Dict[str, Any]):
+    """Turns TensorFlow's `DataLossError` ("corrupted record at N", no file name) raised while reading the
+    records of `manifest` into a ManifestError naming the damaged file (each file is read through to find
+    it: the cost falls on the error path only)."""
+    import tensorflow as tf
+
+    try:
+        yield
+    except tf.errors.DataLossError as e:
+        for path in record_file_paths(manifest):
+            try:
+                for _ in tf.data.TFRecordDataset(path):
+                    pass
+            except tf.errors.DataLossError as found:
+                what = re.search(r"corrupted record at \d+", found.message)
+                raise ManifestError(f"{path}: {what.group(0) if what else 'unreadable'} (the file has the right size "
+                                    "but damaged content); rebuild the records") from None
+        raise e
 
 
 def check_vocab(manifest: Dict[str, Any], n_token: int) -> None:

@@ -36,6 +36,8 @@ from xlnet_tf.tokenization import CLS_ID, EOD_ID, MASK_ID, SEP_ID, SEG_ID_A, SEG
 from tfrecords import corpus as corpus_lib
 from tfrecords import manifest as manifest_lib
 from tfrecords import permutation
+from tfrecords import record_inputs
+from xlnet_tf.errors import UserError
 
 RECORD_FEATURES = ("input_ids", "segment_ids", "perm_rank", "target_index", "target_ids")
 OUTPUT_NAMES = ("input_ids", "segment_ids", "perm_mask", "target_mapping", "target_mask",
@@ -45,7 +47,7 @@ _PLAN_TAG = 0x504C414E  # seed-sequence tags: document plan / shard content
 _SHARD_TAG = 0x53484152
 
 
-class BuildError(ValueError):
+class BuildError(UserError):
     """Bad builder input or parameters."""
 
 
@@ -584,12 +586,34 @@ def load_shard_rows(input_glob: str, spiece_model: str, cfg: PretrainConfig, pas
 # ---- the whole build -------------------------------------------------------------------------
 
 def _fingerprint(cfg: PretrainConfig, spiece_sha: str, files: Sequence[str],
-                 sizes: Sequence[int]) -> str:
+                 digests: Sequence[str]) -> str:
+    """One fingerprint of a build: its parameters, the SentencePiece model and the SHA-256 of every input
+    file's content (`input_digests`; file names only by basename, so a moved corpus keeps it)."""
     blob = json.dumps({"cfg": cfg.fingerprint_params(), "spiece": spiece_sha,
                        "format_version": manifest_lib.PRETRAIN_FORMAT_VERSION,
-                       "inputs": [[os.path.basename(f), s] for f, s in zip(files, sizes)]},
+                       "inputs": [[os.path.basename(f), d] for f, d in zip(files, digests)]},
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def input_digests(files: Sequence[str]) -> List[str]:
+    """SHA-256 of each input file's bytes, in `files` order."""
+    return [record_inputs.file_digest(f) for f in files]
+
+
+def check_same_build(output_dir: str, manifest: Dict[str, Any], fingerprint: str, files: Sequence[str],
+                     digests: Sequence[str]) -> None:
+    """BuildError unless the finished build in `output_dir` (its manifest) has this build's fingerprint;
+    names the input files whose content differs when that is the cause."""
+    if manifest.get("fingerprint") == fingerprint:
+        return
+    built = {os.path.basename(e["path"]): e.get("sha256") for e in manifest.get("inputs", {}).get("files", [])}
+    now = {os.path.basename(f): d for f, d in zip(files, digests)}
+    changed = sorted(n for n in set(built) | set(now) if built.get(n) != now.get(n))
+    what = (f"other input content ({', '.join(changed[:3])}{' ...' if len(changed) > 3 else ''} differ)"
+            if changed else "other parameters")
+    raise BuildError(f"{output_dir} already holds records built from {what}; build into a new --output_dir "
+                     "(records are never mixed or silently reused)")
 
 
 def _worker_init():
@@ -625,15 +649,13 @@ def build_pretrain_records(input_glob: str, spiece_model: str, output_dir: str,
         f"({sum(index.file_sizes) / 1e6:.1f} MB) in {time.time() - t0:.1f}s"
         + (f"; {index.num_invalid_lines} invalid UTF-8 lines skipped"
            if index.num_invalid_lines else ""))
-    fingerprint = _fingerprint(cfg, tok.sha256, files, index.file_sizes)
+    digests = input_digests(files)
+    fingerprint = _fingerprint(cfg, tok.sha256, files, digests)
     os.makedirs(output_dir, exist_ok=True)
     old = os.path.join(output_dir, manifest_lib.MANIFEST_NAME)
     if os.path.isfile(old):
         with open(old, encoding="utf-8") as f:
-            old_fp = json.load(f).get("fingerprint")
-        if old_fp != fingerprint:
-            raise BuildError(f"{output_dir} already holds records built with different "
-                             "parameters or inputs; use a new output_dir")
+            check_same_build(output_dir, json.load(f), fingerprint, files, digests)
 
     all_names, tasks = [], []
     for p in range(cfg.num_passes):
@@ -680,7 +702,7 @@ def build_pretrain_records(input_glob: str, spiece_model: str, output_dir: str,
             "to finish writes manifest.json (or rerun any task once all are done)")
         return None
     manifest = make_manifest(cfg, input_glob, files, index, spiece_model, tok, fingerprint,
-                             stats)
+                             stats, digests)
     manifest_lib.write_manifest(output_dir, manifest)
     tot = manifest["totals"]
     log(f"manifest.json: {tot['num_examples']} examples ({tot['num_steps']} steps of "
@@ -689,7 +711,7 @@ def build_pretrain_records(input_glob: str, spiece_model: str, output_dir: str,
     return manifest
 
 
-def make_manifest(cfg, input_glob, files, index, spiece_model, tok, fingerprint, stats):
+def make_manifest(cfg, input_glob, files, index, spiece_model, tok, fingerprint, stats, digests):
     keys = ("num_examples", "num_steps", "num_bytes", "num_docs", "num_tokens",
             "num_padded_slots", "num_invalid_lines")
     totals = {k: int(sum(s[k] for s in stats)) for k in keys}
@@ -704,7 +726,8 @@ def make_manifest(cfg, input_glob, files, index, spiece_model, tok, fingerprint,
         "spiece_model": {"path": spiece_model, "sha256": tok.sha256,
                          "vocab_size": tok.vocab_size},
         "inputs": {"input_glob": input_glob,
-                   "files": [{"path": f, "bytes": s} for f, s in zip(files, index.file_sizes)],
+                   "files": [{"path": f, "bytes": s, "sha256": d}
+                             for f, s, d in zip(files, index.file_sizes, digests)],
                    "num_docs": index.num_docs,
                    "num_invalid_lines": index.num_invalid_lines},
         "stream_layout": {

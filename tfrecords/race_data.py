@@ -38,6 +38,7 @@ import numpy as np
 
 from tfrecords import classifier_data as cd
 from tfrecords import manifest as manifest_lib
+from tfrecords import record_inputs
 from xlnet_tf import tokenization
 from xlnet_tf.tokenization import CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEP_ID
 
@@ -318,6 +319,9 @@ def build_race_records(data_dir: str, spiece_model: str, output_dir: str, *,
             for _ in range(n_pad):
                 yield dummy
 
+        sources = split_sources(exs)
+        if not n:
+            raise cd.DataError(f"RACE {s}: no questions under {data_dir} for this split; check its directory")
         entry = cd.write_split_records(output_dir, s, records(), (), [ex.guid for ex in exs])
         lv = np.array([ex.level for ex in exs])
         has_labels = any(ex.label is not None for ex in exs)
@@ -329,7 +333,8 @@ def build_race_records(data_dir: str, spiece_model: str, output_dir: str, *,
             "level_counts": {name: int((lv == i).sum()) for i, name in
                              [(0, "middle"), (1, "high"), (FLAT_LEVEL, "flat")]
                              if (lv == i).any()},
-            "num_articles": len({ex.source.split("#")[0] for ex in exs}),
+            "num_articles": len(sources),
+            "inputs": record_inputs.input_digests(sources),
         })
         if has_labels:
             counts = np.bincount([ex.label for ex in exs], minlength=NUM_CHOICES)
@@ -395,6 +400,11 @@ def parse_race_batch(serialized, max_seq_length: int):
         "is_real_example": tf.cast(f["is_real_example"][:, 0], tf.float32),
         "example_index": tf.cast(f["example_index"][:, 0], tf.int32),
     }
+
+
+def split_sources(examples) -> List[str]:
+    """The article files a split's questions were read from (their `source` is `path#question i`)."""
+    return sorted({ex.source.split("#")[0] for ex in examples})
 
 
 def read_race_manifest(record_dir: str) -> Dict[str, Any]:

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 import io
 import os
+import re
+import sys
 
 
 from typing import Iterator, Sequence
 
 from xlnet_tf import tokenization
+from xlnet_tf.errors import UserError
 from tfrecords import corpus
 
 CONTROL_SYMBOLS = ("<cls>", "<sep>", "<pad>", "<mask>", "<eod>")
@@ -63,6 +66,33 @@ def train_spm(input_files: Sequence[str], model_prefix: str, vocab_size: int = 3
     os.makedirs(out_dir, exist_ok=True)
     spm.set_random_generator_seed(seed)
     writer = io.BytesIO()  # no output path inside the model: the checksum is portable
+    try:
+        _train(spm, files, writer, uncased, keep_accents, skip_invalid_utf8, counter, vocab_size,
+               character_coverage, input_sentence_size, max_sentence_length, hard_vocab_limit, num_threads,
+               log_level)
+    except RuntimeError as e:
+        limit = re.search(r"value <= (\d+)", str(e))
+        if "Vocabulary size too high" in str(e) and limit:
+            raise UserError(f"--vocab_size={vocab_size} is too large for this corpus ({len(files)} file(s), "
+                            f"{n_lines} lines): it supports at most {limit.group(1)} pieces; use "
+                            f"--vocab_size={limit.group(1)} or less, more text, or --nohard_vocab_limit") from None
+        raise
+    proto = writer.getvalue()
+    proc = spm.SentencePieceProcessor(model_proto=proto)
+    tokenization.check_special_symbols(proc)
+    model_file = model_prefix + ".model"
+    with open(model_file + ".tmp", "wb") as f:
+        f.write(proto)
+    os.replace(model_file + ".tmp", model_file)
+    with open(model_prefix + ".vocab", "w", encoding="utf-8") as f:
+        for i in range(proc.GetPieceSize()):
+            f.write(f"{proc.IdToPiece(i)}\t{proc.GetScore(i):g}\n")
+    return model_file
+
+
+
+def _train(spm, files, writer, uncased, keep_accents, skip_invalid_utf8, counter, vocab_size, character_coverage,
+           input_sentence_size, max_sentence_length, hard_vocab_limit, num_threads, log_level):
     spm.SentencePieceTrainer.train(
         sentence_iterator=_normalized_lines(files, uncased, keep_accents,
                                             skip_invalid_utf8, counter),
@@ -80,17 +110,6 @@ def train_spm(input_files: Sequence[str], model_prefix: str, vocab_size: int = 3
         num_threads=num_threads,
         minloglevel=log_level,
     )
-    proto = writer.getvalue()
-    proc = spm.SentencePieceProcessor(model_proto=proto)
-    tokenization.check_special_symbols(proc)
-    model_file = model_prefix + ".model"
-    with open(model_file + ".tmp", "wb") as f:
-        f.write(proto)
-    os.replace(model_file + ".tmp", model_file)
-    with open(model_prefix + ".vocab", "w", encoding="utf-8") as f:
-        for i in range(proc.GetPieceSize()):
-            f.write(f"{proc.IdToPiece(i)}\t{proc.GetScore(i):g}\n")
-    return model_file
 
 
 def main(argv):
@@ -99,15 +118,23 @@ def main(argv):
     FLAGS = flags.FLAGS
     if len(argv) > 1:
         raise ValueError(f"unexpected positional arguments: {argv[1:]}")
-    files = corpus.expand_globs(FLAGS.input_glob)
-    path = train_spm(files, FLAGS.model_prefix, vocab_size=FLAGS.vocab_size,
+    try:
+        files = corpus.expand_globs(FLAGS.input_glob)
+        path = _train_from_flags(FLAGS, files)
+    except ValueError as e:  # UserError, CorpusError: one line, no traceback
+        print(f"spm.py: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    print(f"wrote {path} (vocab {FLAGS.vocab_size}, sha256 {tokenization.file_sha256(path)})")
+
+
+def _train_from_flags(FLAGS, files):
+    return train_spm(files, FLAGS.model_prefix, vocab_size=FLAGS.vocab_size,
                      uncased=FLAGS.uncased, keep_accents=FLAGS.keep_accents,
                      character_coverage=FLAGS.character_coverage,
                      input_sentence_size=FLAGS.input_sentence_size, seed=FLAGS.seed,
                      num_threads=FLAGS.num_threads,
                      hard_vocab_limit=FLAGS.hard_vocab_limit,
                      skip_invalid_utf8=FLAGS.skip_invalid_utf8)
-    print(f"wrote {path} (vocab {FLAGS.vocab_size}, sha256 {tokenization.file_sha256(path)})")
 
 
 def _define_flags():

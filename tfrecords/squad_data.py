@@ -525,9 +525,9 @@ class SquadConfig:
         for name in ("max_seq_length", "doc_stride", "max_query_length"):
             v = getattr(self, name)
             if not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"{name} must be a positive integer, got {v!r}")
+                raise DataError(f"{name} must be a positive integer, got {v!r}")
         if self.max_seq_length < self.max_query_length + 4:
-            raise ValueError(f"max_seq_length={self.max_seq_length} leaves no room for the "
+            raise DataError(f"max_seq_length={self.max_seq_length} leaves no room for the "
                              f"paragraph: it must be >= max_query_length + 4 = "
                              f"{self.max_query_length + 4}")
 
@@ -911,7 +911,11 @@ def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optio
                  "examples": example_entries(kept_ex)})
             entry.update({"shuffled": False, "features_file": feat_file,
                           "examples_file": ex_file})
-        entry.update({"num_records": n, "num_bytes": size, **stats.to_dict()})
+        if not n:
+            raise DataError(f"{path}: no usable questions for the {split} split ({stats.counts.get('num_questions_read', 0)} "
+                            f"read, skipped: {dict(stats.skipped) or 'none'}); check the file")
+        entry.update({"num_records": n, "num_bytes": size, **stats.to_dict(),
+                      "inputs": {os.path.abspath(path): entry["source_sha256"]}})
         entries[split] = entry
         if log:
             sk = ", ".join(f"{k} {v}" for k, v in sorted(stats.skipped.items())) or "none"

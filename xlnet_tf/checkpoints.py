@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.errors import UserError
 
 T = "model/transformer"
 BIAS_NAMES = ("r_w_bias", "r_r_bias", "r_s_bias")
@@ -40,7 +41,7 @@ def is_head_variable(name: str) -> bool:
     return any(p.search(name) for p in HEAD_PATTERNS)
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointMismatchError(UserError):
     """A checkpoint does not fit the model: names missing or unexpected, or shapes differ."""
 
 

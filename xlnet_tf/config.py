@@ -7,6 +7,8 @@ import json
 import os
 from typing import Any, Optional
 
+from xlnet_tf.errors import UserError
+
 # Keys written by the original `xlnet.XLNetConfig.to_json` (and read by `from_json_file`).
 ORIGINAL_KEYS = ("n_layer", "d_model", "n_head", "d_head", "d_inner", "ff_activation", "untie_r",
                                   "n_token")
@@ -56,38 +58,38 @@ class XLNetConfig:
         for name in ("n_token", "n_layer", "d_model", "n_head", "d_head", "d_inner"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise ValueError(f"XLNetConfig.{name} must be a positive integer, got {value!r}")
+                raise UserError(f"XLNetConfig.{name} must be a positive integer, got {value!r}")
         if self.d_model % 2:
-            raise ValueError(f"XLNetConfig.d_model must be even (sinusoidal positions), got {self.d_model}")
+            raise UserError(f"XLNetConfig.d_model must be even (sinusoidal positions), got {self.d_model}")
         if self.ff_activation not in FF_ACTIVATIONS:
-            raise ValueError(f"XLNetConfig.ff_activation must be one of {FF_ACTIVATIONS}, "
+            raise UserError(f"XLNetConfig.ff_activation must be one of {FF_ACTIVATIONS}, "
                                               f"got {self.ff_activation!r}")
         if self.attn_type not in ATTN_TYPES:
-            raise ValueError(f"XLNetConfig.attn_type must be one of {ATTN_TYPES}, got {self.attn_type!r}")
+            raise UserError(f"XLNetConfig.attn_type must be one of {ATTN_TYPES}, got {self.attn_type!r}")
         for name in ("dropout", "dropatt"):
             value = getattr(self, name)
             if not 0.0 <= float(value) < 1.0:
-                raise ValueError(f"XLNetConfig.{name} must be in [0, 1), got {value!r}")
+                raise UserError(f"XLNetConfig.{name} must be in [0, 1), got {value!r}")
         for name in ("mem_len", "reuse_len"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise ValueError(f"XLNetConfig.{name} must be None or a non-negative integer, got {value!r}")
+                raise UserError(f"XLNetConfig.{name} must be None or a non-negative integer, got {value!r}")
         if not isinstance(self.clamp_len, int) or isinstance(self.clamp_len, bool):
-            raise ValueError(f"XLNetConfig.clamp_len must be an integer (-1 = off), got {self.clamp_len!r}")
+            raise UserError(f"XLNetConfig.clamp_len must be an integer (-1 = off), got {self.clamp_len!r}")
         if self.initializer_range <= 0:
-            raise ValueError(f"XLNetConfig.initializer_range must be positive, got {self.initializer_range!r}")
+            raise UserError(f"XLNetConfig.initializer_range must be positive, got {self.initializer_range!r}")
         if self.layer_norm_eps <= 0:
-            raise ValueError(f"XLNetConfig.layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
+            raise UserError(f"XLNetConfig.layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
         if batch_size is not None:
             if batch_size <= 0:
-                raise ValueError(f"batch_size must be positive, got {batch_size}")
+                raise UserError(f"batch_size must be positive, got {batch_size}")
             if self.bi_data and batch_size % 2:
-                raise ValueError(f"XLNetConfig.bi_data needs an even (per-replica) batch size, got {batch_size}")
+                raise UserError(f"XLNetConfig.bi_data needs an even (per-replica) batch size, got {batch_size}")
         if seq_len is not None:
             if seq_len <= 0:
-                raise ValueError(f"seq_len must be positive, got {seq_len}")
+                raise UserError(f"seq_len must be positive, got {seq_len}")
             if self.reuse_len and self.reuse_len > seq_len:
-                raise ValueError(f"XLNetConfig.reuse_len ({self.reuse_len}) must not exceed seq_len ({seq_len})")
+                raise UserError(f"XLNetConfig.reuse_len ({self.reuse_len}) must not exceed seq_len ({seq_len})")
         return self
 
     # ---------------------------------------------------------------------------------------------- I/O
@@ -97,23 +99,23 @@ class XLNetConfig:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"Unknown XLNetConfig keys: {unknown}; known keys are {sorted(known)}")
+            raise UserError(f"Unknown XLNetConfig keys: {unknown}; known keys are {sorted(known)}")
         return cls(**values)
 
     @classmethod
     def from_json_file(cls, path: str, **overrides) -> "XLNetConfig":
         """Reads a released `xlnet_config.json` (original keys only) or one written by `to_json_file`."""
         if not os.path.exists(path):
-            raise ValueError(f"XLNet config file not found: {path}")
+            raise UserError(f"XLNet config file not found: {path}")
         with open(path, encoding="utf-8") as f:
             try:
                 values = json.load(f)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path} is not valid JSON: {e}") from e
+                raise UserError(f"{path} is not valid JSON: {e}") from e
         try:
             return cls.from_dict(values, **overrides)
         except (TypeError, ValueError) as e:
-            raise ValueError(f"{path}: {e}") from e
+            raise UserError(f"{path}: {e}") from e
 
     @classmethod
     def from_hf_dict(cls, values: dict[str, Any], **overrides) -> "XLNetConfig":
@@ -122,7 +124,7 @@ class XLNetConfig:
         # to our "gelu" (the original's tanh form): the released weights were trained with it.
         act = {"gelu": "gelu", "gelu_new": "gelu", "relu": "relu"}.get(values.get("ff_activation", "gelu"))
         if act is None:
-            raise ValueError(f"Unsupported Hugging Face ff_activation {values.get('ff_activation')!r}")
+            raise UserError(f"Unsupported Hugging Face ff_activation {values.get('ff_activation')!r}")
         mapping = dict(
                 n_token=values["vocab_size"], n_layer=values["n_layer"], d_model=values["d_model"],
                 n_head=values["n_head"], d_head=values.get("d_head", values["d_model"] // values["n_head"]),

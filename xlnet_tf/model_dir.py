@@ -18,12 +18,14 @@ from typing import Any, Callable, Dict, List, Optional
 import tensorflow as tf
 
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.errors import UserError
+from xlnet_tf.export_info import ExportInfo
 
 CONFIG_NAME = "xlnet_config.json"
-EXPORT_INFO_NAME = "export_info.json"
+EXPORT_INFO_NAME = "export_info.json"  # xlnet_tf.export_info
 
 
-class ModelDirError(ValueError):
+class ModelDirError(UserError):
     """The model directory holds a different run's settings."""
 
 
@@ -53,22 +55,24 @@ def _read_json(path: str) -> Dict[str, Any]:
 
 
 def check(model_dir: str, config: Optional[XLNetConfig] = None,
-          export_info: Optional[Dict[str, Any]] = None) -> None:
+          export_info: Optional[ExportInfo] = None) -> None:
     """Raises `ModelDirError` if `model_dir`'s existing config or export info differs from this run's."""
     if tf.io.gfile.exists(model_dir) and not tf.io.gfile.isdir(model_dir):
         raise ModelDirError(f"--model_dir={model_dir} is a file, not a directory")
     problems = []
     for name, wanted in ((CONFIG_NAME, None if config is None else config.to_dict()),
-                         (EXPORT_INFO_NAME, export_info)):
+                         (EXPORT_INFO_NAME, None if export_info is None else export_info.to_dict())):
         path = os.path.join(model_dir, name)
         if wanted is None or not tf.io.gfile.exists(path):
             continue
         recorded = _read_json(path)
-        if name == CONFIG_NAME:  # written by an older version: fill the fields it lacked with defaults
-            try:
+        try:  # typed: an older file gets the fields it lacked (defaults); a bad one is named
+            if name == CONFIG_NAME:
                 recorded = XLNetConfig.from_dict(recorded).to_dict()
-            except (TypeError, ValueError) as e:
-                raise ModelDirError(f"{path}: {e}; use another --model_dir") from None
+            else:
+                recorded = ExportInfo.from_dict(recorded, where=path).to_dict()
+        except (TypeError, ValueError) as e:
+            raise ModelDirError(f"{path}: {e}; use another --model_dir") from None
         wanted = json.loads(json.dumps(wanted))  # compare as written (tuples -> lists)
         problems += [f"{name} {d}" for d in _differences(recorded, wanted)]
     if problems:
@@ -99,7 +103,7 @@ def write_json_atomic(path: str, values: Dict[str, Any]) -> None:
     tf.io.gfile.rename(tmp, path, overwrite=True)
 
 
-def prepare(model_dir: str, config: Optional[XLNetConfig] = None, export_info: Optional[Dict[str, Any]] = None,
+def prepare(model_dir: str, config: Optional[XLNetConfig] = None, export_info: Optional[ExportInfo] = None,
             log: Optional[Callable[[str], None]] = None) -> None:
     """`check`, then create `model_dir`, clear stale saves and write the config / export info."""
     check(model_dir, config, export_info)
@@ -108,16 +112,9 @@ def prepare(model_dir: str, config: Optional[XLNetConfig] = None, export_info: O
     if config is not None:
         write_json_atomic(os.path.join(model_dir, CONFIG_NAME), config.to_dict())
     if export_info is not None:
-        write_json_atomic(os.path.join(model_dir, EXPORT_INFO_NAME), export_info)
+        write_json_atomic(os.path.join(model_dir, EXPORT_INFO_NAME), export_info.to_dict())
 
 
-def export_info(**info) -> Dict[str, Any]:
-    """The export info of a fine-tuning run, as `prepare` writes it: the SentencePiece path made absolute (the
-    exporter finds it from any working directory) and its checksum (`spiece_sha256`, compared on reruns)."""
-    spm = info.get("spiece_model_file")
-    if spm:
-        from xlnet_tf.tokenization import file_sha256
-
-        info["spiece_model_file"] = os.path.abspath(spm)
-        info["spiece_sha256"] = file_sha256(spm) if os.path.isfile(spm) else None
-    return info
+def export_info(**info) -> ExportInfo:
+    """The typed export info of a fine-tuning run (xlnet_tf.export_info.ExportInfo.for_run)."""
+    return ExportInfo.for_run(**info)

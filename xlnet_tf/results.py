@@ -21,6 +21,8 @@ from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
+from xlnet_tf.errors import UserError
+
 FILE_NAME = "eval_results.json"
 SCHEMA = "xlnet_tf.eval_results"
 VERSION = 1
@@ -28,7 +30,7 @@ TASKS = ("pretrain", "classifier", "regression", "race", "squad")
 _RESERVED = ("step", "split", "checkpoint")
 
 
-class ResultsError(ValueError):
+class ResultsError(UserError):
     """An eval_results.json that cannot be read or does not belong to this run."""
 
 

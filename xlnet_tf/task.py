@@ -278,12 +278,13 @@ class Task(keras.Model):
         Heads absent from the checkpoint keep their fresh initialization (fine-tuning from a pretrained
         model); backbone names and shapes are checked as `checkpoints.load_init_checkpoint` does.
         """
-        from xlnet_tf import checkpoints
+        from xlnet_tf import checkpoints, export_info
         from xlnet_tf.preprocessing import XLNetPreprocessor
 
         weights = resolve_weights(checkpoint)
         directory = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
-        info = _read_json(os.path.join(directory, "export_info.json")) or {}
+        recorded = export_info.read_optional(directory)
+        info = recorded.to_dict() if recorded else {}
         config = resolve_config(config, directory, config_overrides)
         kwargs = {**cls.task_kwargs_from_export_info(info), **task_kwargs}
         if cls.takes_text:

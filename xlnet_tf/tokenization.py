@@ -23,6 +23,8 @@ from typing import Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
+from xlnet_tf.errors import UserError
+
 # ---- special ids: the released spiece.model layout -------------------------------------
 UNK_ID = 0
 S_ID = 1  # <s>
@@ -153,14 +155,19 @@ class XLNetTokenizer:
         if model_file is not None:
             model_file = os.fspath(model_file)
             if not os.path.isfile(model_file):
-                raise ValueError(f"SentencePiece model not found: {model_file}")
+                raise UserError(f"SentencePiece model not found: {model_file}")
             with open(model_file, "rb") as f:
                 model_proto = f.read()
         if processor is None:
             import sentencepiece as spm  # local: keeps the module importable without it
 
             processor = spm.SentencePieceProcessor()
-            processor.LoadFromSerializedProto(model_proto)
+            try:
+                processor.LoadFromSerializedProto(model_proto)
+            except (RuntimeError, OSError, TypeError) as e:
+                where = model_file or "the given model_proto"
+                raise UserError(f"{where} is not a usable SentencePiece model ({e}); give the .model file "
+                                "written by spm training (tfrecords/spm.py)") from None
         self.model_file = model_file
         self.model_proto = model_proto
         self.sha256 = hashlib.sha256(model_proto).hexdigest() if model_proto else None
@@ -169,7 +176,10 @@ class XLNetTokenizer:
         self.sp = processor
         self.vocab_size = self.sp.GetPieceSize()
         if check_special_ids:
-            check_special_symbols(self.sp)
+            try:
+                check_special_symbols(self.sp)
+            except UserError as e:
+                raise UserError(f"{model_file or 'model_proto'}: {e}") from None
         pieces = [self.sp.IdToPiece(i) for i in range(self.vocab_size)]
         self._digit_comma = np.array([_needs_digit_comma_split(p) for p in pieces], bool)
         self._word_start = np.array([is_word_start_piece(p) for p in pieces], bool)
@@ -220,5 +230,5 @@ def check_special_symbols(sp) -> None:
         if got != sym:
             bad.append(f"{sym} expected at id {want}, found {got!r}")
     if bad:
-        raise ValueError("SentencePiece model does not have XLNet's special-id layout: "
+        raise UserError("SentencePiece model does not have XLNet's special-id layout: "
                          + "; ".join(bad))

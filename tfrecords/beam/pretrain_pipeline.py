@@ -55,6 +55,7 @@ from apache_beam.options.pipeline_options import (DirectOptions, PipelineOptions
 from tfrecords import corpus as corpus_lib
 from tfrecords import manifest as manifest_lib
 from tfrecords import pretrain_data as PD
+from tfrecords import record_inputs
 from tfrecords.beam import fs
 from xlnet_tf import tokenization
 
@@ -71,6 +72,7 @@ class BuildSpec:
     input_glob: str
     files: Tuple[str, ...]
     file_sizes: Tuple[int, ...]
+    file_digests: Tuple[str, ...]  # SHA-256 of each input file's bytes (the fingerprint covers them)
     spiece_model: str  # as recorded in the manifest (absolute local path, or a URI)
     spiece_sha256: str
     vocab_size: int
@@ -337,7 +339,7 @@ def write_manifest(stats: Iterable[Dict[str, Any]], index: corpus_lib.DocumentIn
     tok = _TokenizerInfo(spec.spiece_sha256, spec.vocab_size)
     manifest = PD.make_manifest(spec.cfg, spec.input_glob, list(spec.files), index,
                                 spec.spiece_model, tok, spec.fingerprint,
-                                [by_name[n] for n in names])
+                                [by_name[n] for n in names], list(spec.file_digests))
     fs.write_json(fs.join(spec.output_dir, manifest_lib.MANIFEST_NAME), manifest)
     return manifest
 
@@ -406,15 +408,18 @@ def make_spec(input_glob: str, spiece_model: str, output_dir: str, cfg: PD.Pretr
         tok = tokenization.XLNetTokenizer(model_proto=fs.read_bytes(spiece_model),
                                           uncased=cfg.uncased, keep_accents=cfg.keep_accents)
     files, sizes = fs.expand_globs(input_glob)
-    fingerprint = PD._fingerprint(cfg, tok.sha256, files, sizes)
+    digests = []
+    for f in files:  # the driver reads every input once: the fingerprint is of content, not names and sizes
+        with fs.open_read(f) as handle:
+            digests.append(record_inputs.stream_digest(handle))
+    fingerprint = PD._fingerprint(cfg, tok.sha256, files, digests)
     if fs.is_local(output_dir):
         output_dir = os.path.abspath(output_dir)  # workers may run in another directory
         os.makedirs(output_dir, exist_ok=True)
     old = fs.join(output_dir, manifest_lib.MANIFEST_NAME)
-    if fs.exists(old) and fs.read_json(old).get("fingerprint") != fingerprint:
-        raise PD.BuildError(f"{output_dir} already holds records built with different "
-                            "parameters or inputs; use a new output_dir")
-    return BuildSpec(cfg, input_glob, tuple(files), tuple(int(s) for s in sizes),
+    if fs.exists(old):
+        PD.check_same_build(output_dir, fs.read_json(old), fingerprint, files, digests)
+    return BuildSpec(cfg, input_glob, tuple(files), tuple(int(s) for s in sizes), tuple(digests),
                      spiece_model, tok.sha256, int(tok.vocab_size), output_dir, fingerprint,
                      float(log_every_s), bool(stage_io))
 

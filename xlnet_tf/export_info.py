@@ -1,0 +1,133 @@
+"""`export_info.json`: what a fine-tuning run's model_dir tells the exporter and `from_checkpoint` (schema
+"xlnet_tf.export_info", version 1).
+
+Written by every fine-tuning runner (xlnet_tf.lifecycle, through `model_dir.prepare`, which compares it
+field by field on reruns), read by run/export_savedmodel.py and `Task.from_checkpoint`. Fields by task:
+
+- all: `task` (classifier | regression | race | squad), `max_seq_length`, `uncased`, the SentencePiece
+  model (`spiece_model_file`, absolute; `spiece_sha256`, the one compared on reruns);
+- classifier / regression: `num_labels`; optional `labels` (their names, as many), `text_pair` (default
+  false), `task_name`;
+- classifier / regression / race: the sequence summary, `summary_type`, `use_summ_proj`;
+- race: `max_qa_length`;
+- squad: `max_query_length`, `max_answer_length`, `start_n_top`, `end_n_top`, `version_2_with_negative`.
+
+Files written before the schema existed (no `schema` key) are read as version 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+from xlnet_tf.errors import UserError
+
+SCHEMA = "xlnet_tf.export_info"
+VERSION = 1
+NAME = "export_info.json"
+TASKS = ("classifier", "regression", "race", "squad")
+_REQUIRED = {
+    "classifier": ("num_labels", "summary_type", "use_summ_proj"),
+    "regression": ("num_labels", "summary_type", "use_summ_proj"),
+    "race": ("max_qa_length", "summary_type", "use_summ_proj"),
+    "squad": ("max_query_length", "max_answer_length", "start_n_top", "end_n_top", "version_2_with_negative"),
+}
+
+
+class ExportInfoError(UserError):
+    """An export_info.json (or the values for one) that does not follow the schema."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportInfo:
+    task: str
+    max_seq_length: int
+    uncased: bool = False
+    spiece_model_file: Optional[str] = None
+    spiece_sha256: Optional[str] = None
+    labels: Optional[List[str]] = None
+    num_labels: Optional[int] = None
+    text_pair: Optional[bool] = None
+    task_name: Optional[str] = None
+    summary_type: Optional[str] = None
+    use_summ_proj: Optional[bool] = None
+    max_qa_length: Optional[int] = None
+    max_query_length: Optional[int] = None
+    max_answer_length: Optional[int] = None
+    start_n_top: Optional[int] = None
+    end_n_top: Optional[int] = None
+    version_2_with_negative: Optional[bool] = None
+
+    def validate(self, where: str = NAME) -> "ExportInfo":
+        def bad(field, why):
+            raise ExportInfoError(f"{where}: {field} {why}")
+
+        if self.task not in TASKS:
+            bad("task", f"is {self.task!r}; one of {TASKS}")
+        missing = [f for f in _REQUIRED[self.task] if getattr(self, f) is None]
+        if missing:
+            bad(", ".join(missing), f"missing (required for task {self.task!r})")
+        for field in ("max_seq_length", "num_labels", "max_qa_length", "max_query_length", "max_answer_length",
+                      "start_n_top", "end_n_top"):
+            value = getattr(self, field)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                bad(field, f"must be a positive integer, got {value!r}")
+        if self.labels is not None and (not isinstance(self.labels, list) or len(self.labels) != self.num_labels):
+            bad("labels", f"must be a list of num_labels={self.num_labels} names, got {self.labels!r}")
+        if self.task == "regression" and self.num_labels != 1:
+            bad("num_labels", f"must be 1 for regression, got {self.num_labels!r}")
+        return self
+
+    def to_dict(self) -> Dict[str, Any]:
+        """As written: the schema header, then every field that is set."""
+        values = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+        return {"schema": SCHEMA, "version": VERSION, **values}
+
+    @classmethod
+    def from_dict(cls, values: Dict[str, Any], where: str = NAME) -> "ExportInfo":
+        if not isinstance(values, dict):
+            raise ExportInfoError(f"{where}: not a JSON object")
+        values = dict(values)
+        schema, version = values.pop("schema", SCHEMA), values.pop("version", VERSION)
+        if schema != SCHEMA or version != VERSION:
+            raise ExportInfoError(f"{where}: schema {schema!r} version {version!r} is not {SCHEMA!r} version "
+                                  f"{VERSION}; it was written by another tool or version")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ExportInfoError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")
+        if "task" not in values or "max_seq_length" not in values:
+            raise ExportInfoError(f"{where}: task and max_seq_length are required")
+        return cls(**values).validate(where)
+
+    @classmethod
+    def for_run(cls, **values) -> "ExportInfo":
+        """A run's export info: the SentencePiece path made absolute (the exporter finds it from any working
+        directory) and its checksum (`spiece_sha256`, compared on reruns)."""
+        spm = values.get("spiece_model_file")
+        if spm:
+            from xlnet_tf.tokenization import file_sha256
+
+            values["spiece_model_file"] = os.path.abspath(spm)
+            values["spiece_sha256"] = file_sha256(spm) if os.path.isfile(spm) else None
+        return cls(**values).validate("export info of this run")
+
+
+def read(path: str) -> ExportInfo:
+    """Reads and validates an export_info.json; `ExportInfoError` naming the file."""
+    import tensorflow as tf
+
+    try:
+        with tf.io.gfile.GFile(path, "r") as f:
+            values = json.loads(f.read())
+    except (OSError, ValueError, tf.errors.OpError) as e:
+        raise ExportInfoError(f"{path} is unreadable ({e})") from None
+    return ExportInfo.from_dict(values, where=path)
+
+
+def read_optional(directory: str) -> Optional[ExportInfo]:
+    """The export info of a model directory, or None when it has none."""
+    path = os.path.join(directory, NAME)
+    return read(path) if os.path.isfile(path) else None

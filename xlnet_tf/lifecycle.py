@@ -1,0 +1,198 @@
+"""The fine-tuning lifecycle, once, for every task: records -> model_dir -> model -> train -> evaluate ->
+predict.
+
+A runner (run/run_classifier.py, run_race.py, run_squad.py) is a `FineTuningTask` (what is specific to
+its task: records, model, metrics, prediction file, export info) plus its flags; `run(task, settings,
+config)` does the rest the same way for all of them:
+
+1. `task.prepare_records()`: build the splits this run needs that are missing, empty, or whose input files
+   changed (content fingerprints, see tfrecords/record_inputs.py), then read the manifest.
+2. The strategy; the records' vocabulary checked against the model (`n_token`).
+3. `model_dir.prepare`: an existing `xlnet_config.json`/`export_info.json` must match this run (else one
+   error naming every differing field, nothing written); stale `ckpt-*_temp` removed.
+4. The model (seeded), initialized from `--init_checkpoint`.
+5. `--do_train`: the Trainer (resumes from the model_dir's latest checkpoint; appends train_history.json).
+6. `--do_eval`: the latest (or every) checkpoint on `eval_split`, each evaluation appended to
+   eval_results.json as it is measured (xlnet_tf.results).
+7. `--do_predict`: the predictions file of `predict_split` from the fine-tuned weights (the latest
+   checkpoint when not training; an error, not random weights, when there is none and no init checkpoint).
+
+`settings` is any object with the runner flags as attributes (an absl `FlagValues`, a namespace): the
+strategy, loop, optimizer and fine-tuning flags of run/common_flags.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+from xlnet_tf.config import XLNetConfig
+from xlnet_tf.errors import UserError
+
+Outputs = Dict[str, Any]  # numpy arrays from finetuning.predict: the model's outputs + passthrough features
+
+
+class FineTuningTask:
+    """What one task defines. Subclasses set the class attributes and implement the methods.
+
+    Attributes:
+      name: the task kind in export_info.json and eval_results.json ("classifier", "race", "squad").
+      metric_key: the metric that picks the best evaluation (higher is better).
+      output_keys: model outputs `predict` collects.
+      passthrough: features `predict` passes through (padding flags, example order, labels).
+      tokens_per_example: tokens one training example feeds the model (throughput in the log).
+    """
+
+    name: str = ""
+    metric_key: str = "accuracy"
+    output_keys: Sequence[str] = ()
+    passthrough: Sequence[str] = ("example_index", "is_real_example", "label")
+
+    def __init__(self, settings):
+        self.settings = settings
+        self.manifest: Dict[str, Any] = {}
+
+    @property
+    def tokens_per_example(self) -> int:
+        return int(self.settings.max_seq_length)
+
+    # -- the splits this run reads -------------------------------------------------------------------
+    def eval_split(self) -> str:
+        return self.settings.eval_split
+
+    def predict_split(self) -> str:
+        return self.settings.predict_split
+
+    def needed_splits(self) -> Tuple[str, ...]:
+        s = self.settings
+        wanted = [("train", s.do_train), (self.eval_split(), s.do_eval), (self.predict_split(), s.do_predict)]
+        return tuple(sorted({split for split, on in wanted if on}))
+
+    # -- what each task implements ---------------------------------------------------------------------
+    def prepare_records(self, log: Callable[[str], None]) -> Dict[str, Any]:
+        """Builds what `needed_splits` lacks (or what changed) and returns the records' manifest."""
+        raise NotImplementedError
+
+    def export_info(self) -> Dict[str, Any]:
+        """Keyword arguments of `model_dir.export_info` (task settings serving needs)."""
+        raise NotImplementedError
+
+    def build_model(self, config: XLNetConfig, dtype: str):
+        raise NotImplementedError
+
+    def dataset(self, split: str, batch_size: int, training: bool, input_context=None):
+        """Batches of `split` (static shapes); training: shuffled with the seed, repeated, sharded."""
+        raise NotImplementedError
+
+    def metrics(self, split: str, outputs: Outputs, model_dir: str) -> Dict[str, Any]:
+        """The evaluation of `outputs` of `split` (a flat metric -> value mapping)."""
+        raise NotImplementedError
+
+    def write_predictions(self, split: str, outputs: Outputs, model_dir: str, log: Callable[[str], None]
+                          ) -> Optional[Dict[str, Any]]:
+        """Writes the prediction file(s) of `split` into `model_dir`; returns metrics when the split's
+        answers are known and scoring comes with predicting (SQuAD), else None."""
+        raise NotImplementedError
+
+
+def _log(line: str) -> None:
+    print(line, flush=True)
+
+
+def run(task: FineTuningTask, config: XLNetConfig, log: Callable[[str], None] = _log) -> Dict[str, Any]:
+    """Runs the lifecycle of `task` with the model `config`; returns {"eval": eval_results content or None,
+    "predict": metrics of predicting or None}."""
+    from tfrecords import manifest as manifest_lib
+
+    s = task.settings
+    if not (s.do_train or s.do_eval or s.do_predict):
+        raise UserError("nothing to do: give --do_train, --do_eval and/or --do_predict")
+    for name in ("record_dir", "model_dir"):
+        if not getattr(s, name):
+            raise UserError(f"--{name} is required")
+
+    task.manifest = task.prepare_records(log)
+    with manifest_lib.naming_corrupt_records(task.manifest):  # a damaged record names its file
+        return _run_on_records(task, config, log)
+
+
+def _run_on_records(task: FineTuningTask, config: XLNetConfig, log: Callable[[str], None]) -> Dict[str, Any]:
+    import keras
+
+    from tfrecords import manifest as manifest_lib
+    from xlnet_tf import checkpoints, distribute, finetuning, model_dir
+    from xlnet_tf import results as eval_results
+
+    s = task.settings
+    strategy = distribute.get_strategy(s.strategy, s.tpu, s.num_cpu_replicas)
+    micro = micro_batch_size(s.train_batch_size, s.gradient_accumulation_steps, strategy.num_replicas_in_sync)
+    manifest_lib.check_vocab(task.manifest, config.n_token)
+    model_dir.prepare(s.model_dir, config, model_dir.export_info(**task.export_info()), log=log)
+
+    keras.utils.set_random_seed(s.seed)
+    with strategy.scope():
+        model = task.build_model(config, dtype_policy(s.mixed_precision))
+        if s.init_checkpoint:
+            report = checkpoints.load_init_checkpoint(model, s.init_checkpoint)
+            log(f"Initialized {len(report['loaded'])} variables from {s.init_checkpoint}; "
+                f"fresh: {report['missing_heads']}")
+
+    if s.do_train:
+        def train_dataset_fn(ctx, skip_batches):
+            return task.dataset("train", ctx.get_per_replica_batch_size(micro), True,
+                                input_context=ctx).skip(skip_batches)
+
+        trainer = finetuning.build_optimizer_and_trainer(
+            strategy, model, s, train_dataset_fn, examples_per_step=s.train_batch_size,
+            seq_len=task.tokens_per_example, log=log)
+        trainer.train()
+
+    def outputs_of(split: str, batch_size: int) -> Outputs:
+        return finetuning.predict(strategy, model, task.dataset(split, batch_size, False), task.output_keys,
+                                  passthrough=task.passthrough)
+
+    done: Dict[str, Any] = {"eval": None, "predict": None}
+    if s.do_eval:
+        split = task.eval_split()
+
+        def evaluate(step: int) -> Dict[str, Any]:
+            result = task.metrics(split, outputs_of(split, s.eval_batch_size), s.model_dir)
+            log(f"eval {split} step {step}: {result}")
+            return result
+
+        done["eval"] = finetuning.evaluate_checkpoints(model, s.model_dir, evaluate, s.eval_all_checkpoints,
+                                                       task.metric_key, task=task.name, split=split)
+        best = done["eval"]["best"]
+        log(f"best {task.metric_key}: {best.get(task.metric_key)} at step {best['step']}")
+
+    if s.do_predict:
+        split = task.predict_split()
+        checkpoint = None
+        if not s.do_train:  # the original predicted with the pretrained weights here (#56)
+            checkpoint = finetuning.restore_latest_weights(model, s.model_dir)
+            if checkpoint is None and not s.init_checkpoint:
+                raise UserError(f"--do_predict without --do_train: no checkpoint in --model_dir={s.model_dir} "
+                                "and no --init_checkpoint; train first or point --model_dir at a trained run")
+        latest = finetuning.list_checkpoints(s.model_dir)
+        checkpoint = latest[-1] if latest else s.init_checkpoint
+        scored = task.write_predictions(split, outputs_of(split, s.predict_batch_size), s.model_dir, log)
+        if scored is not None and not (s.do_eval and split == task.eval_split()):
+            step = finetuning.checkpoint_step(latest[-1]) if latest else 0
+            eval_results.record(s.model_dir, task.name, task.metric_key, step, scored, split=split,
+                                checkpoint=checkpoint)
+        done["predict"] = scored
+    return done
+
+
+def micro_batch_size(train_batch_size: int, accumulation_steps: int, num_replicas: int) -> int:
+    """The global batch of one forward/backward pass (`--train_batch_size / --gradient_accumulation_steps`),
+    checked to split evenly over the accumulation steps and the replicas."""
+    k = max(1, int(accumulation_steps or 1))
+    if train_batch_size % (k * num_replicas):
+        raise UserError(f"--train_batch_size={train_batch_size} must be divisible by "
+                        f"--gradient_accumulation_steps={k} x {num_replicas} replicas")
+    return train_batch_size // k
+
+
+def dtype_policy(mixed_precision: str) -> str:
+    """Keras dtype policy of `--mixed_precision` (float32 | bfloat16 | float16)."""
+    return {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}[mixed_precision]
