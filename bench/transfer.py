@@ -89,6 +89,10 @@ def define_flags():
     flags.DEFINE_string("results_prefix", os.path.join(REPO, "bench", "results", "transfer_cpu"),
                         "Report path without extension (.json, .md, .png).")
     flags.DEFINE_integer("num_processes", 2, "Record builder processes.")
+    flags.DEFINE_string("carry_over", None, "An earlier report (.json) of this command whose cells fill those "
+                        "this work_dir has no runs for: only when its pretraining recipe is the same and, for "
+                        "mlm/plm, its pretraining held-out curve equals this work_dir's (the same pretrained "
+                        "model); carried cells are marked in the report.")
 
 
 # ---- helpers ----------------------------------------------------------------------------------------------
@@ -319,6 +323,37 @@ def collect(work: str, task_map: Dict[str, Task]) -> Dict:
     return rows
 
 
+CELL_KEYS = ("", "_std", "_seeds", "_best_lr", "_grid")
+
+
+def carry_over(rows: List[Dict], path: str, recipe: Dict[str, str], curves: Dict) -> List[Dict]:
+    """Fills the cells `rows` lack (an init without runs in this work_dir) from the earlier report at `path`,
+    when it is a report of the same recipe and, for a pretrained init, of a pretrained model whose held-out
+    curve is the one measured here. Each carried cell gets `<init>_from`."""
+    with open(path, encoding="utf-8") as f:
+        earlier = json.load(f)
+    if earlier.get("pretrain_recipe") != recipe:
+        raise app.UsageError(f"--carry_over={path}: another pretraining recipe; its cells do not belong here")
+    same_model = {o for o in FLAGS.objectives
+                  if o in curves and earlier.get("pretrain_heldout", {}).get(o) == curves[o]}
+    by_key = {(r["task"], r["metric"]): r for r in rows}
+    for old in earlier["rows"]:
+        if old["task"] not in FLAGS.tasks:
+            continue
+        row = by_key.get((old["task"], old["metric"]))
+        if row is None:
+            row = {k: old[k] for k in ("task", "metric", "primary")}
+            rows.append(row)
+            by_key[(old["task"], old["metric"])] = row
+        for init in FLAGS.inits:
+            if init in row or init not in old or (init != "scratch" and init not in same_model):
+                continue
+            row.update({init + k: old[init + k] for k in CELL_KEYS if init + k in old})
+            row[f"{init}_from"] = os.path.relpath(path, REPO)
+    order = {t: i for i, t in enumerate(FLAGS.tasks)}
+    return sorted(rows, key=lambda r: order[r["task"]])
+
+
 def pretrain_curves(work: str) -> Dict:
     from xlnet_tf import results
 
@@ -357,6 +392,7 @@ def machine() -> Dict[str, str]:
 
 def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Dict, baselines: Dict) -> None:
     complete = all(row.get(f"{i}_seeds") == len(FLAGS.seeds) for row in rows for i in FLAGS.inits)
+    carried = sorted({row[k] for row in rows for k in row if k.endswith("_from")})
     report = {
         "complete": complete,
         "unit": "percent (dev set)",
@@ -365,7 +401,8 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
                        "layout, model, optimizer and steps; dev-set scores at the end of a fixed budget "
                        "(run/flags/transfer_<task>.flags); learning rate = best of the grid on dev with seed 0, "
                        "then mean and sample std over the seeds at that rate.",
-        "command": "python bench/transfer.py --flagfile=run/flags/transfer_cpu.flags",
+        "command": "python bench/transfer.py --flagfile=run/flags/transfer_cpu.flags"
+                   + (f" --carry_over={carried[0]}" if carried else ""),
         "machine": machine(),
         "learning_rates": FLAGS.learning_rates,
         "max_grid_extensions": FLAGS.max_grid_extensions,
@@ -387,7 +424,8 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
         s = f"{row[init]:.1f}"
         if std is not None:
             s += f" ± {std:.1f}"
-        return s + f" (lr {row[f'{init}_best_lr']}, n={row[f'{init}_seeds']})"
+        carried = "†" if row.get(f"{init}_from") else ""
+        return s + f" (lr {row[f'{init}_best_lr']}, n={row[f'{init}_seeds']}){carried}"
 
     lines = [f"# Transfer: scratch vs MLM vs PLM pretraining ({report['machine']['cpu']}, "
              f"{report['machine']['cores']} cores; {report['machine']['vector_extensions']})", "",
@@ -397,6 +435,11 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
              "| task | metric | scratch | MLM | PLM |", "|---|---|---|---|---|"]
     for row in rows:
         lines.append(f"| {row['task']} | {row['metric']} | " + " | ".join(cell(row, i) for i in INITS) + " |")
+    sources = sorted({row[k] for row in rows for k in row if k.endswith("_from")})
+    if sources:
+        lines += ["", f"† carried over from an earlier run of the same command ({', '.join(sources)}): same "
+                      "pretraining recipe, and for MLM/PLM the same held-out curve, i.e. the same pretrained model "
+                      "(pretraining is deterministic here); those cells were not re-measured in this work_dir."]
     used = sorted({lr for row in rows for i in INITS for lr in row.get(f"{i}_grid", {})}, key=LR_LADDER.index)
     lines += ["", "Learning-rate grid (seed 0, dev; extended while the best rate was at its edge):", "",
               "| task | metric | init | " + " | ".join(used) + " |",
@@ -484,8 +527,10 @@ def main(argv):
         stage_finetune(work, task_map)
     if "report" in FLAGS.stages:
         baselines = {o: unigram(work, o, FLAGS.vocab_size) for o in FLAGS.objectives}
-        write_report(work, recipe, collect(work, task_map), pretrain_curves(work),
-                     {k: v for k, v in baselines.items() if v is not None})
+        rows, curves = collect(work, task_map), pretrain_curves(work)
+        if FLAGS.carry_over:
+            rows = carry_over(rows, os.path.abspath(FLAGS.carry_over), recipe, curves)
+        write_report(work, recipe, rows, curves, {k: v for k, v in baselines.items() if v is not None})
         _say(f"report: {FLAGS.results_prefix}.md")
 
 

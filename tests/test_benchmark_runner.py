@@ -99,3 +99,44 @@ def test_transfer_flag_file_parses_and_names_real_tasks():
             "r = transfer.read_flagfile(F.pretrain_flagfile); assert int(r['n_token']) == F.vocab_size; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=300)
     assert out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+CARRY_CHECK = r'''
+import json, sys
+from absl import flags
+from bench import transfer
+transfer.define_flags()
+flags.FLAGS(["transfer", "--tasks=topic", "--objectives=plm,mlm", "--work_dir=w"])
+recipe = {"n_token": "8000"}
+curve = [{"step": 0, "loss": 9.0, "accuracy": 0.0}, {"step": 300, "loss": 6.1, "accuracy": 0.1}]
+old = {"pretrain_recipe": recipe, "pretrain_heldout": {"plm": curve, "mlm": curve},
+       "rows": [{"task": "topic", "metric": "accuracy", "primary": True,
+                 **{f"{i}{k}": v for i in ("scratch", "plm", "mlm")
+                    for k, v in (("", 50.0), ("_std", None), ("_seeds", 1), ("_best_lr", "1e-3"),
+                                 ("_grid", {"1e-3": 50.0}))}}]}
+json.dump(old, open(sys.argv[1], "w"))
+measured = [{"task": "topic", "metric": "accuracy", "primary": True, "mlm": 70.0, "mlm_seeds": 1}]
+other_mlm = {"plm": curve, "mlm": curve[:1]}
+rows = transfer.carry_over(measured, sys.argv[1], recipe, other_mlm)
+row = rows[0]
+assert row["scratch"] == 50.0 and row["plm"] == 50.0 and row["plm_from"], row  # same model: carried
+assert row["mlm"] == 70.0 and "mlm_from" not in row, row  # measured here: kept
+rows = transfer.carry_over([], sys.argv[1], recipe, {"plm": curve[:1], "mlm": curve[:1]})
+assert "plm" not in rows[0] and rows[0]["scratch"] == 50.0, rows  # another pretrained model: not carried
+try:
+    transfer.carry_over([], sys.argv[1], {"n_token": "4000"}, other_mlm)
+    raise SystemExit("a report of another recipe was carried over")
+except Exception as e:  # app.UsageError
+    assert "another pretraining recipe" in str(e)
+print("ok")
+'''
+
+
+def test_transfer_carries_over_only_cells_of_the_same_pretrained_model(tmp_path):
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", CARRY_CHECK, str(tmp_path / "earlier.json")], cwd=repo,
+                         capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip().endswith("ok"), out.stderr[-2000:]
