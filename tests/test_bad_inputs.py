@@ -573,3 +573,27 @@ def test_a_damaged_record_file_is_named(tmp_path):
     path.write_bytes(bytes(raw))
     with pytest.raises(ManifestError, match=f"{path}: corrupted record"):
         _run(run_classifier, args)
+
+
+def test_an_unusable_sentencepiece_model_is_named(tmp_path):
+    from xlnet_tf.errors import UserError
+    from xlnet_tf.tokenization import XLNetTokenizer
+
+    bad = tmp_path / "spiece.model"
+    bad.write_bytes(b"\x00not a model" * 20)
+    with pytest.raises(UserError, match=f"{bad} is not a usable SentencePiece model"):
+        XLNetTokenizer(str(bad))
+
+
+@pytest.mark.parametrize("name, message", [
+    ("model.safetensors", "is not a readable safetensors file"),
+    ("xlnet_model.ckpt.index", "not a readable TF checkpoint"),
+])
+def test_an_unreadable_checkpoint_is_named_with_the_format_expected(tmp_path, name, message):
+    from xlnet_tf import checkpoints
+    from xlnet_tf.models import XLNetClassifier
+
+    (tmp_path / name).write_bytes(b"\x13garbage bytes, not a checkpoint" * 40)
+    path = str(tmp_path / name).replace(".index", "")
+    with pytest.raises(checkpoints.CheckpointMismatchError, match=f"{path} {message}|{path}: {message}"):
+        checkpoints.load_init_checkpoint(XLNetClassifier(_config()), path)

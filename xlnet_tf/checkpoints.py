@@ -152,7 +152,7 @@ def read_tf_checkpoint(path: str) -> Dict[str, np.ndarray]:
     if prefix is None or not tf.io.gfile.exists(prefix + ".index"):
         raise FileNotFoundError(f"No TF checkpoint at {path} (expected {path}.index or a directory "
                                 f"with a 'checkpoint' file)")
-    reader = tf.train.load_checkpoint(prefix)
+    reader = open_tf_checkpoint(prefix)
     return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
             if not _SKIP.search(name)}
 
@@ -232,7 +232,11 @@ def read_safetensors(path: str) -> Dict[str, np.ndarray]:
         path = os.path.join(path, "model.safetensors")
     if not os.path.exists(path):
         raise FileNotFoundError(f"No safetensors file at {path}")
-    return load_file(path)
+    try:
+        return load_file(path)
+    except Exception as e:  # safetensors' SafetensorError, or an OSError
+        raise CheckpointMismatchError(f"{path} is not a readable safetensors file ({e}); expected a Hugging Face "
+                                      "model.safetensors") from None
 
 
 def load_hf_weights(model, state_or_path, require_heads: bool = False):
@@ -248,6 +252,16 @@ def config_from_hf_json(path: str, **overrides) -> XLNetConfig:
 
 
 # ----------------------------------------------------------------------------------------- dispatcher
+def open_tf_checkpoint(prefix: str):
+    """`tf.train.load_checkpoint(prefix)`, with a damaged file named (TensorFlow says 'not an sstable')."""
+    try:
+        return tf.train.load_checkpoint(prefix)
+    except (tf.errors.OpError, ValueError) as e:
+        raise CheckpointMismatchError(f"{prefix}: not a readable TF checkpoint ({str(e).splitlines()[0]}); expected "
+                                      f"{prefix}.index and its .data-* files as tf.train.Checkpoint or the "
+                                      "original release write them") from None
+
+
 def detect_format(path: str) -> str:
     """`hf` (safetensors), `original` (TF1 names) or `ours` (an object-based TF2 checkpoint)."""
     if path.endswith(".safetensors") or os.path.exists(os.path.join(path, "model.safetensors")):
@@ -257,7 +271,7 @@ def detect_format(path: str) -> str:
         raise FileNotFoundError(f"--init_checkpoint {path}: no checkpoint found (expected a TF checkpoint "
                                 f"prefix with a .index file, a directory with a 'checkpoint' file, or a "
                                 f".safetensors file)")
-    names = tf.train.load_checkpoint(prefix).get_variable_to_shape_map()
+    names = open_tf_checkpoint(prefix).get_variable_to_shape_map()
     if f"{T}/word_embedding/lookup_table" in names:
         return "original"
     if _object_key(f"{T}/word_embedding/lookup_table") in names:
@@ -397,7 +411,7 @@ def _unescape(key: str) -> Optional[str]:
 
 def read_object_checkpoint(prefix: str) -> Dict[str, np.ndarray]:
     """The weights of one of our object-based checkpoints, by original-layout name."""
-    reader = tf.train.load_checkpoint(prefix)
+    reader = open_tf_checkpoint(prefix)
     out = {}
     for key in reader.get_variable_to_shape_map():
         name = _unescape(key)
