@@ -92,3 +92,15 @@ def test_evaluate_lm_runner_on_a_pretrained_checkpoint(tmp_path):
     # 2 rows of 80 tokens in 5 segments of 16: every segment's first token unscored (and any <eod>)
     assert 140 <= report["with_memories"]["tokens"] == report["without_memories"]["tokens"] <= 150
     assert report["mem_len"] == 48 and report["stream_tokens"] == 160
+
+
+def test_sliding_window_with_the_whole_past_equals_cached_memories():
+    """Recomputing every window of the whole past (context >= stream) reads each token with the same context
+    as memories of the whole past do: the same NLL (the vanilla baseline is the same function, only slower)."""
+    from xlnet_tf import lm_eval
+
+    model = _model(mem_len=64)
+    rows = _stream(64)[None]
+    cached = lm_eval.token_nll(model, rows, seg_len=16, use_mems=True)
+    window = lm_eval.sliding_window_nll(model, rows, seg_len=16, context=64)
+    np.testing.assert_allclose(window[:, 1:], cached[:, 1:], rtol=1e-4, atol=1e-4)

@@ -31,14 +31,18 @@ def causal_perm_mask(seg_len: int) -> np.ndarray:
     return np.triu(np.ones((seg_len, seg_len), np.float32))
 
 
-def segment_features(ids: np.ndarray) -> Dict[str, tf.Tensor]:
-    """Features of `ids [B, L]` for the left-to-right reading (one segment, single part)."""
+def segment_features(ids: np.ndarray, first_target: int = 0) -> Dict[str, tf.Tensor]:
+    """Features of `ids [B, L]` for the left-to-right reading (one segment, single part); the query stream
+    predicts positions `first_target..L-1` (`target_mapping [B, L - first_target, L]`), with their ids as
+    `target_ids`."""
     batch, seg_len = ids.shape
+    mapping = np.eye(seg_len, dtype=np.float32)[first_target:]
     return {
         "input_ids": tf.constant(ids, tf.int32),
         "segment_ids": tf.zeros([batch, seg_len], tf.int32),
         "perm_mask": tf.constant(np.broadcast_to(causal_perm_mask(seg_len), (batch, seg_len, seg_len))),
-        "target_mapping": tf.eye(seg_len, batch_shape=[batch]),
+        "target_mapping": tf.constant(np.broadcast_to(mapping, (batch,) + mapping.shape)),
+        "target_ids": tf.constant(ids[:, first_target:], tf.int32),
     }
 
 
@@ -64,7 +68,7 @@ def token_nll(model, rows: np.ndarray, seg_len: int, use_mems: bool) -> np.ndarr
     @tf.function  # one trace per memory length (it grows to mem_len, then stays)
     def step(features, mems):
         out = model(features, mems=mems, training=False)
-        nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=features["input_ids"], logits=out["logits"])
+        nll = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=features["target_ids"], logits=out["logits"])
         return nll, out["new_mems"]
 
     mems = None
@@ -74,6 +78,23 @@ def token_nll(model, rows: np.ndarray, seg_len: int, use_mems: bool) -> np.ndarr
         pieces.append(nll.numpy())
         if use_mems:
             mems = new_mems
+    return np.concatenate(pieces, axis=1)
+
+
+def sliding_window_nll(model, rows: np.ndarray, seg_len: int, context: int) -> np.ndarray:
+    """The vanilla evaluation Transformer-XL is compared with: for every segment, the whole window of the last
+    `context` tokens (the segment at its end) is recomputed from scratch, no memories, and the query stream
+    predicts the segment's tokens only; returns their NLL `[B, T]` (windows at the stream's start are shorter:
+    one trace per length)."""
+    @tf.function
+    def step(features):
+        out = model(features, training=False)
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=features["target_ids"], logits=out["logits"])
+
+    pieces = []
+    for start in range(0, rows.shape[1], seg_len):
+        begin = max(0, start + seg_len - context)
+        pieces.append(step(segment_features(rows[:, begin:start + seg_len], first_target=start - begin)).numpy())
     return np.concatenate(pieces, axis=1)
 
 
