@@ -324,6 +324,8 @@ def collect(work: str, task_map: Dict[str, Task]) -> Dict:
 
 
 CELL_KEYS = ("", "_std", "_seeds", "_best_lr", "_grid")
+# Recipe flags that only say which checkpoints are kept, not what is trained
+RECIPE_BOOKKEEPING = ("keep_checkpoint_steps", "keep_checkpoints", "save_steps")
 
 
 def carry_over(rows: List[Dict], path: str, recipe: Dict[str, str], curves: Dict) -> List[Dict]:
@@ -332,7 +334,10 @@ def carry_over(rows: List[Dict], path: str, recipe: Dict[str, str], curves: Dict
     curve is the one measured here. Each carried cell gets `<init>_from`."""
     with open(path, encoding="utf-8") as f:
         earlier = json.load(f)
-    if earlier.get("pretrain_recipe") != recipe:
+    def shaping(r):  # what the recipe does to the model, without the checkpoint bookkeeping
+        return {k: v for k, v in (r or {}).items() if k not in RECIPE_BOOKKEEPING}
+
+    if shaping(earlier.get("pretrain_recipe")) != shaping(recipe):
         raise app.UsageError(f"--carry_over={path}: another pretraining recipe; its cells do not belong here")
     same_model = {o for o in FLAGS.objectives
                   if o in curves and earlier.get("pretrain_heldout", {}).get(o) == curves[o]}

@@ -123,6 +123,8 @@ assert row["scratch"] == 50.0 and row["plm"] == 50.0 and row["plm_from"], row  #
 assert row["mlm"] == 70.0 and "mlm_from" not in row, row  # measured here: kept
 rows = transfer.carry_over([], sys.argv[1], recipe, {"plm": curve[:1], "mlm": curve[:1]})
 assert "plm" not in rows[0] and rows[0]["scratch"] == 50.0, rows  # another pretrained model: not carried
+rows = transfer.carry_over([], sys.argv[1], {**recipe, "keep_checkpoint_steps": "900"}, other_mlm)
+assert rows[0]["scratch"] == 50.0  # checkpoint bookkeeping is not the recipe
 try:
     transfer.carry_over([], sys.argv[1], {"n_token": "4000"}, other_mlm)
     raise SystemExit("a report of another recipe was carried over")
