@@ -329,7 +329,8 @@ RECIPE_BOOKKEEPING = ("keep_checkpoint_steps", "keep_checkpoints", "save_steps")
 
 
 def carry_over(rows: List[Dict], path: str, recipe: Dict[str, str], curves: Dict) -> List[Dict]:
-    """Fills the cells `rows` lack (an init without runs in this work_dir) from the earlier report at `path`,
+    """Fills the cells `rows` lack (an init without runs in this work_dir, or whose grid here is still a
+    strict part of the earlier grid) from the earlier report at `path`,
     when it is a report of the same recipe and, for a pretrained init, of a pretrained model whose held-out
     curve is the one measured here. Each carried cell gets `<init>_from`."""
     with open(path, encoding="utf-8") as f:
@@ -351,8 +352,12 @@ def carry_over(rows: List[Dict], path: str, recipe: Dict[str, str], curves: Dict
             rows.append(row)
             by_key[(old["task"], old["metric"])] = row
         for init in FLAGS.inits:
-            if init in row or init not in old or (init != "scratch" and init not in same_model):
+            if init not in old or (init != "scratch" and init not in same_model):
                 continue
+            here = set(row.get(f"{init}_grid") or {})
+            if init in row and not here < set(old.get(f"{init}_grid") or {}):
+                continue  # measured here, with a grid at least the earlier one's: keep it
+            # not measured here, or this work_dir's grid is still a part of the earlier one's
             row.update({init + k: old[init + k] for k in CELL_KEYS if init + k in old})
             row[f"{init}_from"] = os.path.relpath(path, REPO)
     order = {t: i for i, t in enumerate(FLAGS.tasks)}

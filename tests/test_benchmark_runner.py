@@ -125,6 +125,9 @@ rows = transfer.carry_over([], sys.argv[1], recipe, {"plm": curve[:1], "mlm": cu
 assert "plm" not in rows[0] and rows[0]["scratch"] == 50.0, rows  # another pretrained model: not carried
 rows = transfer.carry_over([], sys.argv[1], {**recipe, "keep_checkpoint_steps": "900"}, other_mlm)
 assert rows[0]["scratch"] == 50.0  # checkpoint bookkeeping is not the recipe
+partial = [{"task": "topic", "metric": "accuracy", "primary": True, "scratch": 40.0, "scratch_seeds": 1,
+            "scratch_grid": {}}]
+assert transfer.carry_over(partial, sys.argv[1], recipe, other_mlm)[0]["scratch"] == 50.0  # grid here unfinished
 try:
     transfer.carry_over([], sys.argv[1], {"n_token": "4000"}, other_mlm)
     raise SystemExit("a report of another recipe was carried over")
