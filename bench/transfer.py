@@ -89,10 +89,10 @@ def define_flags():
     flags.DEFINE_string("results_prefix", os.path.join(REPO, "bench", "results", "transfer_cpu"),
                         "Report path without extension (.json, .md, .png).")
     flags.DEFINE_integer("num_processes", 2, "Record builder processes.")
-    flags.DEFINE_string("carry_over", None, "An earlier report (.json) of this command whose cells fill those "
-                        "this work_dir has no runs for: only when its pretraining recipe is the same and, for "
-                        "mlm/plm, its pretraining held-out curve equals this work_dir's (the same pretrained "
-                        "model); carried cells are marked in the report.")
+    flags.DEFINE_string("carry_over", None, "An earlier report (.json) of this command whose seed-0 runs (its "
+                        "learning-rate grids) stand for the runs this work_dir has not made: only when its "
+                        "pretraining recipe is the same and, for mlm/plm, its pretraining held-out curve equals "
+                        "this work_dir's (the same pretrained model); cells using them are marked in the report.")
 
 
 # ---- helpers ----------------------------------------------------------------------------------------------
@@ -253,30 +253,42 @@ def finetune(work: str, task: Task, init: str, lr: str, seed: str, extra: str) -
 LR_LADDER = ("1e-5", "3e-5", "1e-4", "3e-4", "1e-3", "3e-3", "1e-2")
 
 
-def seed0_grid(work: str, task: Task, init: str) -> Dict[str, Dict[str, float]]:
-    """Scores of the finished seed-0 runs of every learning rate on the ladder."""
-    out = {}
+Grids = Dict[tuple, Dict[str, Dict[str, float]]]  # (task, init) -> {lr: {metric: score}}
+
+
+def seed0_grid(work: str, task: Task, init: str, carried: Optional[Grids] = None) -> Dict[str, Dict[str, float]]:
+    """Scores of the seed-0 runs of every learning rate on the ladder: the finished runs of this work_dir,
+    then those `carried` from an earlier report (see `carried_grids`) for the rates not run here."""
+    out = dict((carried or {}).get((task.name, init), {}))
     for lr in LR_LADDER:
         s = read_score(run_dir(work, task.name, init, lr, "0"), task)
         if s is not None:
             out[lr] = s
-    return out
+    return {lr: out[lr] for lr in LR_LADDER if lr in out}
 
 
-def stage_finetune(work: str, task_map: Dict[str, Task]) -> None:
+def seed0_run(work: str, task: Task, init: str, lr: str, carried: Optional[Grids]) -> Dict[str, float]:
+    """The seed-0 run of one rate: carried from the earlier report when this work_dir has not run it."""
+    here = read_score(run_dir(work, task.name, init, lr, "0"), task)
+    if here is None and lr in (carried or {}).get((task.name, init), {}):
+        return carried[(task.name, init)][lr]
+    return finetune(work, task, init, lr, "0", FLAGS.extra_finetune_flags)
+
+
+def stage_finetune(work: str, task_map: Dict[str, Task], carried: Optional[Grids] = None) -> None:
     """The grid with seed 0, extended one ladder step while an init's best rate is at the grid's edge
-    (at most `--max_grid_extensions` times, the same rule for every init), then the seeds at the best."""
+    (at most `--max_grid_extensions` times, the same rule for every init), then the seeds at the best.
+    Seed-0 runs `carried` from an earlier report are not run again."""
     for lr in FLAGS.learning_rates:
         if lr not in LR_LADDER:
             raise app.UsageError(f"--learning_rates: {lr} is not on the ladder {LR_LADDER}")
     for name in FLAGS.tasks:
         task = task_map[name]
         for init in FLAGS.inits:
-            lrs = sorted(FLAGS.learning_rates, key=LR_LADDER.index)
-            for lr in lrs:
-                finetune(work, task, init, lr, "0", FLAGS.extra_finetune_flags)
+            for lr in sorted(FLAGS.learning_rates, key=LR_LADDER.index):
+                seed0_run(work, task, init, lr, carried)
             for _ in range(FLAGS.max_grid_extensions):
-                grid = {lr: s[task.primary] for lr, s in seed0_grid(work, task, init).items()}
+                grid = {lr: s[task.primary] for lr, s in seed0_grid(work, task, init, carried).items()}
                 best = max(grid, key=grid.get)
                 ladder = sorted(grid, key=LR_LADDER.index)
                 k = LR_LADDER.index(best)
@@ -287,30 +299,38 @@ def stage_finetune(work: str, task_map: Dict[str, Task]) -> None:
                 else:
                     break
                 _say(f"{name} {init}: best rate {best} at the edge of the grid; adding {nxt}")
-                finetune(work, task, init, nxt, "0", FLAGS.extra_finetune_flags)
-            grid = {lr: s[task.primary] for lr, s in seed0_grid(work, task, init).items()}
+                seed0_run(work, task, init, nxt, carried)
+            grid = {lr: s[task.primary] for lr, s in seed0_grid(work, task, init, carried).items()}
             best = max(grid, key=grid.get)
             for seed in FLAGS.seeds:
-                finetune(work, task, init, best, seed, FLAGS.extra_finetune_flags)
+                if seed == "0":
+                    seed0_run(work, task, init, best, carried)
+                else:
+                    finetune(work, task, init, best, seed, FLAGS.extra_finetune_flags)
 
 
 # ---- report -----------------------------------------------------------------------------------------------
 
-def collect(work: str, task_map: Dict[str, Task]) -> Dict:
+def collect(work: str, task_map: Dict[str, Task], carried: Optional[Grids] = None,
+            source: Optional[str] = None) -> List[Dict]:
+    """Report rows: per task and metric, each init's mean and std over the seeds at its best seed-0 rate.
+    A cell whose seed-0 grid includes runs `carried` from the report at `source` gets `<init>_from`."""
     rows = []
     for name in FLAGS.tasks:
         task = task_map[name]
-        runs = {}  # init -> (seed-0 grid, best rate, the seeds' scores at it), read once per task
+        runs = {}  # init -> (seed-0 grid, best rate, the seeds' scores at it, carried?), read once per task
         for init in FLAGS.inits:
-            grid = seed0_grid(work, task, init)
+            grid = seed0_grid(work, task, init, carried)
             if grid:
                 best = max(grid, key=lambda lr: grid[lr][task.primary])
                 seeds = [s for s in (read_score(run_dir(work, name, init, best, seed), task)
+                                     or (grid[best] if seed == "0" else None)
                                      for seed in FLAGS.seeds) if s is not None]
-                runs[init] = (grid, best, seeds)
+                from_earlier = any(read_score(run_dir(work, name, init, lr, "0"), task) is None for lr in grid)
+                runs[init] = (grid, best, seeds, from_earlier)
         for metric in task.metrics:
             row = {"task": name, "metric": metric, "primary": metric == task.primary}
-            for init, (grid, best, seeds) in runs.items():
+            for init, (grid, best, seeds, from_earlier) in runs.items():
                 vals = [s[metric] for s in seeds if metric in s]
                 if not vals:
                     continue
@@ -319,22 +339,25 @@ def collect(work: str, task_map: Dict[str, Task]) -> Dict:
                 row[f"{init}_seeds"] = len(vals)
                 row[f"{init}_best_lr"] = best
                 row[f"{init}_grid"] = {lr: s.get(metric) for lr, s in grid.items()}
+                if from_earlier:
+                    row[f"{init}_from"] = source
             rows.append(row)
     return rows
 
 
-CELL_KEYS = ("", "_std", "_seeds", "_best_lr", "_grid")
 # Recipe flags that only say which checkpoints are kept, not what is trained
 RECIPE_BOOKKEEPING = ("keep_checkpoint_steps", "keep_checkpoints", "save_steps")
 
 
-def carry_over(rows: List[Dict], path: str, recipe: Dict[str, str], curves: Dict) -> List[Dict]:
-    """Fills the cells `rows` lack (an init without runs in this work_dir, or whose grid here is still a
-    strict part of the earlier grid) from the earlier report at `path`,
-    when it is a report of the same recipe and, for a pretrained init, of a pretrained model whose held-out
-    curve is the one measured here. Each carried cell gets `<init>_from`."""
+def carried_grids(path: str, recipe: Dict[str, str], curves: Dict) -> Grids:
+    """The seed-0 runs (the learning-rate grids) of an earlier report at `path`, to stand for runs this
+    work_dir has not made: only when it is a report of the same pretraining recipe (checkpoint bookkeeping
+    aside) and, for mlm/plm, of a pretrained model whose held-out curve is the one measured here (pretraining
+    and fine-tuning are deterministic here, so such a run would give the same scores). The other seeds are
+    not carried: a report keeps only their mean."""
     with open(path, encoding="utf-8") as f:
         earlier = json.load(f)
+
     def shaping(r):  # what the recipe does to the model, without the checkpoint bookkeeping
         return {k: v for k, v in (r or {}).items() if k not in RECIPE_BOOKKEEPING}
 
@@ -342,26 +365,17 @@ def carry_over(rows: List[Dict], path: str, recipe: Dict[str, str], curves: Dict
         raise app.UsageError(f"--carry_over={path}: another pretraining recipe; its cells do not belong here")
     same_model = {o for o in FLAGS.objectives
                   if o in curves and earlier.get("pretrain_heldout", {}).get(o) == curves[o]}
-    by_key = {(r["task"], r["metric"]): r for r in rows}
+    grids: Grids = {}
     for old in earlier["rows"]:
         if old["task"] not in FLAGS.tasks:
             continue
-        row = by_key.get((old["task"], old["metric"]))
-        if row is None:
-            row = {k: old[k] for k in ("task", "metric", "primary")}
-            rows.append(row)
-            by_key[(old["task"], old["metric"])] = row
         for init in FLAGS.inits:
-            if init not in old or (init != "scratch" and init not in same_model):
+            if init != "scratch" and init not in same_model:
                 continue
-            here = set(row.get(f"{init}_grid") or {})
-            if init in row and not here < set(old.get(f"{init}_grid") or {}):
-                continue  # measured here, with a grid at least the earlier one's: keep it
-            # not measured here, or this work_dir's grid is still a part of the earlier one's
-            row.update({init + k: old[init + k] for k in CELL_KEYS if init + k in old})
-            row[f"{init}_from"] = os.path.relpath(path, REPO)
-    order = {t: i for i, t in enumerate(FLAGS.tasks)}
-    return sorted(rows, key=lambda r: order[r["task"]])
+            for lr, score in (old.get(f"{init}_grid") or {}).items():
+                if score is not None:
+                    grids.setdefault((old["task"], init), {}).setdefault(lr, {})[old["metric"]] = score
+    return grids
 
 
 def pretrain_curves(work: str) -> Dict:
@@ -447,9 +461,10 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
         lines.append(f"| {row['task']} | {row['metric']} | " + " | ".join(cell(row, i) for i in INITS) + " |")
     sources = sorted({row[k] for row in rows for k in row if k.endswith("_from")})
     if sources:
-        lines += ["", f"† carried over from an earlier run of the same command ({', '.join(sources)}): same "
-                      "pretraining recipe, and for MLM/PLM the same held-out curve, i.e. the same pretrained model "
-                      "(pretraining is deterministic here); those cells were not re-measured in this work_dir."]
+        lines += ["", f"† some seed-0 runs (grid) carried over from an earlier run of the same command "
+                      f"({', '.join(sources)}): same pretraining recipe, and for MLM/PLM the same held-out curve, "
+                      "i.e. the same pretrained model (pretraining and fine-tuning are deterministic here); those "
+                      "runs were not repeated in this work_dir, the other seeds were."]
     used = sorted({lr for row in rows for i in INITS for lr in row.get(f"{i}_grid", {})}, key=LR_LADDER.index)
     lines += ["", "Learning-rate grid (seed 0, dev; extended while the best rate was at its edge):", "",
               "| task | metric | init | " + " | ".join(used) + " |",
@@ -533,13 +548,15 @@ def main(argv):
             stage_records(work, data_root, recipe, objective, FLAGS.num_processes)
         if "pretrain" in FLAGS.stages:
             stage_pretrain(work, recipe_path, recipe, objective)
+    carried, source = None, None
+    if FLAGS.carry_over:
+        source = os.path.relpath(os.path.abspath(FLAGS.carry_over), REPO)
+        carried = carried_grids(os.path.abspath(FLAGS.carry_over), recipe, pretrain_curves(work))
     if "finetune" in FLAGS.stages:
-        stage_finetune(work, task_map)
+        stage_finetune(work, task_map, carried)
     if "report" in FLAGS.stages:
         baselines = {o: unigram(work, o, FLAGS.vocab_size) for o in FLAGS.objectives}
-        rows, curves = collect(work, task_map), pretrain_curves(work)
-        if FLAGS.carry_over:
-            rows = carry_over(rows, os.path.abspath(FLAGS.carry_over), recipe, curves)
+        rows, curves = collect(work, task_map, carried, source), pretrain_curves(work)
         write_report(work, recipe, rows, curves, {k: v for k, v in baselines.items() if v is not None})
         _say(f"report: {FLAGS.results_prefix}.md")
 

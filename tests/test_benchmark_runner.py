@@ -102,34 +102,56 @@ def test_transfer_flag_file_parses_and_names_real_tasks():
 
 
 CARRY_CHECK = r'''
-import json, sys
+import json, os, sys
 from absl import flags
 from bench import transfer
+from xlnet_tf import results
 transfer.define_flags()
-flags.FLAGS(["transfer", "--tasks=topic", "--objectives=plm,mlm", "--work_dir=w"])
+work = os.path.dirname(sys.argv[1])
+flags.FLAGS(["transfer", "--tasks=topic", "--objectives=plm,mlm", f"--work_dir={work}", "--seeds=0,1",
+             "--learning_rates=3e-4,1e-3"])
+task = transfer.tasks("labeled")["topic"]
 recipe = {"n_token": "8000"}
 curve = [{"step": 0, "loss": 9.0, "accuracy": 0.0}, {"step": 300, "loss": 6.1, "accuracy": 0.1}]
+def cell(grid):
+    return {"": max(grid.values()), "_std": None, "_seeds": 1, "_best_lr": max(grid, key=grid.get), "_grid": grid}
 old = {"pretrain_recipe": recipe, "pretrain_heldout": {"plm": curve, "mlm": curve},
-       "rows": [{"task": "topic", "metric": "accuracy", "primary": True,
+       "rows": [{"task": "topic", "metric": m, "primary": m == "accuracy",
                  **{f"{i}{k}": v for i in ("scratch", "plm", "mlm")
-                    for k, v in (("", 50.0), ("_std", None), ("_seeds", 1), ("_best_lr", "1e-3"),
-                                 ("_grid", {"1e-3": 50.0}))}}]}
+                    for k, v in cell({"3e-4": 40.0 + d, "1e-3": 50.0 + d}).items()}}
+                for m, d in (("accuracy", 0.0), ("macro_f1", -10.0))]}
 json.dump(old, open(sys.argv[1], "w"))
-measured = [{"task": "topic", "metric": "accuracy", "primary": True, "mlm": 70.0, "mlm_seeds": 1}]
+def run(init, lr, seed, acc):  # a finished run in the work_dir
+    results.record(transfer.run_dir(work, "topic", init, lr, seed), "classifier", "accuracy", 10,
+                   {"accuracy": acc / 100, "macro_f1": acc / 200})
 other_mlm = {"plm": curve, "mlm": curve[:1]}
-rows = transfer.carry_over(measured, sys.argv[1], recipe, other_mlm)
-row = rows[0]
-assert row["scratch"] == 50.0 and row["plm"] == 50.0 and row["plm_from"], row  # same model: carried
-assert row["mlm"] == 70.0 and "mlm_from" not in row, row  # measured here: kept
-rows = transfer.carry_over([], sys.argv[1], recipe, {"plm": curve[:1], "mlm": curve[:1]})
-assert "plm" not in rows[0] and rows[0]["scratch"] == 50.0, rows  # another pretrained model: not carried
-rows = transfer.carry_over([], sys.argv[1], {**recipe, "keep_checkpoint_steps": "900"}, other_mlm)
-assert rows[0]["scratch"] == 50.0  # checkpoint bookkeeping is not the recipe
-partial = [{"task": "topic", "metric": "accuracy", "primary": True, "scratch": 40.0, "scratch_seeds": 1,
-            "scratch_grid": {}}]
-assert transfer.carry_over(partial, sys.argv[1], recipe, other_mlm)[0]["scratch"] == 50.0  # grid here unfinished
+grids = transfer.carried_grids(sys.argv[1], recipe, other_mlm)
+assert grids[("topic", "plm")] == {"3e-4": {"accuracy": 40.0, "macro_f1": 30.0},
+                                  "1e-3": {"accuracy": 50.0, "macro_f1": 40.0}}, grids
+assert ("topic", "mlm") not in grids and ("topic", "scratch") in grids  # another pretrained model: not carried
+run("plm", "1e-3", "1", 60.0)
+run("scratch", "3e-4", "0", 70.0)  # run here: this run, not the carried one
+rows = {r["metric"]: r for r in transfer.collect(work, {"topic": task}, grids, "earlier.json")}
+acc = rows["accuracy"]
+assert acc["plm"] == 55.0 and acc["plm_seeds"] == 2 and acc["plm_from"] == "earlier.json", acc  # carried seed 0
+assert rows["macro_f1"]["plm"] == 35.0, rows["macro_f1"]
+assert acc["scratch_best_lr"] == "3e-4" and acc["scratch_seeds"] == 1 and acc["scratch_from"], acc
+assert "mlm" not in acc, acc
+ran = []
+def fake_finetune(work, task, init, lr, seed, extra):  # bench/transfer.finetune without the training
+    done = transfer.read_score(transfer.run_dir(work, task.name, init, lr, seed), task)
+    if done is None:
+        ran.append((init, lr, seed))
+        run(init, lr, seed, 10.0)
+transfer.finetune = fake_finetune
+flags.FLAGS.max_grid_extensions = 0
+transfer.stage_finetune(work, {"topic": task}, grids)
+assert sorted(ran) == [("mlm", "1e-3", "0"), ("mlm", "3e-4", "0"), ("mlm", "3e-4", "1"),
+                       ("scratch", "3e-4", "1")], ran  # neither the carried runs nor those here again
+grids = transfer.carried_grids(sys.argv[1], {**recipe, "keep_checkpoint_steps": "900"}, other_mlm)
+assert ("topic", "scratch") in grids  # checkpoint bookkeeping is not the recipe
 try:
-    transfer.carry_over([], sys.argv[1], {"n_token": "4000"}, other_mlm)
+    transfer.carried_grids(sys.argv[1], {"n_token": "4000"}, other_mlm)
     raise SystemExit("a report of another recipe was carried over")
 except Exception as e:  # app.UsageError
     assert "another pretraining recipe" in str(e)
@@ -137,7 +159,7 @@ print("ok")
 '''
 
 
-def test_transfer_carries_over_only_cells_of_the_same_pretrained_model(tmp_path):
+def test_transfer_carries_over_only_seed0_runs_of_the_same_pretrained_model(tmp_path):
     import subprocess
     import sys
 
