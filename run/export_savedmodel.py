@@ -62,7 +62,7 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
     if task in ("classifier", "regression", "embedding"):
         model = XLNetClassifier(config, num_labels=max(info.get("num_labels", 2), 2),
                                 regression=task == "regression", task_name=info.get("task_name", "task"),
-                                **summary)
+                                mem_len=info.get("mem_len"), **summary)
     elif task == "race":
         model = XLNetMultipleChoice(config, **summary)
     else:
@@ -77,7 +77,8 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
     options = dict(uncased=info.get("uncased", False), labels=info.get("labels"),
                    text_pair=info.get("text_pair", False), max_query_length=info.get("max_query_length", 64),
                    max_qa_length=info.get("max_qa_length", 128),
-                   max_answer_length=info.get("max_answer_length", 64))
+                   max_answer_length=info.get("max_answer_length", 64),
+                   max_segments=info.get("max_segments") or 1)
     sample = "XLNet warm-up request for TF Serving."
     warmup = {"squad": {"question": np.array([b"What is warmed up?"]), "context": np.array([sample.encode()])},
               "race": {"article": np.array([sample.encode()]), "question": np.array([b"What is it?"]),

@@ -6,6 +6,11 @@
       --spiece_model_file=spiece.model --model_config_path=xlnet_config.json \
       --init_checkpoint=converted/ --model_dir=out/mrpc --do_train --do_eval --do_predict
 
+Long documents: `--max_segments=S` (> 1) builds and reads documents of up to S segments of
+`--max_seq_length` tokens and reads them segment by segment inside the compiled step, with Transformer-XL
+memories of `--mem_len` positions (no gradient through them), classifying from the last segment
+(run/flags/brown_genre_long.flags). `--max_segments=1` (default) is the usual one-segment run.
+
 With `--data_dir` and `--task`, missing records are built into `--record_dir` first. Writes
 `eval_results.json` (accuracy; F1 for MRPC/QQP; Matthews correlation for CoLA; Pearson/Spearman for
 regression) and `predict_<split>.tsv` (GLUE submission layout `index<TAB>prediction`).
@@ -17,6 +22,7 @@ from absl import app, flags
 
 from run import common_flags
 from xlnet_tf import lifecycle
+from xlnet_tf.errors import UserError
 
 # This runner's flags, defined by `define_flags` when it runs (its __main__, common_flags.parse),
 # never at import.
@@ -35,6 +41,10 @@ def define_flags(fv: flags.FlagValues = FLAGS):
                                    train_batch_size=32)
     common_flags.define_finetune_flags(fv, max_seq_length=128)
     d.string("task", None, "Task name (metrics; and building records with --data_dir).")
+    d.integer("max_segments", 1, "Long documents: segments of --max_seq_length tokens per example, read "
+              "with memories (1 = one segment, the text cut at --max_seq_length).")
+    d.integer("mem_len", 0, "Long documents: memory length in tokens carried from segment to segment "
+              "(0 = --max_seq_length); ignored with --max_segments=1.")
 
 
 class ClassifierTask(lifecycle.FineTuningTask):
@@ -45,6 +55,20 @@ class ClassifierTask(lifecycle.FineTuningTask):
     def __init__(self, settings):
         super().__init__(settings)
         self._task_name = None
+        if settings.max_segments < 1:
+            raise UserError(f"--max_segments must be >= 1, got {settings.max_segments}")
+        if settings.mem_len < 0:
+            raise UserError(f"--mem_len must be >= 0, got {settings.mem_len}")
+
+    @property
+    def mem_len(self):
+        """Memory length of a long-document run, None for one segment."""
+        s = self.settings
+        return (s.mem_len or s.max_seq_length) if s.max_segments > 1 else None
+
+    @property
+    def tokens_per_example(self) -> int:
+        return int(self.settings.max_seq_length * self.settings.max_segments)
 
     @property
     def name(self):
@@ -69,7 +93,8 @@ class ClassifierTask(lifecycle.FineTuningTask):
             record_inputs.refresh(s.record_dir, classifier_data.CLASSIFIER_KIND, current, lambda splits: (
                 classifier_data.build_classifier_records(
                     processor, s.data_dir, s.spiece_model_file, s.record_dir, max_seq_length=s.max_seq_length,
-                    splits=splits, uncased=s.uncased, eval_batch_size=s.eval_batch_size, seed=s.seed, log=log)),
+                    splits=splits, uncased=s.uncased, eval_batch_size=s.eval_batch_size, seed=s.seed, log=log,
+                    max_segments=s.max_segments)),
                 log)
         manifest = classifier_data.read_classifier_manifest(s.record_dir)
         if manifest["is_regression"]:
@@ -84,7 +109,7 @@ class ClassifierTask(lifecycle.FineTuningTask):
         s = self.settings
         return classifier_data.classifier_dataset(
             s.record_dir, batch_size, training, split=split, max_seq_length=s.max_seq_length,
-            spiece_model=s.spiece_model_file, uncased=s.uncased,
+            spiece_model=s.spiece_model_file, uncased=s.uncased, max_segments=s.max_segments,
             **(dict(seed=s.seed, shuffle_buffer=s.shuffle_buffer, input_context=input_context) if training else {}))
 
     def export_info(self):
@@ -96,7 +121,8 @@ class ClassifierTask(lifecycle.FineTuningTask):
         return dict(task=self.name, labels=m.get("label_list"), num_labels=m.get("num_labels"),
                     text_pair=text_pair, max_seq_length=s.max_seq_length, uncased=s.uncased,
                     spiece_model_file=s.spiece_model_file, summary_type=s.summary_type,
-                    use_summ_proj=s.use_summ_proj, task_name=self.task_name())
+                    use_summ_proj=s.use_summ_proj, task_name=self.task_name(),
+                    **(dict(max_segments=s.max_segments, mem_len=self.mem_len) if self.mem_len else {}))
 
     def build_model(self, config, dtype):
         from xlnet_tf.models import XLNetClassifier
@@ -104,7 +130,7 @@ class ClassifierTask(lifecycle.FineTuningTask):
         s, m = self.settings, self.manifest
         return XLNetClassifier(config, num_labels=m.get("num_labels") or 2, regression=m["is_regression"],
                                task_name=self.task_name(), summary_type=s.summary_type,
-                               use_proj=s.use_summ_proj, dtype=dtype)
+                               use_proj=s.use_summ_proj, mem_len=self.mem_len, dtype=dtype)
 
     def metrics(self, split, outputs, model_dir):
         from xlnet_tf import metrics

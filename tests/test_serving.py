@@ -119,7 +119,7 @@ def test_in_graph_packing_equals_the_builder(classifier_export):
     from xlnet_tf.preprocessing import XLNetTextEncoder
 
     module.encoder = XLNetTextEncoder(open(data_fixtures.tiny_spm(), "rb").read())
-    module.max_seq_length = 64
+    module.max_seq_length, module.max_segments = 64, 1
     texts, texts_b = _pairs()
     ids, segs, mask = module._pack_texts(tf.constant(texts), tf.constant(texts_b))
     for k, (a, b) in enumerate(zip(texts, texts_b)):

@@ -29,6 +29,14 @@ examples (`is_real_example` 0, `example_index` -1); the train split is shuffled 
 Record schema (int64 unless said): `input_ids [L]`, `segment_ids [L]`, `attention_mask [L]`,
 `label [1]` (float for regression), `is_real_example [1]`, `example_index [1]`.
 
+Long documents (`max_segments` S > 1): the same packing with `S * L` positions (the budget of the
+truncation rules above is `S * L`, so a pair's B, at the end, is only cut when it is the longer side),
+left-padded as a whole and read as `[S, L]`: every segment before the last is plain text (no `<cls>` or
+`<sep>` is inserted at segment boundaries: the memory of the next segment is then a contiguous stream),
+all padding sits at the start of the document (leading segments may be padding only), and `<cls>` is the
+last position of the last segment, where the "last" summary reads it. Records store `[S * L]`; the
+manifest says `max_segments` (absent = 1, today's records, byte for byte).
+
 Reader (`classifier_dataset`): per-batch dicts with static shapes, see its docstring.
 No absl flags here; the CLI is `tfrecords/build_classifier.py`.
 """
@@ -97,6 +105,7 @@ def _check_length(max_seq_length: int, minimum: int = 3) -> None:
 
 def _pack(ids_a: Sequence[int], ids_b: Optional[Sequence[int]], max_seq_length: int
           ) -> Tuple[Dict[str, np.ndarray], bool]:
+    """`pack_ids` plus whether anything was cut (`max_seq_length` = S * L for documents)."""
     tokens_a = list(ids_a)
     tokens_b = list(ids_b) if ids_b is not None and len(ids_b) else None  # `if tokens_b:`
     n_in = len(tokens_a) + (len(tokens_b) if tokens_b else 0)
@@ -678,14 +687,17 @@ def label_ids(examples: Sequence[InputExample], label_list: Optional[Sequence[st
 
 def convert_examples(tokenizer: tokenization.XLNetTokenizer,
                      examples: Sequence[InputExample], label_list: Optional[Sequence[str]],
-                     is_regression: bool, max_seq_length: int) -> Dict[str, np.ndarray]:
+                     is_regression: bool, max_seq_length: int, max_segments: int = 1
+                     ) -> Dict[str, np.ndarray]:
     """Examples -> stacked features, in example order (`example_index` = position).
 
-    Returns `input_ids`, `segment_ids` int32 [N, L], `attention_mask` float32 [N, L],
-    `label` int32 [N] (float32 for regression), `is_real_example` float32 [N] (ones),
-    `example_index` int32 [N], and `truncated` bool [N].
+    Returns `input_ids`, `segment_ids` int32 [N, S*L], `attention_mask` float32 [N, S*L]
+    (S = `max_segments`, see the module docstring), `label` int32 [N] (float32 for regression),
+    `is_real_example` float32 [N] (ones), `example_index` int32 [N], `truncated` bool [N] and
+    `num_segments` int32 [N] (segments holding real tokens).
     """
     _check_length(max_seq_length)
+    _check_segments(max_segments)
     labels = label_ids(examples, label_list, is_regression)  # fail fast, before tokenizing
     ids_a = tokenizer.encode_batch([ex.text_a for ex in examples])
     has_b = [k for k, ex in enumerate(examples) if ex.text_b]
@@ -693,17 +705,24 @@ def convert_examples(tokenizer: tokenization.XLNetTokenizer,
     ids_b: List[Optional[List[int]]] = [None] * len(examples)
     for k, ids in zip(has_b, enc_b):
         ids_b[k] = ids
-    n, L = len(examples), max_seq_length
+    n, L = len(examples), max_seq_length * max_segments
     out = {"input_ids": np.zeros([n, L], np.int32), "segment_ids": np.zeros([n, L], np.int32),
            "attention_mask": np.zeros([n, L], np.float32), "truncated": np.zeros([n], bool)}
     for k in range(n):
         feats, out["truncated"][k] = _pack(ids_a[k], ids_b[k], L)
         for name, v in feats.items():
             out[name][k] = v
+    real = out["attention_mask"].sum(1).astype(np.int64)
+    out["num_segments"] = (-(-real // max_seq_length)).astype(np.int32)
     out["label"] = labels.astype(np.float32 if is_regression else np.int32)
     out["is_real_example"] = np.ones([n], np.float32)
     out["example_index"] = np.arange(n, dtype=np.int32)
     return out
+
+
+def _check_segments(max_segments: int) -> None:
+    if not isinstance(max_segments, (int, np.integer)) or max_segments < 1:
+        raise ValueError(f"max_segments must be an integer >= 1, got {max_segments!r}")
 
 
 def padding_features(single: Dict[str, np.ndarray], count: int, is_regression: bool
@@ -821,18 +840,19 @@ def pad_count(n: int, multiple: int) -> int:
     return (-n) % multiple if multiple and multiple > 0 else 0
 
 
-CLASSIFIER_BUILD_KEYS = ("task", "max_seq_length", "uncased", "keep_accents", "is_regression",
-                         "label_list", "spiece_model_sha256", "processor")
+CLASSIFIER_BUILD_KEYS = ("task", "max_seq_length", "max_segments", "uncased", "keep_accents",
+                         "is_regression", "label_list", "spiece_model_sha256", "processor")
 
 
 def build_classifier_records(processor: Processor, data_dir: str, spiece_model: str,
                              output_dir: str, *, max_seq_length: int = 128,
                              splits: Sequence[str] = ("train", "dev"), uncased: bool = False,
                              keep_accents: bool = False, eval_batch_size: int = 32,
-                             seed: int = 0, log: Optional[Callable[[str], None]] = None
-                             ) -> Dict[str, Any]:
+                             seed: int = 0, log: Optional[Callable[[str], None]] = None,
+                             max_segments: int = 1) -> Dict[str, Any]:
     """Build `<output_dir>/<split>.tfrecord` for every split, plus `manifest.json`.
 
+    `max_segments` > 1: documents of up to that many segments of `max_seq_length` (module docstring).
     The train split is shuffled with `seed` (`example_index` keeps the file order); other
     splits keep the file order and are padded to a multiple of `eval_batch_size` (0 = no
     padding) with dummy examples. Raises DataError (file and line) on bad input, and when
@@ -840,6 +860,7 @@ def build_classifier_records(processor: Processor, data_dir: str, spiece_model: 
     """
     t0 = time.time()
     _check_length(max_seq_length)
+    _check_segments(max_segments)
     if not splits:
         raise ValueError("no splits given")
     if len(set(splits)) != len(splits):
@@ -853,7 +874,7 @@ def build_classifier_records(processor: Processor, data_dir: str, spiece_model: 
     examples = {sp: processor.get_examples(data_dir, sp) for sp in splits}
     labels = {sp: label_ids(examples[sp], label_list, is_regression) for sp in splits}
     os.makedirs(output_dir, exist_ok=True)
-    dummy = padding_features(pack_ids([], None, max_seq_length), 1, is_regression)
+    dummy = padding_features(pack_ids([], None, max_seq_length * max_segments), 1, is_regression)
     float_keys = ("label",) if is_regression else ()
     split_entries = {}
     for s in splits:
@@ -862,15 +883,16 @@ def build_classifier_records(processor: Processor, data_dir: str, spiece_model: 
         n_pad = 0 if s == "train" else pad_count(n, eval_batch_size)
         order = (np.random.default_rng([seed, 7919]).permutation(n) if s == "train"
                  else np.arange(n))
-        stats = {"truncated": 0}
+        stats = {"truncated": 0, "segments": 0}
 
         def records():
             for start in range(0, n, CONVERT_CHUNK):
                 idx = order[start:start + CONVERT_CHUNK]
                 f = convert_examples(tok, [exs[i] for i in idx], label_list, is_regression,
-                                     max_seq_length)
+                                     max_seq_length, max_segments)
                 f["example_index"] = idx.astype(np.int32)
                 stats["truncated"] += int(f.pop("truncated").sum())
+                stats["segments"] += int(f.pop("num_segments").sum())
                 yield from unstack(f)
             for _ in range(n_pad):
                 yield {k: v[0] for k, v in dummy.items()}
@@ -884,6 +906,7 @@ def build_classifier_records(processor: Processor, data_dir: str, spiece_model: 
         has_labels = any(ex.label is not None for ex in exs)
         entry.update({
             "num_examples": n, "num_padding": n_pad, "num_truncated": stats["truncated"],
+            **({"mean_segments": round(stats["segments"] / n, 3)} if max_segments > 1 else {}),
             "num_skipped_rows": processor.num_skipped(s),
             "has_labels": has_labels, "shuffled": s == "train",
             "pad_to_multiple": 0 if s == "train" else int(eval_batch_size),
@@ -898,14 +921,20 @@ def build_classifier_records(processor: Processor, data_dir: str, spiece_model: 
         if log:
             skipped = (f", {processor.num_skipped(s)} short rows skipped"
                        if processor.num_skipped(s) else "")
-            log(f"{s}: {n} examples (+{n_pad} padding), {stats['truncated']} truncated"
+            segs = (f", {stats['segments'] / n:.2f} of {max_segments} segments on average"
+                    if max_segments > 1 else "")
+            log(f"{s}: {n} examples (+{n_pad} padding), {stats['truncated']} truncated{segs}"
                 f"{skipped} -> "
                 f"{os.path.join(output_dir, entry['file'])}")
+    width = max_seq_length * max_segments
+    doc = (f" (a document of up to {max_segments} segments, left-padded as a whole, read as "
+           f"[{max_segments}, {max_seq_length}])" if max_segments > 1 else "")
     manifest = {
         "kind": CLASSIFIER_KIND,
         "format_version": manifest_lib.FORMAT_VERSION,
         "task": processor.name,
         "max_seq_length": int(max_seq_length),
+        **({"max_segments": int(max_segments)} if max_segments > 1 else {}),
         "uncased": bool(uncased),
         "keep_accents": bool(keep_accents),
         "is_regression": bool(is_regression),
@@ -918,9 +947,9 @@ def build_classifier_records(processor: Processor, data_dir: str, spiece_model: 
         "seed": int(seed),
         "splits": split_entries,
         "schema": {
-            "input_ids": f"int64[{max_seq_length}] left-padded with 0, <cls> last",
-            "segment_ids": f"int64[{max_seq_length}] 0 A (+<sep>), 1 B (+<sep>), 2 CLS, 4 pad",
-            "attention_mask": f"int64[{max_seq_length}] 1 real token, 0 padding",
+            "input_ids": f"int64[{width}] left-padded with 0, <cls> last{doc}",
+            "segment_ids": f"int64[{width}] 0 A (+<sep>), 1 B (+<sep>), 2 CLS, 4 pad",
+            "attention_mask": f"int64[{width}] 1 real token, 0 padding",
             "label": "float[1] value" if is_regression else "int64[1] index in label_list",
             "is_real_example": "int64[1] 0 for padding examples",
             "example_index": "int64[1] row of the split's file order (guids file line); -1 "
@@ -944,12 +973,15 @@ def _mismatch(m: Dict[str, Any], field: str, recorded, wanted, hint: str = "") -
 
 def validate_manifest(m: Dict[str, Any], *, max_seq_length: int,
                       spiece_model: Optional[str] = None, spiece_sha256: Optional[str] = None,
-                      extra: Optional[Dict[str, Any]] = None) -> None:
+                      extra: Optional[Dict[str, Any]] = None, max_segments: int = 1) -> None:
     """Check a record manifest against the reader's values (None = not checked); raises
     ManifestError naming the field."""
     if m.get("max_seq_length") != max_seq_length:
         _mismatch(m, "max_seq_length", m.get("max_seq_length"), max_seq_length,
                   " (rebuild the records with this max_seq_length)")
+    if m.get("max_segments", 1) != max_segments:
+        _mismatch(m, "max_segments", m.get("max_segments", 1), max_segments,
+                  " (rebuild the records with this --max_segments, in another directory)")
     for field, wanted in (extra or {}).items():
         if wanted is not None and m.get(field) != wanted:
             _mismatch(m, field, m.get(field), wanted)
@@ -1019,21 +1051,23 @@ def records_dataset(path: str, num_records: int, has_padding: bool, parse_fn: Ca
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
-def parse_classifier_batch(serialized, max_seq_length: int, is_regression: bool):
+def parse_classifier_batch(serialized, max_seq_length: int, is_regression: bool, max_segments: int = 1):
     """Batch of serialized records [B] -> the reader's dict (see `classifier_dataset`)."""
     import tensorflow as tf
 
-    L = max_seq_length
+    L = max_seq_length * max_segments
     spec = {k: tf.io.FixedLenFeature([L], tf.int64)
             for k in ("input_ids", "segment_ids", "attention_mask")}
     spec["label"] = tf.io.FixedLenFeature([1], tf.float32 if is_regression else tf.int64)
     spec["is_real_example"] = tf.io.FixedLenFeature([1], tf.int64)
     spec["example_index"] = tf.io.FixedLenFeature([1], tf.int64)
     f = tf.io.parse_example(serialized, spec)
+    shaped = ((lambda x: x) if max_segments == 1
+              else (lambda x: tf.reshape(x, [-1, max_segments, max_seq_length])))
     return {
-        "input_ids": tf.cast(f["input_ids"], tf.int32),
-        "segment_ids": tf.cast(f["segment_ids"], tf.int32),
-        "attention_mask": tf.cast(f["attention_mask"], tf.float32),
+        "input_ids": shaped(tf.cast(f["input_ids"], tf.int32)),
+        "segment_ids": shaped(tf.cast(f["segment_ids"], tf.int32)),
+        "attention_mask": shaped(tf.cast(f["attention_mask"], tf.float32)),
         "label": tf.cast(f["label"][:, 0], tf.float32 if is_regression else tf.int32),
         "is_real_example": tf.cast(f["is_real_example"][:, 0], tf.float32),
         "example_index": tf.cast(f["example_index"][:, 0], tf.int32),
@@ -1061,7 +1095,7 @@ def classifier_dataset(record_dir: str, batch_size: int, is_training: bool,
                        drop_remainder: bool = True, repeat: Optional[bool] = None,
                        shuffle_buffer: int = 2048, spiece_sha256: Optional[str] = None,
                        task: Optional[str] = None, uncased: Optional[bool] = None,
-                       input_context=None):
+                       input_context=None, max_segments: int = 1):
     """tf.data pipeline over a classifier record directory.
 
     Args:
@@ -1073,25 +1107,28 @@ def classifier_dataset(record_dir: str, batch_size: int, is_training: bool,
         manifest (ManifestError naming the field); None = not checked.
       split: default "train" when training, else "dev".
       repeat: None = repeat when training only.
+      max_segments: S, checked against the records; S > 1 gives `[B, S, L]` id tensors.
     Yields dicts (static shapes when `drop_remainder`):
       `input_ids` int32 [B, L]; `segment_ids` int32 [B, L] (0 A, 1 B, 2 CLS, 4 pad);
-      `attention_mask` float32 [B, L] (1 = real token, 0 = padding); `label` int32 [B]
+      `attention_mask` float32 [B, L] (1 = real token, 0 = padding) ([B, S, L] each for
+      documents of S > 1 segments); `label` int32 [B]
       (float32 [B] for regression); `is_real_example` float32 [B] (0 = padding example);
       `example_index` int32 [B] (line of `read_guids(record_dir, split)`, -1 = padding).
     """
     m = read_classifier_manifest(record_dir)
     validate_manifest(m, max_seq_length=max_seq_length, spiece_model=spiece_model,
-                      spiece_sha256=spiece_sha256, extra={"task": task, "uncased": uncased})
+                      spiece_sha256=spiece_sha256, extra={"task": task, "uncased": uncased},
+                      max_segments=max_segments)
     split = split or ("train" if is_training else "dev")
     path = split_record_file(m, split)
     e = m["splits"][split]
     reg = bool(m["is_regression"])
-    dummy = padding_features(pack_ids([], None, max_seq_length), 1, reg)
+    dummy = padding_features(pack_ids([], None, max_seq_length * max_segments), 1, reg)
     dummy = serialize_features({k: v[0] for k, v in dummy.items()},
                                ("label",) if reg else ())
     return records_dataset(
         path, e["num_records"], e["num_padding"] > 0,
-        lambda s: parse_classifier_batch(s, max_seq_length, reg), dummy, batch_size,
+        lambda s: parse_classifier_batch(s, max_seq_length, reg, max_segments), dummy, batch_size,
         is_training, seed=seed, drop_remainder=drop_remainder, repeat=repeat,
         shuffle_buffer=shuffle_buffer, input_context=input_context)
 

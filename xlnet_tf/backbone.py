@@ -52,7 +52,10 @@ class XLNetBackbone(keras.layers.Layer):
     Call inputs (batch-major):
       input_ids: `[B, L]` int. segment_ids: `[B, L]` int or None (only equality matters; 0 = A, 1 = B,
         2 = CLS, 4 = pad). attention_mask: `[B, L]`, **1 = real token, 0 = padding**, or None.
-      mems: list of `n_layer` tensors `[B, M, D]` (memory is always visible, segment id 0), or None.
+      mems: list of `n_layer` tensors `[B, M, D]`, or None.
+      mem_mask: `[B, M]`, **1 = real memory position, 0 = padding** (never attended), or None (all real).
+      mem_segment_ids: `[B, M]` int segment ids of the memory positions, or None (segment 0, as the
+        original's pretraining, where memory is always text A).
       perm_mask: `[B, L, L]`, **1 = position i may NOT attend to position j**, or None.
       target_mapping: `[B, P, L]` one-hot rows (an all-zero row is a padded slot), or None (no query
         stream).
@@ -120,7 +123,7 @@ class XLNetBackbone(keras.layers.Layer):
         """`[B, L]` ids -> `[B, L, D]` word embeddings (no scaling), in the compute dtype."""
         return tf.cast(tf.gather(self.word_embedding, input_ids), self.compute_dtype)
 
-    def _blocked(self, batch, qlen, mlen, attention_mask, perm_mask):
+    def _blocked(self, batch, qlen, mlen, attention_mask, perm_mask, mem_mask=None):
         """`[B|1, L|1, M+L]` bool (True = may NOT attend) for the query stream, or None."""
         blocked = None
         if self.config.attn_type == "uni":
@@ -131,14 +134,21 @@ class XLNetBackbone(keras.layers.Layer):
         if perm_mask is not None:
             pm = tf.cast(perm_mask, tf.float32) > 0.0
             data = pm if data is None else (data | pm)
+        if mlen and mem_mask is not None:
+            mem_blocked = tf.equal(tf.cast(mem_mask, tf.float32), 0.0)[:, None, :]  # [B, 1, M]
+            if data is None:
+                data = tf.zeros([batch, 1, qlen], tf.bool)
+            rows = tf.maximum(tf.shape(mem_blocked)[1], tf.shape(data)[1])
+            data = tf.concat([tf.broadcast_to(mem_blocked, [batch, rows, mlen]),
+                              tf.broadcast_to(data, [batch, rows, qlen])], -1)
+        elif data is not None and mlen:
+            data = tf.concat([tf.zeros(tf.concat([tf.shape(data)[:2], [mlen]], 0), tf.bool), data], -1)
         if data is not None:
-            if mlen:
-                data = tf.concat([tf.zeros(tf.concat([tf.shape(data)[:2], [mlen]], 0), tf.bool), data], -1)
             blocked = data if blocked is None else (blocked | data)
         return blocked
 
     def call(self, input_ids, segment_ids=None, attention_mask=None, mems=None, perm_mask=None,
-             target_mapping=None, training=False):
+             target_mapping=None, training=False, mem_mask=None, mem_segment_ids=None):
         c = self.config
         input_ids = tf.convert_to_tensor(input_ids)
         batch, qlen = tf.shape(input_ids)[0], input_ids.shape[1]
@@ -150,7 +160,7 @@ class XLNetBackbone(keras.layers.Layer):
         klen = mlen + qlen
 
         # ---- masks (True = blocked)
-        blocked = self._blocked(batch, qlen, mlen, attention_mask, perm_mask)
+        blocked = self._blocked(batch, qlen, mlen, attention_mask, perm_mask, mem_mask)
         content_mask = None
         if blocked is not None:
             rows = tf.range(qlen)[:, None]
@@ -160,7 +170,9 @@ class XLNetBackbone(keras.layers.Layer):
         seg_diff = None
         if segment_ids is not None:
             seg = tf.cast(segment_ids, tf.int32)
-            keys = seg if not mlen else tf.concat([tf.zeros([batch, mlen], tf.int32), seg], 1)
+            mem_seg = (tf.zeros([batch, mlen], tf.int32) if mem_segment_ids is None
+                       else tf.cast(mem_segment_ids, tf.int32))
+            keys = seg if not mlen else tf.concat([mem_seg, seg], 1)
             seg_diff = tf.not_equal(seg[:, :, None], keys[:, None, :])
 
         # ---- query stream inputs

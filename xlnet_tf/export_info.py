@@ -1,5 +1,5 @@
 """`export_info.json`: what a fine-tuning run's model_dir tells the exporter and `from_checkpoint` (schema
-"xlnet_tf.export_info", version 1).
+"xlnet_tf.export_info", version 2; version 1 files are read too).
 
 Written by every fine-tuning runner (xlnet_tf.lifecycle, through `model_dir.prepare`, which compares it
 field by field on reruns), read by run/export_savedmodel.py and `Task.from_checkpoint`. Fields by task:
@@ -7,12 +7,14 @@ field by field on reruns), read by run/export_savedmodel.py and `Task.from_check
 - all: `task` (classifier | regression | race | squad), `max_seq_length`, `uncased`, the SentencePiece
   model (`spiece_model_file`, absolute; `spiece_sha256`, the one compared on reruns);
 - classifier / regression: `num_labels`; optional `labels` (their names, as many), `text_pair` (default
-  false), `task_name`;
+  false), `task_name`; long documents (version 2): `max_segments` (> 1: documents of that many segments of
+  `max_seq_length`, read with Transformer-XL memories) and `mem_len` (the memory length), both or neither;
 - classifier / regression / race: the sequence summary, `summary_type`, `use_summ_proj`;
 - race: `max_qa_length`;
 - squad: `max_query_length`, `max_answer_length`, `start_n_top`, `end_n_top`, `version_2_with_negative`.
 
-Files written before the schema existed (no `schema` key) are read as version 1.
+Files written before the schema existed (no `schema` key) are read as version 1. Version 2 added the
+long-document fields (a version 1 file holding them is refused: its writer did not know them).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ from typing import Any, Dict, List, Optional
 from xlnet_tf.errors import UserError
 
 SCHEMA = "xlnet_tf.export_info"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
+V2_FIELDS = ("max_segments", "mem_len")
 NAME = "export_info.json"
 TASKS = ("classifier", "regression", "race", "squad")
 _REQUIRED = {
@@ -59,6 +63,8 @@ class ExportInfo:
     start_n_top: Optional[int] = None
     end_n_top: Optional[int] = None
     version_2_with_negative: Optional[bool] = None
+    max_segments: Optional[int] = None
+    mem_len: Optional[int] = None
 
     def validate(self, where: str = NAME) -> "ExportInfo":
         def bad(field, why):
@@ -70,7 +76,7 @@ class ExportInfo:
         if missing:
             bad(", ".join(missing), f"missing (required for task {self.task!r})")
         for field in ("max_seq_length", "num_labels", "max_qa_length", "max_query_length", "max_answer_length",
-                      "start_n_top", "end_n_top"):
+                      "start_n_top", "end_n_top", "max_segments", "mem_len"):
             value = getattr(self, field)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 bad(field, f"must be a positive integer, got {value!r}")
@@ -78,6 +84,10 @@ class ExportInfo:
             bad("labels", f"must be a list of num_labels={self.num_labels} names, got {self.labels!r}")
         if self.task == "regression" and self.num_labels != 1:
             bad("num_labels", f"must be 1 for regression, got {self.num_labels!r}")
+        if (self.max_segments is None) != (self.mem_len is None):
+            bad("max_segments/mem_len", "must be given together (a long-document model)")
+        if self.max_segments is not None and self.task not in ("classifier", "regression"):
+            bad("max_segments", f"is for classifier/regression models, not {self.task!r}")
         return self
 
     def to_dict(self) -> Dict[str, Any]:
@@ -91,10 +101,11 @@ class ExportInfo:
             raise ExportInfoError(f"{where}: not a JSON object")
         values = dict(values)
         schema, version = values.pop("schema", SCHEMA), values.pop("version", VERSION)
-        if schema != SCHEMA or version != VERSION:
+        if schema != SCHEMA or version not in READABLE_VERSIONS:
             raise ExportInfoError(f"{where}: schema {schema!r} version {version!r} is not {SCHEMA!r} version "
-                                  f"{VERSION}; it was written by another tool or version")
-        known = {f.name for f in dataclasses.fields(cls)}
+                                  f"{' or '.join(map(str, READABLE_VERSIONS))}; it was written by another tool or "
+                                  "version")
+        known = {f.name for f in dataclasses.fields(cls)} - (set(V2_FIELDS) if version < 2 else set())
         unknown = sorted(set(values) - known)
         if unknown:
             raise ExportInfoError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")

@@ -190,14 +190,24 @@ def _summary_variables(summary: SequenceSummary, scope: str = "model/sequnece_su
     return out
 
 
-class _FineTuningModel(Task):
-    """Backbone (no memories, no perm mask) + sequence summary; subclasses add the output layer."""
+def keep_last(prev, new, length: int):
+    """`[prev; new]` along axis 1 (prev may be None), its last `length` positions."""
+    cat = new if prev is None else tf.concat([tf.cast(prev, new.dtype), new], axis=1)
+    return cat[:, -length:]
 
-    def __init__(self, config, summary_type: str = "last", use_proj: bool = True, **kwargs):
+
+class _FineTuningModel(Task):
+    """Backbone (no perm mask) + sequence summary; subclasses add the output layer.
+
+    `mem_len` (None = no memories) gives the backbone Transformer-XL memories for reading documents of
+    several segments (`read_document`); the weights are the same either way."""
+
+    def __init__(self, config, summary_type: str = "last", use_proj: bool = True, mem_len=None, **kwargs):
         super().__init__(**kwargs)
-        self.config = config = finetuning_config(config)
+        self.config = config = finetuning_config(config).replace(mem_len=mem_len or None)
         self.summary_type = summary_type
         self.use_proj = use_proj
+        self.mem_len = mem_len or None
         self.backbone = XLNetBackbone(config, name="transformer", dtype=self.dtype_policy)
         self.sequence_summary = SequenceSummary(
             config.d_model, summary_type, use_proj=use_proj, dropout=config.dropout, dropatt=config.dropatt,
@@ -207,7 +217,38 @@ class _FineTuningModel(Task):
         self.backbone.build()
         self.sequence_summary.build()
 
+    def read_document(self, input_ids, segment_ids, attention_mask, training):
+        """Transformer-XL's recurrence over the segments of `[B, S, L]` inputs (S static; the document
+        left-padded as a whole, so that only leading positions are padding and `<cls>` ends the last
+        segment): segment s attends to the cached layer inputs of the previous `mem_len` positions
+        (padding there masked, segment ids kept), with no gradient through them (as Transformer-XL).
+        Returns the content stream of the last segment `[B, L, D]`."""
+        num_segments = input_ids.shape[1]
+        if num_segments is None:
+            raise ValueError("read_document: the number of segments (axis 1) must be static")
+        if num_segments > 1 and not self.mem_len:
+            raise ValueError(f"inputs of {num_segments} segments need memories: build the model with mem_len")
+        if segment_ids is None:
+            segment_ids = tf.zeros_like(input_ids)
+        if attention_mask is None:
+            attention_mask = tf.ones(tf.shape(input_ids), tf.float32)
+        mems = mem_mask = mem_segs = None
+        for s in range(num_segments):
+            out = self.backbone(input_ids[:, s], segment_ids=segment_ids[:, s], attention_mask=attention_mask[:, s],
+                                mems=mems, mem_mask=mem_mask, mem_segment_ids=mem_segs, training=training)
+            if s + 1 < num_segments:
+                mems = out["new_mems"]
+                mem_mask = keep_last(mem_mask, tf.cast(attention_mask[:, s], tf.float32), self.mem_len)
+                mem_segs = keep_last(mem_segs, tf.cast(segment_ids[:, s], tf.int32), self.mem_len)
+        return out["content"]
+
     def pooled(self, input_ids, segment_ids, attention_mask, training):
+        """The summary `[B, D]` of one segment `[B, L]`, or of a document `[B, S, L]` read with memories
+        (the summary of its last segment, which ends with `<cls>`)."""
+        if input_ids.shape.rank == 3:
+            content = self.read_document(input_ids, segment_ids, attention_mask, training)
+            last_mask = None if attention_mask is None else attention_mask[:, -1]
+            return self.sequence_summary(content, last_mask, training=training)
         out = self.backbone(input_ids, segment_ids=segment_ids, attention_mask=attention_mask,
                             training=training)
         return self.sequence_summary(out["content"], attention_mask, training=training)
@@ -222,8 +263,10 @@ class XLNetClassifier(_FineTuningModel):
 
     Call: `model(features)` with `input_ids [B, L]`, `segment_ids [B, L]`, `attention_mask [B, L]`
     (1 = real; inputs left-padded with `<cls>` last) -> `{"logits": [B, num_labels]}` (float32) or
-    `{"score": [B]}`. `task_loss(features, outputs)`: mean cross-entropy / squared error over the
-    batch, weighted by `is_real_example` when present. Original scopes: `model/sequnece_summary`,
+    `{"score": [B]}`. Long documents: `[B, S, L]` inputs (S segments of a document left-padded as a whole,
+    `<cls>` last) are read segment by segment with memories of `mem_len` positions, and classified from
+    the summary of the last segment (`_FineTuningModel.read_document`). `task_loss(features, outputs)`: mean
+    cross-entropy / squared error over the batch, weighted by `is_real_example` when present. Original scopes: `model/sequnece_summary`,
     `model/classification_{task_name}/logit` or `model/regression_{task_name}/logit`.
 
     Keras: `preprocessor=XLNetPreprocessor(...)` lets `fit`/`evaluate`/`predict` take raw text
@@ -234,8 +277,8 @@ class XLNetClassifier(_FineTuningModel):
     takes_text = True
 
     def __init__(self, config, num_labels: int = 2, regression: bool = False, task_name: str = "task",
-                 summary_type: str = "last", use_proj: bool = True, **kwargs):
-        super().__init__(config, summary_type=summary_type, use_proj=use_proj, **kwargs)
+                 summary_type: str = "last", use_proj: bool = True, mem_len=None, **kwargs):
+        super().__init__(config, summary_type=summary_type, use_proj=use_proj, mem_len=mem_len, **kwargs)
         if not regression and num_labels < 2:
             raise ValueError(f"num_labels must be >= 2 for classification, got {num_labels}")
         self.num_labels = 1 if regression else num_labels
@@ -282,7 +325,7 @@ class XLNetClassifier(_FineTuningModel):
             if info.get("num_labels"):
                 out["num_labels"] = max(int(info["num_labels"]), 2)
         for ours, theirs in (("task_name", "task_name"), ("summary_type", "summary_type"),
-                             ("use_proj", "use_summ_proj")):
+                             ("use_proj", "use_summ_proj"), ("mem_len", "mem_len")):
             if theirs in info:
                 out[ours] = info[theirs]
         return out
@@ -297,7 +340,7 @@ class XLNetClassifier(_FineTuningModel):
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(), "num_labels": self.num_labels,
                 "regression": self.regression, "task_name": self.task_name, "summary_type": self.summary_type,
-                "use_proj": self.use_proj}
+                "use_proj": self.use_proj, "mem_len": self.mem_len}
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")

@@ -13,6 +13,12 @@ Signatures (`serving_default` / `from_ids`), by task:
   [B, Ks*Ke]` (start-major), `cls_logits [B]` (2.0). One window of `max_seq_length` tokens: longer
   contexts are truncated (their tail cannot be answered).
 - `embedding`: `text` (+ `text_b`) -> `pooled [B, D]` (the sequence summary) and `sequence [B, L, D]`.
+- long-document `classifier` / `regression` (exported with `max_segments` S > 1): the same inputs and
+  outputs; a text is packed with S * `max_seq_length` positions as the record builder does (a longer one
+  keeps its first tokens and its `<sep> (B <sep>) <cls>` end), cut into S segments and read segment by
+  segment with the model's memories, in the graph. Every request runs S segments (short texts lead with
+  padding-only segments, masked). `from_ids` then takes `[B, s, max_seq_length]` with s <= S (leading
+  padding segments added).
 `from_ids` takes `input_ids`, `segment_ids` int32 `[B, L]` and `attention_mask` float32 `[B, L]` (1 = real
 token; SQuAD adds `p_mask`, `cls_index`; RACE takes `[B, 4, L]`). Batch size and length are variable.
 
@@ -88,7 +94,8 @@ class ServingModule(tf.Module):
 
     def __init__(self, model, task: str, spiece_proto: bytes, max_seq_length: int, uncased: bool = False,
                  keep_accents: bool = False, labels: Optional[Sequence[str]] = None, text_pair: bool = False,
-                 max_query_length: int = 64, max_qa_length: int = 128, max_answer_length: int = 64):
+                 max_query_length: int = 64, max_qa_length: int = 128, max_answer_length: int = 64,
+                 max_segments: int = 1):
         super().__init__(name=f"xlnet_{task}")
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
@@ -101,6 +108,10 @@ class ServingModule(tf.Module):
         self.max_query_length = max_query_length
         self.max_qa_length = max_qa_length
         self.max_answer_length = max_answer_length
+        self.max_segments = int(max_segments)
+        if self.max_segments > 1 and (task not in ("classifier", "regression") or not getattr(model, "mem_len", None)):
+            raise ValueError(f"max_segments={max_segments}: long documents need a classifier/regression model "
+                             "built with mem_len")
         num = getattr(model, "num_labels", 4 if task == "race" else 0)
         self.labels = tf.constant(list(labels) if labels else [str(i) for i in range(max(num, 1))])
 
@@ -115,7 +126,7 @@ class ServingModule(tf.Module):
             _rank_is("from_ids", name, t, rank) for name, t in
             (("input_ids", input_ids), ("segment_ids", segment_ids), ("attention_mask", attention_mask)))
         checks = self._check_id_values(input_ids, segment_ids, attention_mask, p_mask, cls_index)
-        if rank == 3:
+        if rank == 3 and self.task == "race":
             checks.append(tf.debugging.Assert(tf.shape(input_ids)[1] <= 4,
                                               ["from_ids: input_ids holds at most 4 choices (A-D)"]))
         with tf.control_dependencies(checks):
@@ -138,6 +149,11 @@ class ServingModule(tf.Module):
                                  f"{self.max_seq_length}; shorten the ids (keeping <sep>/<cls>) or send text "
                                  "to serving_default"]),
         ]
+        if self.max_segments > 1:
+            checks.append(tf.debugging.Assert(
+                tf.equal(shape[-1], self.max_seq_length) & (shape[1] <= self.max_segments),
+                [f"from_ids: a document is [batch, segments <= {self.max_segments}, {self.max_seq_length}] "
+                 "(the packed text left-padded as a whole to segments * max_seq_length, then cut into segments)"]))
         if p_mask is not None:
             checks.append(tf.debugging.Assert(tf.reduce_all(tf.equal(tf.shape(p_mask), shape)),
                                               ["from_ids: p_mask must have the shape of input_ids"]))
@@ -150,7 +166,10 @@ class ServingModule(tf.Module):
 
     # ------------------------------------------------------------------------------------ text tasks
     def _classify(self, input_ids, segment_ids, attention_mask):
-        input_ids, segment_ids, attention_mask = _trim_left(input_ids, segment_ids, attention_mask)
+        if self.max_segments > 1:
+            input_ids, segment_ids, attention_mask = self._full_document(input_ids, segment_ids, attention_mask)
+        else:
+            input_ids, segment_ids, attention_mask = _trim_left(input_ids, segment_ids, attention_mask)
         features = {"input_ids": input_ids, "segment_ids": segment_ids, "attention_mask": attention_mask}
         if self.task == "embedding":
             out = self.model.backbone(input_ids, segment_ids=segment_ids, attention_mask=attention_mask)
@@ -167,7 +186,24 @@ class ServingModule(tf.Module):
                 "label": tf.gather(self.labels, label_id)}
 
     def _pack_texts(self, text, text_b=None):
-        return preprocessing.encode_and_pack(self.encoder, text, text_b, self.max_seq_length)
+        """Texts -> `[N, L]` inputs, or for a long-document model `[N, S, L]`: the text packed with S * L
+        positions (the record builder's packing: a longer document keeps its first tokens and its
+        `<sep> (B <sep>) <cls>` end), cut into S segments."""
+        width = self.max_seq_length * self.max_segments
+        packed = preprocessing.encode_and_pack(self.encoder, text, text_b, width)
+        if self.max_segments == 1:
+            return packed
+        return tuple(tf.reshape(t, [-1, self.max_segments, self.max_seq_length]) for t in packed)
+
+    def _full_document(self, input_ids, segment_ids, attention_mask):
+        """`[N, s, L]` (s <= max_segments) -> `[N, max_segments, L]`: leading segments of padding added
+        (masked memory: the model's result is the same)."""
+        missing = self.max_segments - tf.shape(input_ids)[1]
+        pad = [[0, 0], [missing, 0], [0, 0]]
+        return (tf.ensure_shape(tf.pad(input_ids, pad), [None, self.max_segments, self.max_seq_length]),
+                tf.ensure_shape(tf.pad(segment_ids, pad, constant_values=tokenization.SEG_ID_PAD),
+                                [None, self.max_segments, self.max_seq_length]),
+                tf.ensure_shape(tf.pad(attention_mask, pad), [None, self.max_segments, self.max_seq_length]))
 
     # ------------------------------------------------------------------------------------------ RACE
     def _race_qa(self, question, options):
@@ -295,10 +331,13 @@ class ServingModule(tf.Module):
             else:
                 text_fn = tf.function(lambda text: self._classify(*self._pack_texts(_valid_utf8("text", text))),
                                       input_signature=[S([None], tf.string, name="text")])
-            def classify_ids(input_ids, segment_ids, attention_mask):
-                return self._classify(*self._checked_ids(input_ids, segment_ids, attention_mask))
+            rank = 3 if self.max_segments > 1 else 2
 
-            ids_fn = tf.function(classify_ids, input_signature=ids_specs)
+            def classify_ids(input_ids, segment_ids, attention_mask):
+                return self._classify(*self._checked_ids(input_ids, segment_ids, attention_mask, rank=rank))
+
+            ids_fn = tf.function(classify_ids, input_signature=[
+                S([None] * rank, spec.dtype, name=spec.name) for spec in ids_specs])
         elif self.task == "race":
             def race_text(article, question, options):
                 checks = _same_batch(("article", "question", "options"), article, question, options)

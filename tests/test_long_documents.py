@@ -1,0 +1,173 @@
+"""Long documents: Transformer-XL recurrence at fine-tuning time (XLNetClassifier on `[B, S, L]` inputs)."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from xlnet_tf.config import XLNetConfig
+from xlnet_tf.models import XLNetClassifier
+
+CONFIG = dict(n_token=60, d_model=16, n_layer=2, n_head=2, d_head=8, d_inner=24, dropout=0.0, dropatt=0.0)
+SEP, CLS = 4, 3  # tokenization.SEP_ID, CLS_ID
+
+
+def classifier(mem_len, n_layer=2, seed=1):
+    tf.keras.utils.set_random_seed(seed)
+    return XLNetClassifier(XLNetConfig(**{**CONFIG, "n_layer": n_layer}), num_labels=3, mem_len=mem_len)
+
+
+def document(tokens, num_segments, seg_len):
+    """`A <sep> <cls>` left-padded as a whole to `num_segments * seg_len` -> features `[1, S, L]`."""
+    from tfrecords import classifier_data
+
+    f = classifier_data.pack_ids(tokens, None, seg_len * num_segments)
+    return {k: tf.constant(v.reshape(1, num_segments, seg_len)) for k, v in f.items()}
+
+
+def last_segment(model, features):
+    """The content stream of the document's last segment `[B, L, D]` (what the summary reads)."""
+    return model.read_document(features["input_ids"], features["segment_ids"], features["attention_mask"],
+                               training=False).numpy()
+
+
+def differs(a, b):
+    return np.abs(a - b).max() > 1e-5 * np.abs(a).max()  # float32 rounding is ~1e-7
+
+
+def test_a_short_document_in_many_segments_reads_as_one_segment():
+    """Leading segments of padding only feed masked memory: the result is the one-segment model's."""
+    model = classifier(mem_len=8)
+    tokens = list(range(10, 16))
+    one = model(document(tokens, 1, 8))["logits"]
+    three = model(document(tokens, 3, 8))["logits"]
+    np.testing.assert_allclose(three.numpy(), one.numpy(), atol=1e-6)
+
+
+def test_memory_carries_earlier_segments_without_gradient():
+    model = classifier(mem_len=8)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(10, 30, size=14).tolist()  # 14 + <sep><cls> = two full segments of 8
+    doc = document(tokens, 2, 8)
+    changed = document([35] + tokens[1:], 2, 8)  # only the first segment differs
+    assert differs(last_segment(model, doc), last_segment(model, changed)), "memory unused"
+
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(model(doc, training=True)["logits"] ** 2)
+    grad = tf.convert_to_tensor(tape.gradient(loss, model.backbone.word_embedding))
+    first, last = set(doc["input_ids"].numpy()[0, 0]), set(doc["input_ids"].numpy()[0, 1])
+    only_first = sorted(first - last)
+    assert only_first and np.all(grad.numpy()[only_first] == 0.0), "gradient flowed through the memory"
+    assert np.abs(grad.numpy()[sorted(last)]).sum() > 0
+
+
+@pytest.mark.parametrize("mem_len,reaches", [(8, False), (16, True)])
+def test_mem_len_sets_how_far_back_the_last_segment_reads(mem_len, reaches):
+    """One layer: the last segment's only path to segment 0 is the memory (the layer's input, i.e. the
+    embeddings), so segment 0 of 3 is seen only when mem_len covers two segments."""
+    model = classifier(mem_len=mem_len, n_layer=1)
+    tokens = list(range(10, 32))  # 22 + 2 specials = three segments of 8
+    a = last_segment(model, document(tokens, 3, 8))
+    b = last_segment(model, document([40] + tokens[1:], 3, 8))
+    assert differs(a, b) == reaches
+
+
+def test_memory_segment_ids_are_kept():
+    """A pair's text B in memory keeps segment id 1 (the original treats memory as segment 0)."""
+    from xlnet_tf.backbone import XLNetBackbone
+
+    tf.keras.utils.set_random_seed(0)
+    backbone = XLNetBackbone(XLNetConfig(**CONFIG, mem_len=4))
+    ids = tf.constant([[11, 12, 13, 14]])
+    mems = [tf.random.normal([1, 4, 16]) for _ in range(2)]
+    seg = tf.zeros([1, 4], tf.int32)
+    base = backbone(ids, segment_ids=seg, mems=mems)["content"]
+    zeros = backbone(ids, segment_ids=seg, mems=mems, mem_segment_ids=tf.zeros([1, 4], tf.int32))["content"]
+    ones = backbone(ids, segment_ids=seg, mems=mems, mem_segment_ids=tf.ones([1, 4], tf.int32))["content"]
+    np.testing.assert_array_equal(base.numpy(), zeros.numpy())
+    assert differs(base.numpy(), ones.numpy())
+
+
+def test_many_segments_need_memories_and_config_round_trips():
+    model = classifier(mem_len=None)
+    with pytest.raises(ValueError, match="need memories"):
+        model(document(list(range(10, 30)), 3, 8))
+    long_model = classifier(mem_len=8)
+    again = XLNetClassifier.from_config(long_model.get_config())
+    assert again.mem_len == 8 and again.config.mem_len == 8
+
+
+# ---- records -------------------------------------------------------------------------------------------
+
+def test_document_records_hold_segments_of_the_whole_packed_text(tmp_path):
+    """`max_segments` S: the text packed with S*L positions as today's packing, read as [S, L]; records of
+    S = 1 are today's (no manifest field); the reader refuses another S, naming the field."""
+    from tests import data_fixtures as F
+    from tfrecords import classifier_data as cd
+    from tfrecords import manifest as manifest_lib
+
+    topic = F.DATA_DIR + "/labeled/topic"
+    proc = cd.get_processor("tsv")
+    one, three = str(tmp_path / "one"), str(tmp_path / "three")
+    m1 = cd.build_classifier_records(proc, topic, F.tiny_spm(), one, max_seq_length=16, splits=("dev",),
+                                     eval_batch_size=8)
+    logs = []
+    m3 = cd.build_classifier_records(proc, topic, F.tiny_spm(), three, max_seq_length=16, splits=("dev",),
+                                     eval_batch_size=8, max_segments=3, log=logs.append)
+    assert "max_segments" not in m1 and m3["max_segments"] == 3
+    assert 1 < m3["splits"]["dev"]["mean_segments"] <= 3 and any("segments on average" in ln for ln in logs)
+    batch = next(iter(cd.classifier_dataset(three, 8, False, 16, max_segments=3)))
+    assert batch["input_ids"].shape == (8, 3, 16) and batch["attention_mask"].shape == (8, 3, 16)
+    want = cd.convert_examples(F.tiny_tokenizer(), proc.get_examples(topic, "dev")[:8], proc.get_labels(topic),
+                               False, 48)
+    np.testing.assert_array_equal(batch["input_ids"].numpy().reshape(8, 48), want["input_ids"])
+    np.testing.assert_array_equal(batch["segment_ids"].numpy().reshape(8, 48), want["segment_ids"])
+    assert (batch["input_ids"].numpy()[:, -1, -1] == CLS).all()  # <cls> ends the last segment
+    short = next(iter(cd.classifier_dataset(one, 8, False, 16)))
+    assert short["input_ids"].shape == (8, 16)
+    with pytest.raises(manifest_lib.ManifestError, match="max_segments"):
+        cd.classifier_dataset(three, 8, False, 16)
+    with pytest.raises(manifest_lib.ManifestError, match="max_segments"):
+        cd.classifier_dataset(one, 8, False, 16, max_segments=3)
+
+
+# ---- runner, export, serving -----------------------------------------------------------------------------
+
+def test_long_document_runner_exports_a_model_that_reads_documents_in_graph(tmp_path):
+    """run_classifier --max_segments=3 on real text end to end, then export: serving_default takes raw text
+    of any length (tokenized, cut into segments and read with memories in the graph) and agrees with the
+    record builder's packing through from_ids; from_ids takes fewer segments (leading padding added)."""
+    import json
+
+    from run import export_savedmodel, run_classifier
+    from tests import data_fixtures as F
+    from tfrecords import classifier_data as cd
+
+    data = F.REPO_ROOT + "/data/finetune/topic"
+    model_dir, records = str(tmp_path / "m"), str(tmp_path / "records")
+    F.run_with_flags(run_classifier, [
+        "--n_layer=2", "--d_model=32", "--n_head=2", "--d_head=16", "--d_inner=64", f"--n_token={F.TINY_VOCAB}",
+        "--dropout=0.1", "--dropatt=0.0", f"--spiece_model_file={F.tiny_spm()}", "--task=tsv",
+        f"--data_dir={data}", f"--record_dir={records}", f"--model_dir={model_dir}", "--do_train", "--do_eval",
+        "--max_seq_length=16", "--max_segments=3", "--mem_len=24", "--train_batch_size=8", "--train_steps=10",
+        "--steps_per_loop=5", "--save_steps=10", "--eval_batch_size=16", "--jit_compile=true"])
+    info = json.load(open(f"{model_dir}/export_info.json"))
+    assert (info["max_segments"], info["mem_len"], info["version"]) == (3, 24, 2)
+    assert json.load(open(f"{model_dir}/eval_results.json"))["last"]["num_examples"] == 300
+
+    path = export_savedmodel.export_from_model_dir(model_dir, str(tmp_path / "export"), version=1)
+    loaded = tf.saved_model.load(path)
+    texts = [line.split("\t")[1] for line in open(f"{data}/dev.tsv", encoding="utf-8").read().splitlines()[1:5]]
+    texts.append("A short one.")
+    by_text = loaded.signatures["serving_default"](text=tf.constant(texts))
+    assert by_text["logits"].shape == (5, int(info["num_labels"]))
+    feats = cd.convert_examples(F.tiny_tokenizer(), [cd.InputExample(str(k), t, None, None) for k, t in
+                                                     enumerate(texts)], None, True, 16, 3)
+    ids = {k: tf.constant(feats[k].reshape(5, 3, 16)) for k in ("input_ids", "segment_ids")}
+    ids["attention_mask"] = tf.constant(feats["attention_mask"].reshape(5, 3, 16))
+    by_ids = loaded.signatures["from_ids"](**ids)
+    np.testing.assert_allclose(by_ids["logits"].numpy(), by_text["logits"].numpy(), atol=1e-5)
+    last_two = {k: v[4:, 1:] for k, v in ids.items()}  # the short text: its first segment is padding only
+    np.testing.assert_allclose(loaded.signatures["from_ids"](**last_two)["logits"].numpy(),
+                               by_text["logits"].numpy()[4:], atol=1e-5)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="segments <= 3"):
+        loaded.signatures["from_ids"](**{k: tf.concat([v, v[:, :1]], 1) for k, v in ids.items()})
