@@ -6,6 +6,7 @@
 Imports only the framework it measures (TensorFlow for `ours`, PyTorch for `hf`), builds the model,
 records the resident set size, takes 3 training steps (forward, backward, AdamW) and prints one JSON line:
 the process's peak RSS and the peak growth during training. bench/run.py's `memory` suite runs it twice.
+PyTorch runs with denormals flushed (`flush_denormals`), as wherever the benchmarks run HF.
 """
 
 import argparse
@@ -60,10 +61,33 @@ def torch_inputs(data, mems, kind: str) -> dict:
     return pt
 
 
+_FLUSHED = None  # flush_denormals' verdict, taken once per process
+
+
+def flush_denormals() -> bool:
+    """Flushes denormal floats to zero in PyTorch and returns whether every intra-op thread does.
+
+    PyTorch computes with denormals by default (TensorFlow flushes them in its own thread pools), and the
+    masked softmax of XLNet's attention produces them: HF eager was ~5x slower for it on one machine. The
+    setting is per thread and a thread inherits it only when created, so this must run before PyTorch starts
+    its thread pool (the first parallel op); the check multiplies a denormal tensor large enough to be split
+    over every thread and expects zeros everywhere. Idempotent: the first call's verdict is kept.
+    """
+    global _FLUSHED
+    if _FLUSHED is None:
+        import torch
+
+        supported = torch.set_flush_denormal(True)
+        denormal = torch.full((1 << 22,), 1e-39)
+        _FLUSHED = bool(supported) and bool(((denormal * 1.0) == 0).all())
+    return _FLUSHED
+
+
 def hf_train_step(hf, pt):
-    """HF's training step: forward, backward, global-norm clipping, torch AdamW."""
+    """HF's training step: forward, backward, global-norm clipping, torch AdamW (denormals flushed)."""
     import torch
 
+    flush_denormals()
     hf.train()
     opt = torch.optim.AdamW(hf.parameters(), lr=1e-5)
 
@@ -80,6 +104,7 @@ def hf_step(args, data, mems):
     import torch
     import transformers
 
+    flush_denormals()  # before the thread pool starts (see there)
     torch.set_num_threads(os.cpu_count())
     # built here rather than with tests.parity_utils.hf_config, which would import TensorFlow
     cfg = transformers.XLNetConfig(vocab_size=args.n_token, d_model=args.d_model, n_layer=args.n_layer,

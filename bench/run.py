@@ -1,12 +1,16 @@
 """Benchmark harness: our XLNet vs Hugging Face's PyTorch XLNet, side by side in one process.
 
-  python bench/run.py --suite=all|pretrain_step,finetune_step,serving,builder,memory --output_dir=bench_output
+  python bench/run.py --suite=all|pretrain_step,finetune_step,serving,builder,memory --output_dir=bench_output \
+      [--reference_variants=eager,compile]
 
 Every timed row carries the absolute figures of both implementations and `ratio` = reference time / our
 time (> 1 = we are faster), measured in the same run at identical shapes and weights; A/B rows also carry
-`vs_production` = production time / variant time (< 1 = the production choice is faster). The machine
-description and its measured dense matmul peak (float32 and bfloat16, XLA) head the report; model FLOP
-utilisation (MFU) = achieved training FLOP/s / measured float32 peak. Writes `report.json` and `report.md`.
+`vs_production` = production time / variant time (< 1 = the production choice is faster). The reference is
+the strongest HF configuration this machine runs: each row times HF in every `--reference_variants` variant
+(eager, and `torch.compile`), all with denormals flushed, and compares with the fastest. The machine
+description (with its CPU's vector extensions) and its measured dense matmul peak (float32 and bfloat16, the
+best of TensorFlow XLA, TensorFlow oneDNN, PyTorch and NumPy) head the report; model FLOP utilisation (MFU) =
+achieved training FLOP/s / that float32 peak. Writes `report.json` and `report.md`.
 Timings are medians after warm-up; run on a quiet machine (concurrent load changes them up to 2x).
 """
 
@@ -28,11 +32,17 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from bench.peak_rss import hf_train_step, inputs, torch_inputs  # noqa: E402 (no TensorFlow or torch there)
+from bench.peak_rss import flush_denormals, hf_train_step, inputs, torch_inputs  # noqa: E402 (no TF or torch there)
 
 tf.get_logger().setLevel("ERROR")  # each A/B variant traces its own functions on purpose
 
 SUITES = ("pretrain_step", "finetune_step", "serving", "builder", "memory")
+REFERENCE_VARIANTS = ("eager", "compile")  # how HF runs; a row's reference is the fastest that worked
+COMPILE_NOTE = ("torch.compile (inductor) of the whole training step, which dynamo splits at backward() and at "
+                "the optimizer's own graph breaks into three compiled graphs: forward and loss (its backward "
+                "AOT-compiled), global-norm clipping, and the AdamW update over all parameters; serving compiles "
+                "the model. Each row compiles afresh for its static shapes; the warm-up calls, compilation "
+                "included, are not timed")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,32 +92,82 @@ def median_ms(fn, repeats: int, warmup: int = 2) -> float:
     return 1000.0 * float(np.median(times))
 
 
-def machine() -> dict:
-    cpu = ""
-    if os.path.exists("/proc/cpuinfo"):
-        cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line), "")
-    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
+def _torch():
+    """PyTorch with denormals flushed. Imported on first use, not at the top: bench/peak_rss.py's `ours`
+    process imports this module and must not load PyTorch. Every use here goes through this, so the flush
+    precedes PyTorch's thread pool (see `flush_denormals`)."""
+    flush_denormals()
     import torch
+
+    return torch
+
+
+def vector_extensions(cpuinfo: str) -> str:
+    """The SIMD and matrix extensions among the CPU's flags (those starting with avx, amx or fma), sorted and
+    space-separated: what the kernels of either framework can use, so what a timing on this machine means."""
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
+    return " ".join(sorted({f for f in flags if f.startswith(("avx", "amx", "fma"))}))
+
+
+def cpu_kind(extensions: str) -> str:
+    """The widest of `vector_extensions`: "AMX", "AVX-512", "AVX2" or "other" (an AMX CPU has AVX-512 too)."""
+    flags = extensions.split()
+    if any(f.startswith("amx") for f in flags):
+        return "AMX"
+    if "avx512f" in flags:
+        return "AVX-512"
+    return "AVX2" if "avx2" in flags else "other"
+
+
+def machine() -> dict:
+    cpuinfo = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if "model name" in line), "")
+    extensions = vector_extensions(cpuinfo)
+    mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
+    torch = _torch()
     import transformers
 
-    return {"platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem_gb, 1),
+    return {"platform": platform.platform(), "cpu": cpu, "cpu_kind": cpu_kind(extensions),
+            "vector_extensions": extensions, "cores": os.cpu_count(), "memory_gib": round(mem_gb, 1),
             "python": platform.python_version(), "tensorflow": tf.__version__, "torch": torch.__version__,
             "transformers": transformers.__version__, "torch_threads": torch.get_num_threads(),
             "gpus": [d.name for d in tf.config.list_physical_devices("GPU")]}
 
 
-def matmul_peak(dtype: str, sizes=(1024, 2048, 4096), repeats: int = 5) -> dict:
-    """Dense square matmul GFLOP/s, XLA-compiled and plain (oneDNN), per size; `best` (the highest) is the
-    denominator of MFU."""
-    results = {}
-    for n in sizes:
+PEAK_BACKENDS = {"float32": ("tf_xla", "tf_onednn", "torch", "numpy"),
+                 "bfloat16": ("tf_xla", "tf_onednn", "torch")}  # NumPy has no bfloat16 matmul
+
+
+def _matmul(backend: str, dtype: str, n: int):
+    """A no-argument function multiplying an n x n matrix by itself with `backend`, result materialised (TF's
+    copied to NumPy, n^2 against the n^3 of the product)."""
+    if backend in ("tf_xla", "tf_onednn"):
         a = tf.cast(tf.random.normal([n, n], dtype=tf.float32), dtype)
-        for jit in (True, False):
-            f = tf.function(lambda x: tf.matmul(x, x), jit_compile=jit)
-            ms = median_ms(lambda: f(a).numpy(), repeats)
-            results[f"{n}{' xla' if jit else ''}"] = round(2 * n ** 3 / (ms / 1000) / 1e9, 1)
-    results["best"] = max(results.values())
-    return results
+        f = tf.function(lambda x: tf.matmul(x, x), jit_compile=backend == "tf_xla")
+        return lambda: f(a).numpy()
+    if backend == "torch":
+        torch = _torch()
+        torch.set_num_threads(os.cpu_count())  # all threads, as the training steps
+        t = torch.randn(n, n).to(getattr(torch, dtype))
+        return lambda: torch.matmul(t, t)
+    a = np.random.RandomState(0).randn(n, n).astype(dtype)
+    return lambda: np.matmul(a, a)
+
+
+def matmul_peak(dtype: str, sizes=(1024, 2048, 4096), repeats: int = 5) -> dict:
+    """Dense square matmul GFLOP/s per backend (`PEAK_BACKENDS`) and size, under `backends`; `best` (the highest
+    of all, from `best_backend` at `best_n`) is the denominator of MFU. A single library's figure understates
+    what the machine does (oneDNN beat XLA by up to 2x for bfloat16 on one machine), and an understated peak
+    overstates MFU."""
+    backends = {}
+    for backend in PEAK_BACKENDS[dtype]:
+        backends[backend] = {}
+        for n in sizes:
+            ms = median_ms(_matmul(backend, dtype, n), repeats)
+            backends[backend][str(n)] = round(2 * n ** 3 / (ms / 1000) / 1e9, 1)
+    best_backend, best_n = max(((b, n) for b in backends for n in backends[b]), key=lambda k: backends[k[0]][k[1]])
+    return {"backends": backends, "best": backends[best_backend][best_n], "best_backend": best_backend,
+            "best_n": int(best_n)}
 
 
 def bench_config(n_layer: int, d_model: int, mem_len: int = 0, n_token: int = 32000):
@@ -192,19 +252,122 @@ def our_train_step(model, feats, mems, kind: str, variant: Variant):
     return (lambda: step_on(feats)), forward, step_on
 
 
-def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, mlen: int, repeats: int,
-              peak: float, variants, breakdown: bool = True):
-    """Training steps (forward + backward + clipping + AdamW) of ours (each variant) and HF, same shapes and
-    weights. The first variant is the production path; with `breakdown` its step is split into forward,
-    backward and optimizer time."""
-    import torch
+def _compiled_graphs() -> int:
+    """How many graphs torch.compile has compiled in this process so far (0 without PyTorch loaded, or where
+    this private counter is gone: warm-up then takes its minimum of calls)."""
+    torch = sys.modules.get("torch")
+    try:
+        return int(torch._dynamo.utils.counters["stats"]["unique_graphs"]) if torch else 0
+    except Exception:  # noqa: BLE001 - a private counter, best effort
+        return 0
 
+
+def _warm_up(fn, least: int = 2, most: int = 10) -> float:
+    """Calls `fn` until compilation is over (at least `least` times, then on until a call compiles no new
+    graph: torch.compile compiles on the first call and recompiles on the second once AdamW has its state);
+    returns the seconds spent. For an eager function this is `median_ms`'s usual 2 warm-up calls."""
+    start = time.perf_counter()
+    for i in range(most):
+        before = _compiled_graphs()
+        fn()
+        if i + 1 >= least and _compiled_graphs() == before:
+            break
+    return time.perf_counter() - start
+
+
+def _reason(error: Exception) -> str:
+    """One table-safe line saying why a reference variant failed."""
+    first = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {first}".replace("|", "/")[:300]
+
+
+def time_reference(builders: dict, repeats: int):
+    """Times each reference variant (name -> a function building the callable to time; built here, so that
+    a torch.compile failure, which surfaces on the first call, is caught). Returns the row fields and the
+    fastest's unrounded ms. The fields: `reference_variants_ms` (name -> median ms), `reference_ms` and
+    `reference_variant` (the fastest: the peer at its strongest on this machine), and when there are any,
+    `reference_failures` (name -> reason, e.g. no C++ compiler for inductor) and `reference_compile_s` (warm-up
+    wall time of the compiled variants, compilation included). Raises only if no variant ran."""
+    times, failures, compile_s = {}, {}, {}
+    for name, build in builders.items():
+        try:
+            fn = build()
+            warm = _warm_up(fn)
+            times[name] = median_ms(fn, repeats, warmup=0)
+        except Exception as error:  # noqa: BLE001 - the row keeps the variants that worked
+            failures[name] = _reason(error)
+            print(f"reference variant {name} failed: {failures[name]}", flush=True)
+            _reset_compiled()
+            continue
+        if "compile" in name:
+            compile_s[name] = round(warm, 1)
+    if not times:
+        raise RuntimeError(f"no reference variant ran: {failures}")
+    fastest = min(times, key=times.get)
+    fields = {"reference_ms": round(times[fastest], 1), "reference_variant": fastest,
+              "reference_variants_ms": {k: round(v, 1) for k, v in times.items()}}
+    if failures:
+        fields["reference_failures"] = failures
+    if compile_s:
+        fields["reference_compile_s"] = compile_s
+    return fields, times[fastest]
+
+
+def _reset_compiled():
+    """Drops torch.compile's caches: each row compiles afresh for its static shapes, and never meets dynamo's
+    recompilation limit (past it, dynamo silently runs eager) or its automatic dynamic shapes."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch._dynamo.reset()
+
+
+def hf_step_variants(hf, pt, names) -> dict:
+    """Builders of HF's training step (bench/peak_rss.py hf_train_step) per `REFERENCE_VARIANTS` name: `eager`,
+    and `compile`, the whole step under torch.compile (`COMPILE_NOTE`). The variants share the model."""
+    torch = _torch()
+
+    def compiled():
+        _reset_compiled()
+        return torch.compile(hf_train_step(hf, pt))
+
+    builders = {"eager": lambda: hf_train_step(hf, pt), "compile": compiled}
+    return {f"hf_{n}": builders[n] for n in names}
+
+
+def hf_inference_variants(hf, pt, names) -> dict:
+    """Builders of HF inference (logits under no_grad, eval mode) per `REFERENCE_VARIANTS` name: `eager`, and
+    `compile`, the model under torch.compile."""
+    torch = _torch()
+    hf.eval()
+
+    def infer(model):
+        def run():
+            with torch.no_grad():
+                return model(**pt).logits.numpy()
+        return run
+
+    def compiled():
+        _reset_compiled()
+        return infer(torch.compile(hf))
+
+    builders = {"eager": lambda: infer(hf), "compile": compiled}
+    return {f"hf_{n}": builders[n] for n in names}
+
+
+def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, mlen: int, repeats: int,
+              peak: float, variants, breakdown: bool = True, reference_variants=REFERENCE_VARIANTS):
+    """Training steps (forward + backward + clipping + AdamW) of ours (each variant) and HF (each of
+    `reference_variants`; the fastest is the reference), same shapes and weights. The first variant is the
+    production path; with `breakdown` its step is split into forward, backward and optimizer time."""
     from bench import variants as attention_variants
 
+    torch = _torch()
     torch.set_num_threads(os.cpu_count())
     hf = _hf_model(config, kind)
     data, mems = _inputs(config, batch, seq_len, num_predict, mlen)
-    hf_ms = median_ms(hf_train_step(hf, torch_inputs(data, mems, kind)), repeats)
+    reference, hf_ms = time_reference(hf_step_variants(hf, torch_inputs(data, mems, kind), reference_variants),
+                                      repeats)
+    _reset_compiled()
     weights = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
     del hf
     feats = {k: tf.constant(v) for k, v in data.items()}
@@ -218,9 +381,8 @@ def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, mle
         _release()
         row = {"suite": f"{'pretrain' if kind == 'plm' else 'finetune'}_step", "variant": v.name,
                "batch": batch, "seq_len": seq_len, "mem_len": mlen, "num_predict": num_predict if kind == "plm" else 0,
-               "n_layer": config.n_layer, "d_model": config.d_model, "ours_ms": round(ms, 1),
-               "reference_ms": round(hf_ms, 1), "ratio": round(hf_ms / ms, 3),
-               "tokens_per_s": round(batch * seq_len / (ms / 1000), 1),
+               "n_layer": config.n_layer, "d_model": config.d_model, "ours_ms": round(ms, 1), **reference,
+               "ratio": round(hf_ms / ms, 3), "tokens_per_s": round(batch * seq_len / (ms / 1000), 1),
                "mfu_fp32": round(flops / (ms / 1000) / 1e9 / peak, 3)}
         if production_ms is None:
             production_ms = ms
@@ -261,12 +423,13 @@ def _release():
     gc.collect()
 
 
-def serving_rows(config, batch: int, seq_len: int, repeats: int, spiece_model: str):
-    """SavedModel `from_ids` (fresh load) vs HF PyTorch eager inference (no_grad), batch `batch`."""
-    import torch
-
+def serving_rows(config, batch: int, seq_len: int, repeats: int, spiece_model: str,
+                 reference_variants=REFERENCE_VARIANTS):
+    """SavedModel `from_ids` (fresh load) vs HF PyTorch inference (no_grad; each of `reference_variants`, the
+    fastest is the reference), batch `batch`."""
     from xlnet_tf import checkpoints, serving
 
+    _torch().set_num_threads(os.cpu_count())
     hf = _hf_model(config, "classifier")
     hf.eval()
     ours = _our_model(config, "classifier")
@@ -280,16 +443,11 @@ def serving_rows(config, batch: int, seq_len: int, repeats: int, spiece_model: s
         ms = median_ms(lambda: fn(**args)["logits"].numpy(), repeats)
     pt = torch_inputs(data, None, "classifier")
     pt.pop("labels")
-
-    def hf_infer():
-        with torch.no_grad():
-            return hf(**pt).logits.numpy()
-
-    hf_ms = median_ms(hf_infer, repeats)
-    row = {"suite": "serving", "variant": "SavedModel from_ids vs HF eager", "batch": batch, "seq_len": seq_len,
-           "n_layer": config.n_layer, "d_model": config.d_model, "ours_ms": round(ms, 1),
-           "reference_ms": round(hf_ms, 1), "ratio": round(hf_ms / ms, 3),
-           "examples_per_s": round(batch / (ms / 1000), 1)}
+    reference, hf_ms = time_reference(hf_inference_variants(hf, pt, reference_variants), repeats)
+    _reset_compiled()
+    row = {"suite": "serving", "variant": "SavedModel from_ids vs HF inference (no_grad)", "batch": batch,
+           "seq_len": seq_len, "n_layer": config.n_layer, "d_model": config.d_model, "ours_ms": round(ms, 1),
+           **reference, "ratio": round(hf_ms / ms, 3), "examples_per_s": round(batch / (ms / 1000), 1)}
     print(json.dumps(row), flush=True)
     return [row]
 
@@ -397,20 +555,51 @@ def _fmt(row, *keys):
     return ""
 
 
+def reference_settings(names) -> dict:
+    """How HF is run, for the report header. Called first in `main`: flushing denormals must precede
+    PyTorch's thread pool."""
+    return {"variants": [f"hf_{n}" for n in names], "flush_denormal": flush_denormals(),
+            "compile": COMPILE_NOTE if "compile" in names else None}
+
+
+def _peak_line(peaks: dict) -> str:
+    """The peaks, each with the backend and size that gave it, then every backend's best."""
+    parts = []
+    for dtype, p in peaks.items():
+        each = ", ".join(f"{b} {max(by_n.values()):.1f}" for b, by_n in p["backends"].items())
+        parts.append(f"{dtype} {p['best']:.1f} GFLOP/s ({p['best_backend']}, n = {p['best_n']}; best per backend: "
+                     f"{each})")
+    sizes = "/".join(next(iter(peaks.values()))["backends"]["tf_xla"])
+    return (f"Measured dense matmul peak (best of n x n by n x n, n = {sizes}, over TensorFlow XLA (tf_xla), "
+            f"TensorFlow oneDNN without XLA (tf_onednn), PyTorch (torch, all threads) and NumPy (numpy, float32 "
+            f"only)): {'; '.join(parts)}; every figure in report.json.")
+
+
+def _reference_line(ref: dict) -> str:
+    """How HF ran: its variants, the denormal setting (verified or not) and how torch.compile was applied."""
+    flushed = ("flushed (torch.set_flush_denormal(True) before PyTorch's thread pool starts; verified on every "
+               "intra-op thread)" if ref["flush_denormal"] else
+               "flushing requested but NOT verified on every intra-op thread (HF may be slowed by denormals)")
+    compile_note = f" hf_compile: {ref['compile']}." if ref.get("compile") else ""
+    return (f"Reference: Hugging Face transformers XLNet (PyTorch), timed in the same process as "
+            f"{', '.join(ref['variants'])}, denormals {flushed}; TensorFlow flushes denormals itself. Each row's "
+            f"reference is its fastest variant (named in the reference column; all in the notes), and its ratio is "
+            f"against that.{compile_note}")
+
+
 def write_report(report: dict, output_dir: str) -> str:
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, "report.json"), "w") as f:
         json.dump(report, f, indent=2)
     m = report["machine"]
     lines = ["# xlnet_tf benchmarks", "",
-             f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB; {m['platform']}; Python {m['python']}, "
+             f"Machine: {m['cpu']} ({m['cpu_kind']}; vector extensions: {m['vector_extensions'] or 'none found'}), "
+             f"{m['cores']} cores, {m['memory_gib']} GiB; {m['platform']}; Python {m['python']}, "
              f"TensorFlow {m['tensorflow']}, PyTorch {m['torch']} ({m['torch_threads']} threads), "
              f"transformers {m['transformers']}; GPUs: {m['gpus'] or 'none'}.", "",
-             f"Measured dense matmul peak (best of n^2 x n^2, n = 1024/2048/4096, XLA and oneDNN): float32 "
-             f"{report['peak_gflops']['float32']['best']:.1f} GFLOP/s, bfloat16 "
-             f"{report['peak_gflops']['bfloat16']['best']:.1f} GFLOP/s (all: {json.dumps(report['peak_gflops'])}). "
-             f"MFU = model FLOPs (analytical, bench/run.py train_flops) per second / the float32 peak. "
-             f"Wall time {report['wall_s']:.0f} s.", "",
+             f"{_peak_line(report['peak_gflops'])} MFU = model FLOPs (analytical, bench/run.py train_flops) per "
+             f"second / the float32 peak. Wall time {report['wall_s']:.0f} s.", "",
+             _reference_line(report["reference"]), "",
              "ratio = reference / ours (> 1: ours faster or smaller); vs prod. = production / variant "
              "(< 1: the production choice is faster).", "",
              "| suite | variant | layers x d | batch | seq (mem) | ours | reference | ratio | vs prod. | "
@@ -423,12 +612,14 @@ def write_report(report: dict, output_dir: str) -> str:
         ours += " ms" if "ours_ms" in r else (" MB" if "ours_mb" in r else "")
         ref = _fmt(r, "reference_ms", "reference_mb")
         ref += " ms" if "reference_ms" in r else (" MB" if "reference_mb" in r else "")
+        ref += f" ({r['reference_variant']})" if "reference_variant" in r else ""
         speed = _fmt(r, "tokens_per_s", "examples_per_s", "reader_examples_per_s")
         notes = {k: v for k, v in r.items() if k in ("breakdown_ms", "headroom", "step_examples_per_s",
                                                       "constant_input_ms", "input_overhead", "seconds",
                                                       "input_mb_per_s", "record_bytes_per_example",
                                                       "ours_training_growth_mb", "reference_training_growth_mb",
-                                                      "dense_mb_per_example")}
+                                                      "dense_mb_per_example", "reference_variants_ms",
+                                                      "reference_failures", "reference_compile_s")}
         lines.append(f"| {r['suite']} | {r['variant']} | {shape} | {r.get('batch', '')} | {seq} | {ours} | {ref} | "
                      f"{r.get('ratio', '')} | {r.get('vs_production', '')} | {speed} | {r.get('mfu_fp32', '')} | "
                      f"{json.dumps(notes)[1:-1] if notes else ''} |")
@@ -451,9 +642,18 @@ def main():
     parser.add_argument("--base_config", default=True, action=argparse.BooleanOptionalAction,
                         help="Also time the full base config (12 layers) production step against HF.")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--reference_variants", default=",".join(REFERENCE_VARIANTS),
+                        help=f"How HF runs, comma-separated from {', '.join(REFERENCE_VARIANTS)}; each row compares "
+                             "with the fastest (a quick run may skip compile).")
+    parser.add_argument("--peak_sizes", default="1024,2048,4096", help="Matrix sizes n of the matmul peak.")
     parser.add_argument("--corpus_glob", default=os.path.join(REPO, "..", "shared", "data", "corpus", "train", "*.txt"))
     args = parser.parse_args()
     seq_lens = [int(s) for s in args.seq_lens.split(",")]
+    ref_variants = tuple(args.reference_variants.split(","))
+    if not ref_variants or set(ref_variants) - set(REFERENCE_VARIANTS):
+        parser.error(f"--reference_variants: choose from {REFERENCE_VARIANTS}")
+    reference = reference_settings(ref_variants)  # first: before anything starts PyTorch's thread pool
+    peak_sizes = [int(n) for n in args.peak_sizes.split(",")]
 
     def predict(L):
         return args.num_predict or max(1, round(85 * L / 512))
@@ -471,8 +671,8 @@ def main():
     unknown = set(suites) - set(SUITES)
     if unknown:
         parser.error(f"--suite: unknown {sorted(unknown)}; choose from {SUITES} or all")
-    report = {"machine": machine(), "args": vars(args), "peak_gflops": {"float32": matmul_peak("float32"),
-                                                                       "bfloat16": matmul_peak("bfloat16")}, "rows": []}
+    report = {"machine": machine(), "args": vars(args), "reference": reference,
+              "peak_gflops": {d: matmul_peak(d, peak_sizes) for d in ("float32", "bfloat16")}, "rows": []}
     peak = report["peak_gflops"]["float32"]["best"]
     config = bench_config(args.n_layer, args.d_model)
     if "memory" in suites:  # first, while this process is small (each implementation runs in a child)
@@ -483,10 +683,12 @@ def main():
         repeats = args.repeats if first else max(3, args.repeats // 2)
         if "pretrain_step" in suites:
             report["rows"] += step_rows("plm", bench_config(args.n_layer, args.d_model, mem(L)), args.batch, L,
-                                        predict(L), mem(L), repeats, peak, PLM_VARIANTS if first else PLM_VARIANTS[:1])
+                                        predict(L), mem(L), repeats, peak, PLM_VARIANTS if first else PLM_VARIANTS[:1],
+                                        reference_variants=ref_variants)
         if "finetune_step" in suites:
             report["rows"] += step_rows("classifier", config, args.batch, L, 0, 0, repeats, peak,
-                                        FINETUNE_VARIANTS if first else FINETUNE_VARIANTS[:1])
+                                        FINETUNE_VARIANTS if first else FINETUNE_VARIANTS[:1],
+                                        reference_variants=ref_variants)
     L = seq_lens[0]
     if "pretrain_step" in suites:
         report["rows"] += input_pipeline_rows(config, args.batch, L, predict(L), args.repeats,
@@ -494,12 +696,14 @@ def main():
         _release()
         if args.base_config:
             report["rows"] += step_rows("plm", bench_config(12, 768, mem(L)), args.batch, L, predict(L), mem(L),
-                                        max(2, args.repeats // 2), peak, PLM_VARIANTS[:1], breakdown=False)
+                                        max(2, args.repeats // 2), peak, PLM_VARIANTS[:1], breakdown=False,
+                                        reference_variants=ref_variants)
     if "finetune_step" in suites and args.base_config:
         report["rows"] += step_rows("classifier", bench_config(12, 768), args.batch, L, 0, 0,
-                                    max(2, args.repeats // 2), peak, FINETUNE_VARIANTS[:1], breakdown=False)
+                                    max(2, args.repeats // 2), peak, FINETUNE_VARIANTS[:1], breakdown=False,
+                                    reference_variants=ref_variants)
     if "serving" in suites:
-        report["rows"] += serving_rows(config, 32, 128, args.repeats, spiece_model)
+        report["rows"] += serving_rows(config, 32, 128, args.repeats, spiece_model, ref_variants)
     if "builder" in suites:
         if tf.io.gfile.glob(args.corpus_glob):
             report["rows"] += builder_rows(args.corpus_glob)
