@@ -45,6 +45,9 @@ def define_flags(fv: flags.FlagValues = FLAGS):
               "with memories (1 = one segment, the text cut at --max_seq_length).")
     d.integer("mem_len", 0, "Long documents: memory length in tokens carried from segment to segment "
               "(0 = --max_seq_length); ignored with --max_segments=1.")
+    d.integer("bptt_segments", 0, "Long documents: back-propagate through the memories of this many segments "
+              "before the last (0 = Transformer-XL's stop-gradient; each one keeps another segment's "
+              "activations for the backward pass).")
 
 
 class ClassifierTask(lifecycle.FineTuningTask):
@@ -130,7 +133,8 @@ class ClassifierTask(lifecycle.FineTuningTask):
         s, m = self.settings, self.manifest
         return XLNetClassifier(config, num_labels=m.get("num_labels") or 2, regression=m["is_regression"],
                                task_name=self.task_name(), summary_type=s.summary_type,
-                               use_proj=s.use_summ_proj, mem_len=self.mem_len, dtype=dtype)
+                               use_proj=s.use_summ_proj, mem_len=self.mem_len,
+                               bptt_segments=s.bptt_segments if self.mem_len else 0, dtype=dtype)
 
     def metrics(self, split, outputs, model_dir):
         from xlnet_tf import metrics

@@ -30,13 +30,14 @@ def causal_mask(qlen: int, mlen: int, same_length: bool = False):
     return blocked
 
 
-def cache_mems(layer_input, prev_mem, mem_len: int, reuse_len: Optional[int]):
+def cache_mems(layer_input, prev_mem, mem_len: int, reuse_len: Optional[int], stop_gradient: bool = True):
     """New memory `[B, mem_len', D]`: `[prev_mem; layer_input[:, :reuse_len]]`, last `mem_len` positions,
-    no gradient (the original's `_cache_mem`)."""
+    no gradient (the original's `_cache_mem`) unless `stop_gradient=False`."""
     cur = layer_input[:, :reuse_len] if reuse_len else layer_input
     if prev_mem is not None:
         cur = tf.concat([tf.cast(prev_mem, cur.dtype), cur], axis=1)
-    return tf.stop_gradient(cur[:, -mem_len:])
+    cur = cur[:, -mem_len:]
+    return tf.stop_gradient(cur) if stop_gradient else cur
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -56,6 +57,7 @@ class XLNetBackbone(keras.layers.Layer):
       mem_mask: `[B, M]`, **1 = real memory position, 0 = padding** (never attended), or None (all real).
       mem_segment_ids: `[B, M]` int segment ids of the memory positions, or None (segment 0, as the
         original's pretraining, where memory is always text A).
+      mem_gradient: the returned `new_mems` keep their gradient (default: stopped, as Transformer-XL).
       perm_mask: `[B, L, L]`, **1 = position i may NOT attend to position j**, or None.
       target_mapping: `[B, P, L]` one-hot rows (an all-zero row is a padded slot), or None (no query
         stream).
@@ -148,7 +150,7 @@ class XLNetBackbone(keras.layers.Layer):
         return blocked
 
     def call(self, input_ids, segment_ids=None, attention_mask=None, mems=None, perm_mask=None,
-             target_mapping=None, training=False, mem_mask=None, mem_segment_ids=None):
+             target_mapping=None, training=False, mem_mask=None, mem_segment_ids=None, mem_gradient=False):
         c = self.config
         input_ids = tf.convert_to_tensor(input_ids)
         batch, qlen = tf.shape(input_ids)[0], input_ids.shape[1]
@@ -204,7 +206,7 @@ class XLNetBackbone(keras.layers.Layer):
         for i, layer in enumerate(self.xl_layers):
             mem = mems[i] if mems else None
             if new_mems is not None:
-                new_mems.append(cache_mems(content, mem, c.mem_len, c.reuse_len))
+                new_mems.append(cache_mems(content, mem, c.mem_len, c.reuse_len, stop_gradient=not mem_gradient))
             content, query = layer(content, query, pos_emb=pos_emb, per_example_positions=per_example,
                                    mems=mem, content_mask=content_mask, seg_diff=seg_diff, biases=biases,
                                    training=training, **query_kwargs)

@@ -200,10 +200,14 @@ class _FineTuningModel(Task):
     """Backbone (no perm mask) + sequence summary; subclasses add the output layer.
 
     `mem_len` (None = no memories) gives the backbone Transformer-XL memories for reading documents of
-    several segments (`read_document`); the weights are the same either way."""
+    several segments (`read_document`); the weights are the same either way. `bptt_segments` k > 0 lets the
+    gradient flow back through the memories of the last k segments before the final one (0: Transformer-XL's
+    stop-gradient; more activations are kept for the backward pass, k + 1 segments' worth)."""
 
-    def __init__(self, config, summary_type: str = "last", use_proj: bool = True, mem_len=None, **kwargs):
+    def __init__(self, config, summary_type: str = "last", use_proj: bool = True, mem_len=None,
+                 bptt_segments: int = 0, **kwargs):
         super().__init__(**kwargs)
+        self.bptt_segments = int(bptt_segments or 0)
         self.config = config = finetuning_config(config).replace(mem_len=mem_len or None)
         self.summary_type = summary_type
         self.use_proj = use_proj
@@ -221,7 +225,8 @@ class _FineTuningModel(Task):
         """Transformer-XL's recurrence over the segments of `[B, S, L]` inputs (S static; the document
         left-padded as a whole, so that only leading positions are padding and `<cls>` ends the last
         segment): segment s attends to the cached layer inputs of the previous `mem_len` positions
-        (padding there masked, segment ids kept), with no gradient through them (as Transformer-XL).
+        (padding there masked, segment ids kept), with no gradient through them (as Transformer-XL) except
+        those of the last `bptt_segments` segments before the final one.
         Returns the content stream of the last segment `[B, L, D]`."""
         num_segments = input_ids.shape[1]
         if num_segments is None:
@@ -235,7 +240,8 @@ class _FineTuningModel(Task):
         mems = mem_mask = mem_segs = None
         for s in range(num_segments):
             out = self.backbone(input_ids[:, s], segment_ids=segment_ids[:, s], attention_mask=attention_mask[:, s],
-                                mems=mems, mem_mask=mem_mask, mem_segment_ids=mem_segs, training=training)
+                                mems=mems, mem_mask=mem_mask, mem_segment_ids=mem_segs, training=training,
+                                mem_gradient=s >= num_segments - 1 - self.bptt_segments)
             if s + 1 < num_segments:
                 mems = out["new_mems"]
                 mem_mask = keep_last(mem_mask, tf.cast(attention_mask[:, s], tf.float32), self.mem_len)
@@ -277,8 +283,9 @@ class XLNetClassifier(_FineTuningModel):
     takes_text = True
 
     def __init__(self, config, num_labels: int = 2, regression: bool = False, task_name: str = "task",
-                 summary_type: str = "last", use_proj: bool = True, mem_len=None, **kwargs):
-        super().__init__(config, summary_type=summary_type, use_proj=use_proj, mem_len=mem_len, **kwargs)
+                 summary_type: str = "last", use_proj: bool = True, mem_len=None, bptt_segments: int = 0, **kwargs):
+        super().__init__(config, summary_type=summary_type, use_proj=use_proj, mem_len=mem_len,
+                         bptt_segments=bptt_segments, **kwargs)
         if not regression and num_labels < 2:
             raise ValueError(f"num_labels must be >= 2 for classification, got {num_labels}")
         self.num_labels = 1 if regression else num_labels
@@ -340,7 +347,7 @@ class XLNetClassifier(_FineTuningModel):
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(), "num_labels": self.num_labels,
                 "regression": self.regression, "task_name": self.task_name, "summary_type": self.summary_type,
-                "use_proj": self.use_proj, "mem_len": self.mem_len}
+                "use_proj": self.use_proj, "mem_len": self.mem_len, "bptt_segments": self.bptt_segments}
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
