@@ -32,6 +32,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from bench.host import describe  # noqa: E402
 from bench.peak_rss import flush_denormals, hf_train_step, inputs, torch_inputs  # noqa: E402 (no TF or torch there)
 
 tf.get_logger().setLevel("ERROR")  # each A/B variant traces its own functions on purpose
@@ -102,33 +103,14 @@ def _torch():
     return torch
 
 
-def vector_extensions(cpuinfo: str) -> str:
-    """The SIMD and matrix extensions among the CPU's flags (those starting with avx, amx or fma), sorted and
-    space-separated: what the kernels of either framework can use, so what a timing on this machine means."""
-    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
-    return " ".join(sorted({f for f in flags if f.startswith(("avx", "amx", "fma"))}))
-
-
-def cpu_kind(extensions: str) -> str:
-    """The widest of `vector_extensions`: "AMX", "AVX-512", "AVX2" or "other" (an AMX CPU has AVX-512 too)."""
-    flags = extensions.split()
-    if any(f.startswith("amx") for f in flags):
-        return "AMX"
-    if "avx512f" in flags:
-        return "AVX-512"
-    return "AVX2" if "avx2" in flags else "other"
-
-
 def machine() -> dict:
-    cpuinfo = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
-    cpu = next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if "model name" in line), "")
-    extensions = vector_extensions(cpuinfo)
+    host = describe()
     mem_gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
     torch = _torch()
     import transformers
 
-    return {"platform": platform.platform(), "cpu": cpu, "cpu_kind": cpu_kind(extensions),
-            "vector_extensions": extensions, "cores": os.cpu_count(), "memory_gib": round(mem_gb, 1),
+    return {"platform": platform.platform(), "cpu": host["cpu"], "cpu_kind": host["cpu_kind"],
+            "vector_extensions": host["vector_extensions"], "cores": host["cores"], "memory_gib": round(mem_gb, 1),
             "python": platform.python_version(), "tensorflow": tf.__version__, "torch": torch.__version__,
             "transformers": transformers.__version__, "torch_threads": torch.get_num_threads(),
             "gpus": [d.name for d in tf.config.list_physical_devices("GPU")]}

@@ -259,11 +259,19 @@ Grids = Dict[tuple, Dict[str, Dict[str, float]]]  # (task, init) -> {lr: {metric
 def seed0_grid(work: str, task: Task, init: str, carried: Optional[Grids] = None) -> Dict[str, Dict[str, float]]:
     """Scores of the seed-0 runs of every learning rate on the ladder: the finished runs of this work_dir,
     then those `carried` from an earlier report (see `carried_grids`) for the rates not run here."""
-    out = dict((carried or {}).get((task.name, init), {}))
-    for lr in LR_LADDER:
-        s = read_score(run_dir(work, task.name, init, lr, "0"), task)
-        if s is not None:
-            out[lr] = s
+    return with_carried(finished_seed0_runs(work, task, init), carried, task.name, init)
+
+
+def finished_seed0_runs(work: str, task: Task, init: str) -> Dict[str, Dict[str, float]]:
+    """Scores of this work_dir's finished seed-0 runs, by learning rate."""
+    scores = {lr: read_score(run_dir(work, task.name, init, lr, "0"), task) for lr in LR_LADDER}
+    return {lr: s for lr, s in scores.items() if s is not None}
+
+
+def with_carried(here: Dict[str, Dict[str, float]], carried: Optional[Grids], task: str, init: str
+                 ) -> Dict[str, Dict[str, float]]:
+    """`here`, plus the carried runs of the rates not run here, in ladder order."""
+    out = {**(carried or {}).get((task, init), {}), **here}
     return {lr: out[lr] for lr in LR_LADDER if lr in out}
 
 
@@ -320,14 +328,14 @@ def collect(work: str, task_map: Dict[str, Task], carried: Optional[Grids] = Non
         task = task_map[name]
         runs = {}  # init -> (seed-0 grid, best rate, the seeds' scores at it, carried?), read once per task
         for init in FLAGS.inits:
-            grid = seed0_grid(work, task, init, carried)
+            here = finished_seed0_runs(work, task, init)
+            grid = with_carried(here, carried, name, init)
             if grid:
                 best = max(grid, key=lambda lr: grid[lr][task.primary])
-                seeds = [s for s in (read_score(run_dir(work, name, init, best, seed), task)
-                                     or (grid[best] if seed == "0" else None)
-                                     for seed in FLAGS.seeds) if s is not None]
-                from_earlier = any(read_score(run_dir(work, name, init, lr, "0"), task) is None for lr in grid)
-                runs[init] = (grid, best, seeds, from_earlier)
+                at_best = (grid[best] if seed == "0" else read_score(run_dir(work, name, init, best, seed), task)
+                           for seed in FLAGS.seeds)
+                seeds = [s for s in at_best if s is not None]
+                runs[init] = (grid, best, seeds, len(grid) > len(here))
         for metric in task.metrics:
             row = {"task": name, "metric": metric, "primary": metric == task.primary}
             for init, (grid, best, seeds, from_earlier) in runs.items():
@@ -400,18 +408,10 @@ def unigram(work: str, objective: str, vocab_size: int) -> Optional[float]:
 
 
 def machine() -> Dict[str, str]:
-    import platform
+    from bench import host
 
-    flags_line = ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            info = f.read()
-        model = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), "")
-        flags_line = next((ln.split(":", 1)[1] for ln in info.splitlines() if ln.startswith("flags")), "")
-    except OSError:
-        model = platform.processor()
-    ext = sorted({f for f in flags_line.split() if f.startswith(("avx", "amx", "fma"))})
-    return {"cpu": model, "cores": str(os.cpu_count()), "vector_extensions": " ".join(ext)}
+    m = host.describe()
+    return {"cpu": m["cpu"], "cores": str(m["cores"]), "vector_extensions": m["vector_extensions"]}
 
 
 def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Dict, baselines: Dict) -> None:

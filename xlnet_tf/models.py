@@ -13,7 +13,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf import initializers
-from xlnet_tf.backbone import XLNetBackbone
+from xlnet_tf.backbone import XLNetBackbone, cache_mems
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.heads import LMHead, SequenceSummary, SquadHead
 from xlnet_tf.task import Task, combine_weights, global_weighted_mean
@@ -190,12 +190,6 @@ def _summary_variables(summary: SequenceSummary, scope: str = "model/sequnece_su
     return out
 
 
-def keep_last(prev, new, length: int):
-    """`[prev; new]` along axis 1 (prev may be None), its last `length` positions."""
-    cat = new if prev is None else tf.concat([tf.cast(prev, new.dtype), new], axis=1)
-    return cat[:, -length:]
-
-
 class _FineTuningModel(Task):
     """Backbone (no perm mask) + sequence summary; subclasses add the output layer.
 
@@ -211,7 +205,6 @@ class _FineTuningModel(Task):
         self.config = config = finetuning_config(config).replace(mem_len=mem_len or None)
         self.summary_type = summary_type
         self.use_proj = use_proj
-        self.mem_len = mem_len or None
         self.backbone = XLNetBackbone(config, name="transformer", dtype=self.dtype_policy)
         self.sequence_summary = SequenceSummary(
             config.d_model, summary_type, use_proj=use_proj, dropout=config.dropout, dropatt=config.dropatt,
@@ -220,6 +213,11 @@ class _FineTuningModel(Task):
             layer_norm_eps=config.layer_norm_eps, name="sequnece_summary", dtype=self.dtype_policy)
         self.backbone.build()
         self.sequence_summary.build()
+
+    @property
+    def mem_len(self):
+        """Memory length when reading documents of several segments (None: one segment, no memories)."""
+        return self.config.mem_len
 
     def read_document(self, input_ids, segment_ids, attention_mask, training):
         """Transformer-XL's recurrence over the segments of `[B, S, L]` inputs (S static; the document
@@ -244,8 +242,9 @@ class _FineTuningModel(Task):
                                 mem_gradient=s >= num_segments - 1 - self.bptt_segments)
             if s + 1 < num_segments:
                 mems = out["new_mems"]
-                mem_mask = keep_last(mem_mask, tf.cast(attention_mask[:, s], tf.float32), self.mem_len)
-                mem_segs = keep_last(mem_segs, tf.cast(segment_ids[:, s], tf.int32), self.mem_len)
+                # the memory's padding mask and segment ids, cached as the memories are
+                mem_mask = cache_mems(tf.cast(attention_mask[:, s], tf.float32), mem_mask, self.mem_len, None)
+                mem_segs = cache_mems(tf.cast(segment_ids[:, s], tf.int32), mem_segs, self.mem_len, None)
         return out["content"]
 
     def pooled(self, input_ids, segment_ids, attention_mask, training):
@@ -272,8 +271,8 @@ class XLNetClassifier(_FineTuningModel):
     `{"score": [B]}`. Long documents: `[B, S, L]` inputs (S segments of a document left-padded as a whole,
     `<cls>` last) are read segment by segment with memories of `mem_len` positions, and classified from
     the summary of the last segment (`_FineTuningModel.read_document`). `task_loss(features, outputs)`: mean
-    cross-entropy / squared error over the batch, weighted by `is_real_example` when present. Original scopes: `model/sequnece_summary`,
-    `model/classification_{task_name}/logit` or `model/regression_{task_name}/logit`.
+    cross-entropy / squared error over the batch, weighted by `is_real_example` when present. Original scopes:
+    `model/sequnece_summary`, `model/classification_{task_name}/logit` or `model/regression_{task_name}/logit`.
 
     Keras: `preprocessor=XLNetPreprocessor(...)` lets `fit`/`evaluate`/`predict` take raw text
     (`(text, label)`, `((text_a, text_b), label)`); `compile()` defaults to this loss and accuracy (MSE

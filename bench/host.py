@@ -1,0 +1,44 @@
+"""What the benchmarks say about the host CPU: its model name and its vector extensions (no TensorFlow or
+PyTorch here, so every report can describe the machine the same way)."""
+
+from __future__ import annotations
+
+import os
+
+
+def read_cpuinfo() -> str:
+    """/proc/cpuinfo, or "" where there is none."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def cpu_model(cpuinfo: str) -> str:
+    return next((line.split(":", 1)[1].strip() for line in cpuinfo.splitlines() if "model name" in line), "")
+
+
+def vector_extensions(cpuinfo: str) -> str:
+    """The SIMD and matrix extensions among the CPU's flags (those starting with avx, amx or fma), sorted and
+    space-separated: what the kernels of either framework can use, so what a timing on this machine means."""
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), [])
+    return " ".join(sorted({f for f in flags if f.startswith(("avx", "amx", "fma"))}))
+
+
+def cpu_kind(extensions: str) -> str:
+    """The widest of `vector_extensions`: "AMX", "AVX-512", "AVX2" or "other" (an AMX CPU has AVX-512 too)."""
+    flags = extensions.split()
+    if any(f.startswith("amx") for f in flags):
+        return "AMX"
+    if "avx512f" in flags:
+        return "AVX-512"
+    return "AVX2" if "avx2" in flags else "other"
+
+
+def describe() -> dict:
+    """`cpu`, `cores`, `vector_extensions` and `cpu_kind` of this machine."""
+    info = read_cpuinfo()
+    extensions = vector_extensions(info)
+    return {"cpu": cpu_model(info), "cores": os.cpu_count(), "vector_extensions": extensions,
+            "cpu_kind": cpu_kind(extensions)}
