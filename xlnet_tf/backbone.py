@@ -61,8 +61,13 @@ class XLNetBackbone(keras.layers.Layer):
       perm_mask: `[B, L, L]`, **1 = position i may NOT attend to position j**, or None.
       target_mapping: `[B, P, L]` one-hot rows (an all-zero row is a padded slot), or None (no query
         stream).
+      output_positions: `[B, R]` int positions, or None (all): the last layer computes the content stream
+        only at these rows (its keys and values still cover every position), and `content` is `[B, R, D]`,
+        equal to those rows of the full output. A head that reads one row (the `<cls>` summary) saves most
+        of the last layer's work. Memories are unaffected (they cache layer inputs).
     Returns a dict:
-      `content` `[B, L, D]`; `query` `[B, P, D]` (None without `target_mapping`); `new_mems`: list of
+      `content` `[B, L, D]` (`[B, R, D]` with `output_positions`); `query` `[B, P, D]` (None without
+      `target_mapping`); `new_mems`: list of
       `n_layer` tensors `[B, mem_len, D]` (the layer inputs, last `mem_len` of `[mems; first reuse_len]`),
       or None when `config.mem_len` is 0/None.
     """
@@ -150,7 +155,8 @@ class XLNetBackbone(keras.layers.Layer):
         return blocked
 
     def call(self, input_ids, segment_ids=None, attention_mask=None, mems=None, perm_mask=None,
-             target_mapping=None, training=False, mem_mask=None, mem_segment_ids=None, mem_gradient=False):
+             target_mapping=None, training=False, mem_mask=None, mem_segment_ids=None, mem_gradient=False,
+             output_positions=None):
         c = self.config
         input_ids = tf.convert_to_tensor(input_ids)
         batch, qlen = tf.shape(input_ids)[0], input_ids.shape[1]
@@ -207,9 +213,11 @@ class XLNetBackbone(keras.layers.Layer):
             mem = mems[i] if mems else None
             if new_mems is not None:
                 new_mems.append(cache_mems(content, mem, c.mem_len, c.reuse_len, stop_gradient=not mem_gradient))
+            last = i == len(self.xl_layers) - 1
             content, query = layer(content, query, pos_emb=pos_emb, per_example_positions=per_example,
                                    mems=mem, content_mask=content_mask, seg_diff=seg_diff, biases=biases,
-                                   training=training, **query_kwargs)
+                                   content_pos=output_positions if last else None, training=training,
+                                   **query_kwargs)
         content = self.drop(content, training=training)
         if query is not None:
             query = self.drop(query, training=training)

@@ -196,12 +196,18 @@ class _FineTuningModel(Task):
     `mem_len` (None = no memories) gives the backbone Transformer-XL memories for reading documents of
     several segments (`read_document`); the weights are the same either way. `bptt_segments` k > 0 lets the
     gradient flow back through the memories of the last k segments before the final one (0: Transformer-XL's
-    stop-gradient; more activations are kept for the backward pass, k + 1 segments' worth)."""
+    stop-gradient; more activations are kept for the backward pass, k + 1 segments' worth).
+
+    `summary_rows_only` (default): with a `last` or `first` summary, the last layer computes its content
+    stream only at the summarized position (`XLNetBackbone`'s `output_positions`; keys and values still
+    cover every position), which is all the head reads: the same numbers for about 1/n_layer less work.
+    False computes every row, as the original and Hugging Face do."""
 
     def __init__(self, config, summary_type: str = "last", use_proj: bool = True, mem_len=None,
-                 bptt_segments: int = 0, **kwargs):
+                 bptt_segments: int = 0, summary_rows_only: bool = True, **kwargs):
         super().__init__(**kwargs)
         self.bptt_segments = int(bptt_segments or 0)
+        self.summary_rows_only = bool(summary_rows_only)
         self.config = config = finetuning_config(config).replace(mem_len=mem_len or None)
         self.summary_type = summary_type
         self.use_proj = use_proj
@@ -219,13 +225,23 @@ class _FineTuningModel(Task):
         """Memory length when reading documents of several segments (None: one segment, no memories)."""
         return self.config.mem_len
 
+    def _output_positions(self, input_ids):
+        """`[B, 1]` the position the summary reads (the last, `<cls>` of left-padded inputs, or the first),
+        or None (every row: another summary, or `summary_rows_only=False`)."""
+        if not self.summary_rows_only or self.summary_type not in ("last", "first"):
+            return None
+        position = tf.shape(input_ids)[-1] - 1 if self.summary_type == "last" else 0
+        return tf.fill(tf.stack([tf.shape(input_ids)[0], 1]), position)
+
     def read_document(self, input_ids, segment_ids, attention_mask, training):
         """Transformer-XL's recurrence over the segments of `[B, S, L]` inputs (S static; the document
         left-padded as a whole, so that only leading positions are padding and `<cls>` ends the last
         segment): segment s attends to the cached layer inputs of the previous `mem_len` positions
         (padding there masked, segment ids kept), with no gradient through them (as Transformer-XL) except
         those of the last `bptt_segments` segments before the final one.
-        Returns the content stream of the last segment `[B, L, D]`."""
+        Returns the content stream of the last segment `[B, L, D]` (`[B, 1, D]`, the summarized row, when
+        `_output_positions` says so; the last layer of earlier segments, whose output nothing reads, then
+        computes that one row too)."""
         num_segments = input_ids.shape[1]
         if num_segments is None:
             raise ValueError("read_document: the number of segments (axis 1) must be static")
@@ -236,10 +252,12 @@ class _FineTuningModel(Task):
         if attention_mask is None:
             attention_mask = tf.ones(tf.shape(input_ids), tf.float32)
         mems = mem_mask = mem_segs = None
+        positions = self._output_positions(input_ids[:, 0])
         for s in range(num_segments):
             out = self.backbone(input_ids[:, s], segment_ids=segment_ids[:, s], attention_mask=attention_mask[:, s],
                                 mems=mems, mem_mask=mem_mask, mem_segment_ids=mem_segs, training=training,
-                                mem_gradient=s >= num_segments - 1 - self.bptt_segments)
+                                mem_gradient=s >= num_segments - 1 - self.bptt_segments,
+                                output_positions=positions)
             if s + 1 < num_segments:
                 mems = out["new_mems"]
                 # the memory's padding mask and segment ids, cached as the memories are
@@ -252,11 +270,13 @@ class _FineTuningModel(Task):
         (the summary of its last segment, which ends with `<cls>`)."""
         if input_ids.shape.rank == 3:
             content = self.read_document(input_ids, segment_ids, attention_mask, training)
-            last_mask = None if attention_mask is None else attention_mask[:, -1]
+            last_mask = None if attention_mask is None or content.shape[1] == 1 else attention_mask[:, -1]
             return self.sequence_summary(content, last_mask, training=training)
+        positions = self._output_positions(input_ids)
         out = self.backbone(input_ids, segment_ids=segment_ids, attention_mask=attention_mask,
-                            training=training)
-        return self.sequence_summary(out["content"], attention_mask, training=training)
+                            training=training, output_positions=positions)
+        return self.sequence_summary(out["content"], attention_mask if positions is None else None,
+                                     training=training)
 
     def get_build_config(self):
         return None  # variables are created in __init__
@@ -282,9 +302,10 @@ class XLNetClassifier(_FineTuningModel):
     takes_text = True
 
     def __init__(self, config, num_labels: int = 2, regression: bool = False, task_name: str = "task",
-                 summary_type: str = "last", use_proj: bool = True, mem_len=None, bptt_segments: int = 0, **kwargs):
+                 summary_type: str = "last", use_proj: bool = True, mem_len=None, bptt_segments: int = 0,
+                 summary_rows_only: bool = True, **kwargs):
         super().__init__(config, summary_type=summary_type, use_proj=use_proj, mem_len=mem_len,
-                         bptt_segments=bptt_segments, **kwargs)
+                         bptt_segments=bptt_segments, summary_rows_only=summary_rows_only, **kwargs)
         if not regression and num_labels < 2:
             raise ValueError(f"num_labels must be >= 2 for classification, got {num_labels}")
         self.num_labels = 1 if regression else num_labels
@@ -346,7 +367,8 @@ class XLNetClassifier(_FineTuningModel):
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(), "num_labels": self.num_labels,
                 "regression": self.regression, "task_name": self.task_name, "summary_type": self.summary_type,
-                "use_proj": self.use_proj, "mem_len": self.mem_len, "bptt_segments": self.bptt_segments}
+                "use_proj": self.use_proj, "mem_len": self.mem_len, "bptt_segments": self.bptt_segments,
+                "summary_rows_only": self.summary_rows_only}
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -360,8 +382,9 @@ class XLNetMultipleChoice(_FineTuningModel):
     """
 
     def __init__(self, config, num_choices: int = 4, summary_type: str = "last", use_proj: bool = True,
-                 **kwargs):
-        super().__init__(config, summary_type=summary_type, use_proj=use_proj, **kwargs)
+                 summary_rows_only: bool = True, **kwargs):
+        super().__init__(config, summary_type=summary_type, use_proj=use_proj, summary_rows_only=summary_rows_only,
+                         **kwargs)
         self.num_choices = num_choices
         self.scorer = keras.layers.Dense(1, kernel_initializer=initializers.normal(self.config.initializer_range),
                                          name="logits", dtype=self.dtype_policy)
@@ -403,7 +426,8 @@ class XLNetMultipleChoice(_FineTuningModel):
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(), "num_choices": self.num_choices,
-                "summary_type": self.summary_type, "use_proj": self.use_proj}
+                "summary_type": self.summary_type, "use_proj": self.use_proj,
+                "summary_rows_only": self.summary_rows_only}
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")

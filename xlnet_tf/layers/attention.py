@@ -81,8 +81,12 @@ class RelativeAttention(keras.layers.Layer):
       target_mapping: `[B, K, L]` instead of `query_pos`: the original full-length formulation (scatter
         the queries to L rows, attend, gather back).
       biases: `(r_w_bias, r_r_bias, r_s_bias)` when `own_biases=False`.
+      content_pos: `[B, R]` int positions within the segment, or None (all L): the content stream is
+        computed only at these rows (keys and values still come from every position), so `content_out` is
+        `[B, R, D]`, equal to those rows of the full output. For a model that reads only some rows of its
+        last layer (a sequence summary at `<cls>`).
 
-    Returns: `(content_out [B, L, D], query_out [B, K, D] or None)`.
+    Returns: `(content_out [B, L, D] (or [B, R, D]), query_out [B, K, D] or None)`.
     """
 
     def __init__(self, d_model: int, n_head: int, d_head: int, dropout: float = 0.0,
@@ -177,7 +181,7 @@ class RelativeAttention(keras.layers.Layer):
     # --------------------------------------------------------------------------------------------- call
     def call(self, content, query=None, *, pos_emb, per_example_positions=False, mems=None,
              content_mask=None, seg_diff=None, query_mask=None, query_seg_diff=None, query_pos=None,
-             query_weight=None, target_mapping=None, biases=None, training=False):
+             query_weight=None, target_mapping=None, biases=None, content_pos=None, training=False):
         if biases is None:
             if not self.own_biases:
                 raise ValueError(f"{self.name}: biases must be passed when own_biases=False")
@@ -186,9 +190,17 @@ class RelativeAttention(keras.layers.Layer):
         keys = content if mems is None else tf.concat([tf.cast(mems, content.dtype), content], axis=1)
         k_head, v_head = self._project_keys_values(keys)
         k_r = self._project_positions(pos_emb, tf.shape(content)[0], per_example_positions)
-        vec = self._core(self._project(content, self.q), k_head, v_head, k_r, biases, seg_diff,
-                         content_mask, None, qlen, training, per_example_positions)
-        content_out = self._post_attention(content, vec, training)
+        rows = content
+        if content_pos is not None:  # only these rows of the content stream (as the query stream at targets)
+            rows = tf.gather(content, content_pos, batch_dims=1)
+            batch, klen = tf.shape(content)[0], tf.shape(keys)[1]
+            if content_mask is not None:
+                content_mask = tf.gather(tf.broadcast_to(content_mask, [batch, qlen, klen]), content_pos, batch_dims=1)
+            if seg_diff is not None:
+                seg_diff = tf.gather(seg_diff, content_pos, batch_dims=1)
+        vec = self._core(self._project(rows, self.q), k_head, v_head, k_r, biases, seg_diff,
+                         content_mask, content_pos, qlen, training, per_example_positions)
+        content_out = self._post_attention(rows, vec, training)
         if query is None:
             return content_out, None
 
