@@ -37,7 +37,7 @@ from bench.peak_rss import flush_denormals, hf_train_step, inputs, torch_inputs 
 
 tf.get_logger().setLevel("ERROR")  # each A/B variant traces its own functions on purpose
 
-SUITES = ("pretrain_step", "finetune_step", "serving", "builder", "memory")
+SUITES = ("pretrain_step", "finetune_step", "input_pipeline", "serving", "builder", "memory")
 REFERENCE_VARIANTS = ("eager", "compile")  # how HF runs; a row's reference is the fastest that worked
 COMPILE_NOTE = ("torch.compile (inductor) of the whole training step, which dynamo splits at backward() and at "
                 "the optimizer's own graph breaks into three compiled graphs: forward and loss (its backward "
@@ -56,11 +56,13 @@ class Variant:
     query_stream: str = "targets"
     attention: str = "production"  # a key of bench.variants.VARIANTS
     optimizer_in_xla: bool = False
+    summary_rows_only: bool = True  # classifier: the last layer computes only the summarized row
 
 
 # What training.Trainer runs with --jit_compile on one replica: loss, gradients, clipping and AdamW in one
 # XLA cluster.
-PRODUCTION = Variant("production: XLA step incl. AdamW, float32, query stream at targets, positions projected once",
+PRODUCTION = Variant("production: XLA step incl. AdamW, float32, query stream at targets (classifier: last layer "
+                     "at the summarized row), positions projected once",
                      optimizer_in_xla=True)
 
 
@@ -78,6 +80,7 @@ PLM_VARIANTS = [
     _ab("mixed_bfloat16", policy="mixed_bfloat16"),
 ]
 FINETUNE_VARIANTS = [PRODUCTION, _ab("no XLA (jit_compile=False)", jit=False),
+                     _ab("last layer over every row (reference formulation)", summary_rows_only=False),
                      _ab("AdamW outside the XLA cluster (the multi-replica path)", optimizer_in_xla=False),
                      _ab("mixed_bfloat16", policy="mixed_bfloat16")]
 
@@ -263,28 +266,47 @@ def _reason(error: Exception) -> str:
     return f"{type(error).__name__}: {first}".replace("|", "/")[:300]
 
 
-def time_reference(builders: dict, repeats: int):
-    """Times each reference variant (name -> a function building the callable to time; built here, so that
-    a torch.compile failure, which surfaces on the first call, is caught). Returns the row fields and the
-    fastest's unrounded ms. The fields: `reference_variants_ms` (name -> median ms), `reference_ms` and
-    `reference_variant` (the fastest: the peer at its strongest on this machine), and when there are any,
-    `reference_failures` (name -> reason, e.g. no C++ compiler for inductor) and `reference_compile_s` (warm-up
-    wall time of the compiled variants, compilation included). Raises only if no variant ran."""
-    times, failures, compile_s = {}, {}, {}
+def interleaved_ms(fns: dict, repeats: int) -> dict:
+    """Median ms of each (warmed-up) no-argument function, timed call by call in turns (the order rotating
+    each round) so that drifting load on a shared machine falls on all of them alike; a ratio of two of
+    these is far steadier than one of two medians taken minutes apart."""
+    names = list(fns)
+    times = {name: [] for name in names}
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            start = time.perf_counter()
+            fns[name]()
+            times[name].append(time.perf_counter() - start)
+    return {name: 1000.0 * float(np.median(t)) for name, t in times.items()}
+
+
+def warm_reference(builders: dict):
+    """Builds and warms up each reference variant (name -> a function building the callable to time; built
+    here, so that a torch.compile failure, which surfaces on the first call, is caught). Returns
+    `(fns, failures, compile_s)`: the callables that worked, name -> reason for those that did not (e.g. no
+    C++ compiler for inductor), and the warm-up wall time of the compiled ones, compilation included."""
+    fns, failures, compile_s = {}, {}, {}
     for name, build in builders.items():
         try:
             fn = build()
             warm = _warm_up(fn)
-            times[name] = median_ms(fn, repeats, warmup=0)
         except Exception as error:  # noqa: BLE001 - the row keeps the variants that worked
             failures[name] = _reason(error)
             print(f"reference variant {name} failed: {failures[name]}", flush=True)
             _reset_compiled()
             continue
+        fns[name] = fn
         if "compile" in name:
             compile_s[name] = round(warm, 1)
-    if not times:
+    if not fns:
         raise RuntimeError(f"no reference variant ran: {failures}")
+    return fns, failures, compile_s
+
+
+def reference_fields(times: dict, failures: dict, compile_s: dict):
+    """The row fields of the reference and the fastest's unrounded ms: `reference_variants_ms` (name ->
+    median ms), `reference_ms` and `reference_variant` (the fastest: the peer at its strongest on this
+    machine), and when there are any, `reference_failures` and `reference_compile_s`."""
     fastest = min(times, key=times.get)
     fields = {"reference_ms": round(times[fastest], 1), "reference_variant": fastest,
               "reference_variants_ms": {k: round(v, 1) for k, v in times.items()}}
@@ -293,6 +315,17 @@ def time_reference(builders: dict, repeats: int):
     if compile_s:
         fields["reference_compile_s"] = compile_s
     return fields, times[fastest]
+
+
+def time_reference(builders: dict, repeats: int, ours=None):
+    """Times each reference variant (see `warm_reference`), and with `ours` (a warmed-up callable) that too,
+    all interleaved (`interleaved_ms`). Returns the row fields (`reference_fields`), the fastest's unrounded
+    ms, and ours' ms (None without `ours`). Raises only if no variant ran."""
+    fns, failures, compile_s = warm_reference(builders)
+    times = interleaved_ms({**fns, **({"ours": ours} if ours else {})}, repeats)
+    ours_ms = times.pop("ours", None)
+    fields, fastest_ms = reference_fields(times, failures, compile_s)
+    return fields, fastest_ms, ours_ms
 
 
 def _reset_compiled():
@@ -340,46 +373,57 @@ def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, mle
               peak: float, variants, breakdown: bool = True, reference_variants=REFERENCE_VARIANTS):
     """Training steps (forward + backward + clipping + AdamW) of ours (each variant) and HF (each of
     `reference_variants`; the fastest is the reference), same shapes and weights. The first variant is the
-    production path; with `breakdown` its step is split into forward, backward and optimizer time."""
+    production path, timed interleaved with HF's variants (`interleaved_ms`); with `breakdown` its step is
+    split into forward and the rest. Each A/B variant is timed interleaved with the production step: its
+    `vs_production` is that pair's ratio, and its `ratio` the production ratio times it."""
     from bench import variants as attention_variants
 
     torch = _torch()
     torch.set_num_threads(os.cpu_count())
     hf = _hf_model(config, kind)
     data, mems = _inputs(config, batch, seq_len, num_predict, mlen)
-    reference, hf_ms = time_reference(hf_step_variants(hf, torch_inputs(data, mems, kind), reference_variants),
-                                      repeats)
-    _reset_compiled()
-    weights = {k: v.detach().numpy() for k, v in hf.state_dict().items()}
-    del hf
+    weights = {k: v.detach().numpy().copy() for k, v in hf.state_dict().items()}
     feats = {k: tf.constant(v) for k, v in data.items()}
     tf_mems = [tf.constant(m) for m in mems] if mems else None
+    production, *others = variants
+    with attention_variants.VARIANTS[production.attention]():
+        step, forward = _build_variant(config, kind, production, weights, feats, tf_mems)
+    reference, hf_ms, ms = time_reference(
+        hf_step_variants(hf, torch_inputs(data, mems, kind), reference_variants), repeats, ours=step)
+    _reset_compiled()
+    del hf
     flops = train_flops(config, batch, seq_len, num_predict if kind == "plm" else 0, mlen)
-    rows, production_ms = [], None
-    for v in variants:
+
+    def row(variant, variant_ms, ratio):
+        return {"suite": f"{'pretrain' if kind == 'plm' else 'finetune'}_step", "variant": variant.name,
+                "batch": batch, "seq_len": seq_len, "mem_len": mlen,
+                "num_predict": num_predict if kind == "plm" else 0, "n_layer": config.n_layer,
+                "d_model": config.d_model, "ours_ms": round(variant_ms, 1), **reference, "ratio": round(ratio, 3),
+                "tokens_per_s": round(batch * seq_len / (variant_ms / 1000), 1),
+                "mfu_fp32": round(flops / (variant_ms / 1000) / 1e9 / peak, 3)}
+
+    first = row(production, ms, hf_ms / ms)
+    if breakdown:
+        forward_ms = median_ms(forward, repeats)
+        first["breakdown_ms"] = {"forward": round(forward_ms, 1), "backward_and_update": round(ms - forward_ms, 1)}
+    rows = [first]
+    print(json.dumps(first), flush=True)
+    for v in others:
         with attention_variants.VARIANTS[v.attention]():
-            ms, timings = _time_variant(config, kind, v, weights, feats, tf_mems, repeats,
-                                        breakdown and production_ms is None)
+            variant_step, _ = _build_variant(config, kind, v, weights, feats, tf_mems)
+        pair = interleaved_ms({"production": step, "variant": variant_step}, repeats)
+        del variant_step
         _release()
-        row = {"suite": f"{'pretrain' if kind == 'plm' else 'finetune'}_step", "variant": v.name,
-               "batch": batch, "seq_len": seq_len, "mem_len": mlen, "num_predict": num_predict if kind == "plm" else 0,
-               "n_layer": config.n_layer, "d_model": config.d_model, "ours_ms": round(ms, 1), **reference,
-               "ratio": round(hf_ms / ms, 3), "tokens_per_s": round(batch * seq_len / (ms / 1000), 1),
-               "mfu_fp32": round(flops / (ms / 1000) / 1e9 / peak, 3)}
-        if production_ms is None:
-            production_ms = ms
-            if timings:
-                row["breakdown_ms"] = {"forward": round(timings, 1), "backward_and_update": round(ms - timings, 1)}
-        else:
-            row["vs_production"] = round(production_ms / ms, 3)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        vs_production = pair["production"] / pair["variant"]
+        rows.append({**row(v, pair["variant"], hf_ms / ms * vs_production), "vs_production": round(vs_production, 3)})
+        print(json.dumps(rows[-1]), flush=True)
+    _release()
     return rows
 
 
-def _time_variant(config, kind, variant, weights, feats, mems, repeats, breakdown):
-    """Median ms of one variant's training step, and with `breakdown` the forward pass's ms (the backward
-    pass and the update are one XLA cluster in production, so they are reported together)."""
+def _build_variant(config, kind, variant, weights, feats, mems):
+    """One variant's training step and its forward pass, as warmed-up no-argument callables returning NumPy
+    (traced and compiled here, inside the caller's attention-variant context)."""
     import keras
 
     from xlnet_tf import checkpoints
@@ -389,9 +433,14 @@ def _time_variant(config, kind, variant, weights, feats, mems, repeats, breakdow
     checkpoints.load_hf_weights(model, weights, require_heads=True)
     if kind == "plm":
         model.backbone.query_stream = variant.query_stream
-    step, forward, _ = our_train_step(model, feats, mems, kind, variant)
-    ms = median_ms(lambda: step().numpy(), repeats)
-    return ms, (median_ms(lambda: forward().numpy(), repeats) if breakdown else None)
+    else:
+        model.summary_rows_only = variant.summary_rows_only
+    step_fn, forward_fn, _ = our_train_step(model, feats, mems, kind, variant)
+    step, forward = (lambda: step_fn().numpy()), (lambda: forward_fn().numpy())
+    for _ in range(2):
+        step()
+        forward()
+    return step, forward
 
 
 def _release():
@@ -421,11 +470,12 @@ def serving_rows(config, batch: int, seq_len: int, repeats: int, spiece_model: s
     with tempfile.TemporaryDirectory() as tmp:
         path = serving.export(ours, "classifier", spiece_model, tmp, 1, seq_len, text_pair=True)
         fn = tf.saved_model.load(path).signatures["from_ids"]
-        args = {k: tf.constant(data[k]) for k in ("input_ids", "segment_ids", "attention_mask")}
-        ms = median_ms(lambda: fn(**args)["logits"].numpy(), repeats)
+    args = {k: tf.constant(data[k]) for k in ("input_ids", "segment_ids", "attention_mask")}
+    served = lambda: fn(**args)["logits"].numpy()  # noqa: E731
+    _warm_up(served)
     pt = torch_inputs(data, None, "classifier")
     pt.pop("labels")
-    reference, hf_ms = time_reference(hf_inference_variants(hf, pt, reference_variants), repeats)
+    reference, hf_ms, ms = time_reference(hf_inference_variants(hf, pt, reference_variants), repeats, ours=served)
     _reset_compiled()
     row = {"suite": "serving", "variant": "SavedModel from_ids vs HF inference (no_grad)", "batch": batch,
            "seq_len": seq_len, "n_layer": config.n_layer, "d_model": config.d_model, "ours_ms": round(ms, 1),
@@ -624,6 +674,8 @@ def main():
     parser.add_argument("--base_config", default=True, action=argparse.BooleanOptionalAction,
                         help="Also time the full base config (12 layers) production step against HF.")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--ab", default=True, action=argparse.BooleanOptionalAction,
+                        help="Also time the A/B variants of our step at the first length (--no-ab: production only).")
     parser.add_argument("--reference_variants", default=",".join(REFERENCE_VARIANTS),
                         help=f"How HF runs, comma-separated from {', '.join(REFERENCE_VARIANTS)}; each row compares "
                              "with the fastest (a quick run may skip compile).")
@@ -665,21 +717,22 @@ def main():
         repeats = args.repeats if first else max(3, args.repeats // 2)
         if "pretrain_step" in suites:
             report["rows"] += step_rows("plm", bench_config(args.n_layer, args.d_model, mem(L)), args.batch, L,
-                                        predict(L), mem(L), repeats, peak, PLM_VARIANTS if first else PLM_VARIANTS[:1],
+                                        predict(L), mem(L), repeats, peak,
+                                        PLM_VARIANTS if first and args.ab else PLM_VARIANTS[:1],
                                         reference_variants=ref_variants)
         if "finetune_step" in suites:
             report["rows"] += step_rows("classifier", config, args.batch, L, 0, 0, repeats, peak,
-                                        FINETUNE_VARIANTS if first else FINETUNE_VARIANTS[:1],
+                                        FINETUNE_VARIANTS if first and args.ab else FINETUNE_VARIANTS[:1],
                                         reference_variants=ref_variants)
     L = seq_lens[0]
-    if "pretrain_step" in suites:
+    if "input_pipeline" in suites:
         report["rows"] += input_pipeline_rows(config, args.batch, L, predict(L), args.repeats,
                                               os.path.join(REPO, "data", "demo", "train.txt"), spiece_model, peak)
         _release()
-        if args.base_config:
-            report["rows"] += step_rows("plm", bench_config(12, 768, mem(L)), args.batch, L, predict(L), mem(L),
-                                        max(2, args.repeats // 2), peak, PLM_VARIANTS[:1], breakdown=False,
-                                        reference_variants=ref_variants)
+    if "pretrain_step" in suites and args.base_config:
+        report["rows"] += step_rows("plm", bench_config(12, 768, mem(L)), args.batch, L, predict(L), mem(L),
+                                    max(2, args.repeats // 2), peak, PLM_VARIANTS[:1], breakdown=False,
+                                    reference_variants=ref_variants)
     if "finetune_step" in suites and args.base_config:
         report["rows"] += step_rows("classifier", bench_config(12, 768), args.batch, L, 0, 0,
                                     max(2, args.repeats // 2), peak, FINETUNE_VARIANTS[:1], breakdown=False,

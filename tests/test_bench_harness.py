@@ -31,7 +31,8 @@ def _check_reference(row, names):
     times = row["reference_variants_ms"]
     assert set(times) | set(row.get("reference_failures", {})) == set(names) and times
     assert row["reference_ms"] == min(times.values()) and times[row["reference_variant"]] == row["reference_ms"]
-    assert row["ratio"] == pytest.approx(row["reference_ms"] / row["ours_ms"], rel=0.05)
+    if "vs_production" not in row:  # an A/B row's ratio is the production ratio times its paired vs_production
+        assert row["ratio"] == pytest.approx(row["reference_ms"] / row["ours_ms"], rel=0.05)
 
 
 def _check_peak(peak, backends):
@@ -42,7 +43,7 @@ def _check_peak(peak, backends):
 
 
 def test_harness_writes_report(tmp_path):
-    report, md = _run(tmp_path, "--suite=pretrain_step,memory", "--reference_variants=eager")
+    report, md = _run(tmp_path, "--suite=pretrain_step,input_pipeline,memory", "--reference_variants=eager")
     rows = report["rows"]
     m = report["machine"]
     assert m["cores"] >= 1 and m["cpu_kind"] in ("AMX", "AVX-512", "AVX2", "other")
@@ -60,6 +61,7 @@ def test_harness_writes_report(tmp_path):
     for r in plm:
         _check_reference(r, ["hf_eager"])
     assert all("vs_production" in r for r in plm[1:])
+    assert all(r["ratio"] == pytest.approx(plm[0]["ratio"] * r["vs_production"], rel=0.01) for r in plm[1:])
     names = " ".join(r["variant"] for r in plm)
     assert all(v in names for v in variants.VARIANTS if v != "production")
     pipeline = [r for r in rows if r["suite"] == "input_pipeline"]
@@ -83,8 +85,9 @@ def test_reference_is_the_fastest_variant():
             raise RuntimeError("no C++ compiler\nsecond line | with a pipe")
         return fail
 
-    fields, ms = run.time_reference({"hf_eager": sleeper(0.03), "hf_compile": sleeper(0.005),
-                                     "hf_other_compile": broken}, repeats=3)
+    fields, ms, ours_ms = run.time_reference({"hf_eager": sleeper(0.03), "hf_compile": sleeper(0.005),
+                                              "hf_other_compile": broken}, repeats=3, ours=sleeper(0.015)())
+    assert ours_ms == pytest.approx(15, rel=0.5) and ms == pytest.approx(5, rel=0.8)
     assert fields["reference_variant"] == "hf_compile" and set(fields["reference_variants_ms"]) == {"hf_eager",
                                                                                                      "hf_compile"}
     assert fields["reference_ms"] == min(fields["reference_variants_ms"].values()) == round(ms, 1)
@@ -112,7 +115,7 @@ def test_compiled_reference(tmp_path):
     the faster, in the training-step and the serving rows."""
     report, md = _run(tmp_path, "--suite=finetune_step,serving", "--reference_variants=eager,compile")
     rows = [r for r in report["rows"] if r["suite"] in ("finetune_step", "serving")]
-    assert len(rows) == 5 and "hf_compile: torch.compile" in md
+    assert len(rows) == 6 and "hf_compile: torch.compile" in md
     for r in rows:
         _check_reference(r, ["hf_eager", "hf_compile"])
     for r in rows:
