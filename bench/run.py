@@ -616,7 +616,9 @@ def _reference_line(ref: dict) -> str:
     return (f"Reference: Hugging Face transformers XLNet (PyTorch), timed in the same process as "
             f"{', '.join(ref['variants'])}, denormals {flushed}; TensorFlow flushes denormals itself. Each row's "
             f"reference is its fastest variant (named in the reference column; all in the notes), and its ratio is "
-            f"against that.{compile_note}")
+            f"against that. Ours and every HF variant are timed call by call in turns (medians), and each A/B "
+            f"variant in turns with the production step, so drifting load on a shared machine falls on both "
+            f"sides alike.{compile_note}")
 
 
 def write_report(report: dict, output_dir: str) -> str:
