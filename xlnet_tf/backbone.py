@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from xlnet_tf import initializers
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.layers.attention import gather_rows
 from xlnet_tf.layers.block import XLNetLayer
 from xlnet_tf.layers.position import RelativePositionalEncoding
 
@@ -191,17 +192,14 @@ class XLNetBackbone(keras.layers.Layer):
             n_pred = tf.shape(target_mapping)[1]
             query = tf.tile(tf.cast(self.mask_emb, self.compute_dtype), [batch, n_pred, 1])
             query = self.drop(query, training=training)
-            query_mask, query_seg = blocked, seg_diff
-            if query_mask is not None:
-                query_mask = tf.broadcast_to(query_mask, [batch, qlen, klen])
             if self.query_stream == "full":
-                query_kwargs = dict(target_mapping=target_mapping, query_mask=query_mask,
-                                    query_seg_diff=query_seg)
+                query_mask = None if blocked is None else tf.broadcast_to(blocked, [batch, qlen, klen])
+                query_kwargs = dict(target_mapping=target_mapping, query_mask=query_mask, query_seg_diff=seg_diff)
             else:
                 pos = tf.argmax(target_mapping, axis=-1, output_type=tf.int32)  # [B, P]
-                gather = (lambda x: None if x is None else tf.gather(x, pos, batch_dims=1))
                 query_kwargs = dict(query_pos=pos, query_weight=tf.reduce_sum(target_mapping, -1),
-                                    query_mask=gather(query_mask), query_seg_diff=gather(query_seg))
+                                    query_mask=gather_rows(blocked, pos, [batch, qlen, klen]),
+                                    query_seg_diff=gather_rows(seg_diff, pos, [batch, qlen, klen]))
 
         # ---- embeddings and positions
         content = self.drop(self.embed(input_ids), training=training)

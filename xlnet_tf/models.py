@@ -227,7 +227,8 @@ class _FineTuningModel(Task):
 
     def _output_positions(self, input_ids):
         """`[B, 1]` the position the summary reads (the last, `<cls>` of left-padded inputs, or the first),
-        or None (every row: another summary, or `summary_rows_only=False`)."""
+        or None (every row: another summary, or `summary_rows_only=False`). The `last`/`first` summaries
+        read `[B, 1, D]` as they read `[B, L, D]` and never use the attention mask."""
         if not self.summary_rows_only or self.summary_type not in ("last", "first"):
             return None
         position = tf.shape(input_ids)[-1] - 1 if self.summary_type == "last" else 0
@@ -270,13 +271,11 @@ class _FineTuningModel(Task):
         (the summary of its last segment, which ends with `<cls>`)."""
         if input_ids.shape.rank == 3:
             content = self.read_document(input_ids, segment_ids, attention_mask, training)
-            last_mask = None if attention_mask is None or content.shape[1] == 1 else attention_mask[:, -1]
+            last_mask = None if attention_mask is None else attention_mask[:, -1]
             return self.sequence_summary(content, last_mask, training=training)
-        positions = self._output_positions(input_ids)
         out = self.backbone(input_ids, segment_ids=segment_ids, attention_mask=attention_mask,
-                            training=training, output_positions=positions)
-        return self.sequence_summary(out["content"], attention_mask if positions is None else None,
-                                     training=training)
+                            training=training, output_positions=self._output_positions(input_ids))
+        return self.sequence_summary(out["content"], attention_mask, training=training)
 
     def get_build_config(self):
         return None  # variables are created in __init__

@@ -51,6 +51,12 @@ def gather_shift(scores, query_pos, qlen: int, klen: int):
     return tf.gather(scores, idx, batch_dims=3)
 
 
+def gather_rows(x, positions, shape):
+    """Rows `positions` `[B, R]` of a per-query tensor `x` (a mask or segment matrix `[B|1, L|1, K]`, broadcast
+    to `shape` `[B, L, K]` first) -> `[B, R, K]`; None stays None."""
+    return None if x is None else tf.gather(tf.broadcast_to(x, shape), positions, batch_dims=1)
+
+
 @keras.saving.register_keras_serializable(package="xlnet_tf")
 class RelativeAttention(keras.layers.Layer):
     """XLNet relative multi-head attention for the content stream and, optionally, the query stream.
@@ -193,11 +199,9 @@ class RelativeAttention(keras.layers.Layer):
         rows = content
         if content_pos is not None:  # only these rows of the content stream (as the query stream at targets)
             rows = tf.gather(content, content_pos, batch_dims=1)
-            batch, klen = tf.shape(content)[0], tf.shape(keys)[1]
-            if content_mask is not None:
-                content_mask = tf.gather(tf.broadcast_to(content_mask, [batch, qlen, klen]), content_pos, batch_dims=1)
-            if seg_diff is not None:
-                seg_diff = tf.gather(seg_diff, content_pos, batch_dims=1)
+            shape = [tf.shape(content)[0], qlen, tf.shape(keys)[1]]
+            content_mask = gather_rows(content_mask, content_pos, shape)
+            seg_diff = gather_rows(seg_diff, content_pos, shape)
         vec = self._core(self._project(rows, self.q), k_head, v_head, k_r, biases, seg_diff,
                          content_mask, content_pos, qlen, training, per_example_positions)
         content_out = self._post_attention(rows, vec, training)
