@@ -422,8 +422,9 @@ def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, mle
 
 
 def _build_variant(config, kind, variant, weights, feats, mems):
-    """One variant's training step and its forward pass, as warmed-up no-argument callables returning NumPy
-    (traced and compiled here, inside the caller's attention-variant context)."""
+    """One variant's training step (warmed up: traced and compiled here, inside the caller's attention-variant
+    context) and its forward pass (traced on its first call, so used only for the production variant, whose
+    context is the plain one), as no-argument callables returning NumPy."""
     import keras
 
     from xlnet_tf import checkpoints
@@ -437,9 +438,7 @@ def _build_variant(config, kind, variant, weights, feats, mems):
         model.summary_rows_only = variant.summary_rows_only
     step_fn, forward_fn, _ = our_train_step(model, feats, mems, kind, variant)
     step, forward = (lambda: step_fn().numpy()), (lambda: forward_fn().numpy())
-    for _ in range(2):
-        step()
-        forward()
+    _warm_up(step)
     return step, forward
 
 
