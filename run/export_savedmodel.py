@@ -62,7 +62,8 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
     if task in ("classifier", "regression", "embedding"):
         model = XLNetClassifier(config, num_labels=max(info.get("num_labels", 2), 2),
                                 regression=task == "regression", task_name=info.get("task_name", "task"),
-                                mem_len=info.get("mem_len"), **summary)
+                                mem_len=info.get("mem_len"),
+                                document_summary=info.get("document_summary", "last_segment"), **summary)
     elif task == "race":
         model = XLNetMultipleChoice(config, **summary)
     else:

@@ -48,6 +48,9 @@ def define_flags(fv: flags.FlagValues = FLAGS):
     d.integer("bptt_segments", 0, "Long documents: back-propagate through the memories of this many segments "
               "before the last (0 = Transformer-XL's stop-gradient; each one keeps another segment's "
               "activations for the backward pass).")
+    d.enum("document_summary", "last_segment", ["last_segment", "all_segments"],
+           "Long documents: the summary reads the last segment (which sees earlier text through the memories) "
+           "or every segment (with --summary_type=mean: the mean over all the document's tokens; or attn).")
 
 
 class ClassifierTask(lifecycle.FineTuningTask):
@@ -62,6 +65,9 @@ class ClassifierTask(lifecycle.FineTuningTask):
             raise UserError(f"--max_segments must be >= 1, got {settings.max_segments}")
         if settings.mem_len < 0:
             raise UserError(f"--mem_len must be >= 0, got {settings.mem_len}")
+        if settings.document_summary == "all_segments" and settings.summary_type not in ("mean", "attn"):
+            raise UserError(f"--document_summary=all_segments needs --summary_type=mean or attn (a "
+                            f"{settings.summary_type!r} summary reads one position)")
 
     @property
     def mem_len(self):
@@ -125,7 +131,8 @@ class ClassifierTask(lifecycle.FineTuningTask):
                     text_pair=text_pair, max_seq_length=s.max_seq_length, uncased=s.uncased,
                     spiece_model_file=s.spiece_model_file, summary_type=s.summary_type,
                     use_summ_proj=s.use_summ_proj, task_name=self.task_name(),
-                    **(dict(max_segments=s.max_segments, mem_len=self.mem_len) if self.mem_len else {}))
+                    **(dict(max_segments=s.max_segments, mem_len=self.mem_len,
+                            document_summary=s.document_summary) if self.mem_len else {}))
 
     def build_model(self, config, dtype):
         from xlnet_tf.models import XLNetClassifier
@@ -134,7 +141,9 @@ class ClassifierTask(lifecycle.FineTuningTask):
         return XLNetClassifier(config, num_labels=m.get("num_labels") or 2, regression=m["is_regression"],
                                task_name=self.task_name(), summary_type=s.summary_type,
                                use_proj=s.use_summ_proj, mem_len=self.mem_len,
-                               bptt_segments=s.bptt_segments if self.mem_len else 0, dtype=dtype)
+                               bptt_segments=s.bptt_segments if self.mem_len else 0,
+                               document_summary=s.document_summary if self.mem_len else "last_segment",
+                               dtype=dtype)
 
     def metrics(self, split, outputs, model_dir):
         from xlnet_tf import metrics

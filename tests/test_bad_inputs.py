@@ -104,6 +104,9 @@ def test_unknown_flag_names_the_flag():
 @pytest.mark.parametrize("runner, args, message", [
     ("run_classifier", ["--record_dir={tmp}/none", "--model_dir={tmp}/m", "--do_eval"],
      "record directory does not exist: {tmp}/none"),
+    ("run_classifier", ["--record_dir={tmp}/none", "--model_dir={tmp}/m", "--do_eval", "--max_segments=3",
+                        "--document_summary=all_segments"],
+     "--document_summary=all_segments needs --summary_type=mean or attn (a 'last' summary reads one position)"),
     ("run_squad", ["--record_dir={tmp}/none", "--model_dir={tmp}/m", "--do_eval"],
      "no dev records in --record_dir={tmp}/none: give --predict_file"),
     ("export_savedmodel", ["--model_dir={tmp}", "--export_dir={tmp}/e"],
@@ -164,6 +167,13 @@ def _classifier_info(**changes):
     ('{"schema": "xlnet_tf.export_info", "version": 9, "task": "race"}', "schema 'xlnet_tf.export_info' version 9"),
     ('{"task": "race", "max_seq_length": 64, "max_qa_length": 16, "summary_type": "last", "use_summ_proj": true,'
      ' "colour": "red"}', r"unknown field\(s\) \['colour'\]"),
+    ('{"schema": "xlnet_tf.export_info", "version": 2, "task": "classifier", "max_seq_length": 64, "num_labels": 2,'
+     ' "summary_type": "mean", "use_summ_proj": true, "max_segments": 3, "mem_len": 8,'
+     ' "document_summary": "all_segments"}', r"unknown field\(s\) \['document_summary'\]"),
+    ('{"task": "classifier", "max_seq_length": 64, "num_labels": 2, "summary_type": "mean", "use_summ_proj": true,'
+     ' "document_summary": "all_segments"}', "document_summary is for long-document models"),
+    ('{"task": "classifier", "max_seq_length": 64, "num_labels": 2, "summary_type": "mean", "use_summ_proj": true,'
+     ' "max_segments": 3, "mem_len": 8, "document_summary": "every"}', "document_summary is 'every'"),
 ])
 def test_export_info_that_breaks_the_schema_is_named(tmp_path, content, message):
     from xlnet_tf import model_dir

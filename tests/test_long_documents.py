@@ -67,6 +67,43 @@ def test_memory_carries_earlier_segments_without_gradient():
     assert np.abs(grad[only_first]).sum() > 0, "bptt_segments=1 did not reach the first segment"
 
 
+
+def test_a_summary_of_all_segments_averages_every_real_token_of_the_document():
+    """`document_summary='all_segments'` with a mean summary: the mean over every real token of the
+    document's content stream (each segment read with memories, as `last_segment` reads the last one); the
+    earlier segments enter without gradient unless `bptt_segments` reaches them; one segment is unchanged."""
+    tf.keras.utils.set_random_seed(1)
+    config = XLNetConfig(**CONFIG)
+    model = XLNetClassifier(config, num_labels=3, mem_len=8, summary_type="mean", document_summary="all_segments")
+    last = XLNetClassifier(config, num_labels=3, mem_len=8, summary_type="mean")
+    last.set_weights(model.get_weights())
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(10, 30, size=19).tolist()  # + <sep><cls>: 21 tokens, left-padded to three segments
+    doc = document(tokens, 3, 8)
+    content = model.read_document(doc["input_ids"], doc["segment_ids"], doc["attention_mask"], training=False)
+    assert content.shape == (1, 24, 16)
+    np.testing.assert_allclose(content.numpy()[:, 16:], last_segment(last, doc), atol=1e-6)
+    real = doc["attention_mask"].numpy().reshape(1, 24, 1)
+    mean = (content.numpy() * real).sum(1) / real.sum()
+    np.testing.assert_allclose(model.pooled(doc["input_ids"], doc["segment_ids"], doc["attention_mask"], False),
+                               model.sequence_summary(tf.constant(mean[:, None])), atol=1e-6)
+    short = document(tokens[:5], 3, 8)  # padding-only leading segments add nothing to the mean
+    np.testing.assert_allclose(model(short)["logits"], model(document(tokens[:5], 1, 8))["logits"], atol=1e-6)
+
+    def embedding_gradient(m):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(m(doc, training=True)["logits"] ** 2)
+        return tf.convert_to_tensor(tape.gradient(loss, m.backbone.word_embedding)).numpy()
+
+    only_first = sorted(set(doc["input_ids"].numpy()[0, 0]) - set(doc["input_ids"].numpy()[0, 1:].ravel()))
+    assert only_first and np.all(embedding_gradient(model)[only_first] == 0.0)
+    model.bptt_segments = 2
+    assert np.abs(embedding_gradient(model)[only_first]).sum() > 0
+    again = XLNetClassifier.from_config(model.get_config())
+    assert again.document_summary == "all_segments"
+    with pytest.raises(ValueError, match="needs summary_type 'mean' or 'attn'"):
+        XLNetClassifier(config, num_labels=3, mem_len=8, document_summary="all_segments")
+
 @pytest.mark.parametrize("mem_len,reaches", [(8, False), (16, True)])
 def test_mem_len_sets_how_far_back_the_last_segment_reads(mem_len, reaches):
     """One layer: the last segment's only path to segment 0 is the memory (the layer's input, i.e. the
@@ -150,10 +187,13 @@ def test_document_records_hold_segments_of_the_whole_packed_text(tmp_path):
 
 # ---- runner, export, serving -----------------------------------------------------------------------------
 
-def test_long_document_runner_exports_a_model_that_reads_documents_in_graph(tmp_path):
+@pytest.mark.parametrize("document_summary", ["last_segment", "all_segments"])
+def test_long_document_runner_exports_a_model_that_reads_documents_in_graph(tmp_path, document_summary):
     """run_classifier --max_segments=3 on real text end to end, then export: serving_default takes raw text
     of any length (tokenized, cut into segments and read with memories in the graph) and agrees with the
-    record builder's packing through from_ids; from_ids takes fewer segments (leading padding added)."""
+    record builder's packing through from_ids, and both with the checkpoint read back by `from_checkpoint`
+    (the export info's `document_summary` reaches the exported model); from_ids takes fewer segments
+    (leading padding added)."""
     import json
 
     from run import export_savedmodel, run_classifier
@@ -184,6 +224,8 @@ def test_long_document_runner_exports_a_model_that_reads_documents_in_graph(tmp_
     ids["attention_mask"] = tf.constant(feats["attention_mask"].reshape(5, 3, 16))
     by_ids = loaded.signatures["from_ids"](**ids)
     np.testing.assert_allclose(by_ids["logits"].numpy(), by_text["logits"].numpy(), atol=1e-5)
+    restored = XLNetClassifier.from_checkpoint(model_dir)
+    np.testing.assert_allclose(restored(ids)["logits"].numpy(), by_ids["logits"].numpy(), atol=1e-5)
     last_two = {k: v[4:, 1:] for k, v in ids.items()}  # the short text: its first segment is padding only
     np.testing.assert_allclose(loaded.signatures["from_ids"](**last_two)["logits"].numpy(),
                                by_text["logits"].numpy()[4:], atol=1e-5)

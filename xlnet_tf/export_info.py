@@ -1,5 +1,5 @@
 """`export_info.json`: what a fine-tuning run's model_dir tells the exporter and `from_checkpoint` (schema
-"xlnet_tf.export_info", version 2; version 1 files are read too).
+"xlnet_tf.export_info", version 3; versions 1 and 2 are read too).
 
 Written by every fine-tuning runner (xlnet_tf.lifecycle, through `model_dir.prepare`, which compares it
 field by field on reruns), read by run/export_savedmodel.py and `Task.from_checkpoint`. Fields by task:
@@ -9,12 +9,15 @@ field by field on reruns), read by run/export_savedmodel.py and `Task.from_check
 - classifier / regression: `num_labels`; optional `labels` (their names, as many), `text_pair` (default
   false), `task_name`; long documents (version 2): `max_segments` (> 1: documents of that many segments of
   `max_seq_length`, read with Transformer-XL memories) and `mem_len` (the memory length), both or neither;
+  `document_summary` (version 3; `last_segment`, the default, or `all_segments`: what the summary of such a
+  document reads);
 - classifier / regression / race: the sequence summary, `summary_type`, `use_summ_proj`;
 - race: `max_qa_length`;
 - squad: `max_query_length`, `max_answer_length`, `start_n_top`, `end_n_top`, `version_2_with_negative`.
 
 Files written before the schema existed (no `schema` key) are read as version 1. Version 2 added the
-long-document fields (a version 1 file holding them is refused: its writer did not know them).
+long-document fields, version 3 `document_summary` (an older file holding a newer field is refused: its
+writer did not know it).
 """
 
 from __future__ import annotations
@@ -27,9 +30,10 @@ from typing import Any, Dict, List, Optional
 from xlnet_tf.errors import UserError
 
 SCHEMA = "xlnet_tf.export_info"
-VERSION = 2
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 V2_FIELDS = ("max_segments", "mem_len")
+V3_FIELDS = ("document_summary",)
 NAME = "export_info.json"
 TASKS = ("classifier", "regression", "race", "squad")
 _REQUIRED = {
@@ -65,6 +69,7 @@ class ExportInfo:
     version_2_with_negative: Optional[bool] = None
     max_segments: Optional[int] = None
     mem_len: Optional[int] = None
+    document_summary: Optional[str] = None
 
     def validate(self, where: str = NAME) -> "ExportInfo":
         def bad(field, why):
@@ -88,6 +93,13 @@ class ExportInfo:
             bad("max_segments/mem_len", "must be given together (a long-document model)")
         if self.max_segments is not None and self.task not in ("classifier", "regression"):
             bad("max_segments", f"is for classifier/regression models, not {self.task!r}")
+        if self.document_summary is not None:
+            from xlnet_tf.models import DOCUMENT_SUMMARIES
+
+            if self.document_summary not in DOCUMENT_SUMMARIES:
+                bad("document_summary", f"is {self.document_summary!r}; one of {DOCUMENT_SUMMARIES}")
+            if self.max_segments is None:
+                bad("document_summary", "is for long-document models (max_segments/mem_len)")
         return self
 
     def to_dict(self) -> Dict[str, Any]:
@@ -105,7 +117,8 @@ class ExportInfo:
             raise ExportInfoError(f"{where}: schema {schema!r} version {version!r} is not {SCHEMA!r} version "
                                   f"{' or '.join(map(str, READABLE_VERSIONS))}; it was written by another tool or "
                                   "version")
-        known = {f.name for f in dataclasses.fields(cls)} - (set(V2_FIELDS) if version < 2 else set())
+        newer = (set(V2_FIELDS) if version < 2 else set()) | (set(V3_FIELDS) if version < 3 else set())
+        known = {f.name for f in dataclasses.fields(cls)} - newer
         unknown = sorted(set(values) - known)
         if unknown:
             raise ExportInfoError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")

@@ -18,6 +18,8 @@ from xlnet_tf.config import XLNetConfig
 from xlnet_tf.heads import LMHead, SequenceSummary, SquadHead
 from xlnet_tf.task import Task, combine_weights, global_weighted_mean
 
+# what the summary of a document of several segments reads (_FineTuningModel)
+DOCUMENT_SUMMARIES = ("last_segment", "all_segments")
 
 def masked_mean(values, weights):
     """Weighted mean of `values` over all entries; 0 when every weight is 0."""
@@ -201,11 +203,24 @@ class _FineTuningModel(Task):
     `summary_rows_only` (default): with a `last` or `first` summary, the last layer computes its content
     stream only at the summarized position (`XLNetBackbone`'s `output_positions`; keys and values still
     cover every position), which is all the head reads: the same numbers for about 1/n_layer less work.
-    False computes every row, as the original and Hugging Face do."""
+    False computes every row, as the original and Hugging Face do.
+
+    `document_summary` (documents of several segments): `last_segment` (default) summarizes the last
+    segment, which sees the earlier text only through the memories; `all_segments` summarizes the content
+    stream of every segment, the document's `[B, S*L, D]` (with `summary_type` `mean`: the mean over every
+    real token of the document; `attn`: attention over them). The segments before the last
+    `bptt_segments` + 1 enter that summary without gradient, as their memories do."""
 
     def __init__(self, config, summary_type: str = "last", use_proj: bool = True, mem_len=None,
-                 bptt_segments: int = 0, summary_rows_only: bool = True, **kwargs):
+                 bptt_segments: int = 0, summary_rows_only: bool = True,
+                 document_summary: str = "last_segment", **kwargs):
         super().__init__(**kwargs)
+        if document_summary not in DOCUMENT_SUMMARIES:
+            raise ValueError(f"document_summary must be one of {DOCUMENT_SUMMARIES}, got {document_summary!r}")
+        if document_summary == "all_segments" and summary_type not in ("mean", "attn"):
+            raise ValueError(f"document_summary='all_segments' needs summary_type 'mean' or 'attn' (a "
+                             f"{summary_type!r} summary reads one position), got {summary_type!r}")
+        self.document_summary = document_summary
         self.bptt_segments = int(bptt_segments or 0)
         self.summary_rows_only = bool(summary_rows_only)
         self.config = config = finetuning_config(config).replace(mem_len=mem_len or None)
@@ -242,7 +257,8 @@ class _FineTuningModel(Task):
         those of the last `bptt_segments` segments before the final one.
         Returns the content stream of the last segment `[B, L, D]` (`[B, 1, D]`, the summarized row, when
         `_output_positions` says so; the last layer of earlier segments, whose output nothing reads, then
-        computes that one row too)."""
+        computes that one row too), or with `document_summary='all_segments'` that of every segment
+        `[B, S*L, D]` (without gradient before the last `bptt_segments` + 1 segments)."""
         num_segments = input_ids.shape[1]
         if num_segments is None:
             raise ValueError("read_document: the number of segments (axis 1) must be static")
@@ -254,25 +270,34 @@ class _FineTuningModel(Task):
             attention_mask = tf.ones(tf.shape(input_ids), tf.float32)
         mems = mem_mask = mem_segs = None
         positions = self._output_positions(input_ids[:, 0])
+        contents = []
         for s in range(num_segments):
+            with_gradient = s >= num_segments - 1 - self.bptt_segments
             out = self.backbone(input_ids[:, s], segment_ids=segment_ids[:, s], attention_mask=attention_mask[:, s],
                                 mems=mems, mem_mask=mem_mask, mem_segment_ids=mem_segs, training=training,
-                                mem_gradient=s >= num_segments - 1 - self.bptt_segments,
-                                output_positions=positions)
+                                mem_gradient=with_gradient, output_positions=positions)
+            if self.document_summary == "all_segments":
+                contents.append(out["content"] if with_gradient else tf.stop_gradient(out["content"]))
             if s + 1 < num_segments:
                 mems = out["new_mems"]
                 # the memory's padding mask and segment ids, cached as the memories are
                 mem_mask = cache_mems(tf.cast(attention_mask[:, s], tf.float32), mem_mask, self.mem_len, None)
                 mem_segs = cache_mems(tf.cast(segment_ids[:, s], tf.int32), mem_segs, self.mem_len, None)
-        return out["content"]
+        return tf.concat(contents, axis=1) if contents else out["content"]
 
     def pooled(self, input_ids, segment_ids, attention_mask, training):
         """The summary `[B, D]` of one segment `[B, L]`, or of a document `[B, S, L]` read with memories
-        (the summary of its last segment, which ends with `<cls>`)."""
+        (the summary of its last segment, which ends with `<cls>`, or of all its segments:
+        `document_summary`)."""
         if input_ids.shape.rank == 3:
             content = self.read_document(input_ids, segment_ids, attention_mask, training)
-            last_mask = None if attention_mask is None else attention_mask[:, -1]
-            return self.sequence_summary(content, last_mask, training=training)
+            if attention_mask is None:
+                mask = None
+            elif self.document_summary == "all_segments":
+                mask = tf.reshape(attention_mask, [-1, input_ids.shape[1] * input_ids.shape[2]])
+            else:
+                mask = attention_mask[:, -1]
+            return self.sequence_summary(content, mask, training=training)
         out = self.backbone(input_ids, segment_ids=segment_ids, attention_mask=attention_mask,
                             training=training, output_positions=self._output_positions(input_ids))
         return self.sequence_summary(out["content"], attention_mask, training=training)
@@ -302,9 +327,10 @@ class XLNetClassifier(_FineTuningModel):
 
     def __init__(self, config, num_labels: int = 2, regression: bool = False, task_name: str = "task",
                  summary_type: str = "last", use_proj: bool = True, mem_len=None, bptt_segments: int = 0,
-                 summary_rows_only: bool = True, **kwargs):
+                 summary_rows_only: bool = True, document_summary: str = "last_segment", **kwargs):
         super().__init__(config, summary_type=summary_type, use_proj=use_proj, mem_len=mem_len,
-                         bptt_segments=bptt_segments, summary_rows_only=summary_rows_only, **kwargs)
+                         bptt_segments=bptt_segments, summary_rows_only=summary_rows_only,
+                         document_summary=document_summary, **kwargs)
         if not regression and num_labels < 2:
             raise ValueError(f"num_labels must be >= 2 for classification, got {num_labels}")
         self.num_labels = 1 if regression else num_labels
@@ -351,7 +377,8 @@ class XLNetClassifier(_FineTuningModel):
             if info.get("num_labels"):
                 out["num_labels"] = max(int(info["num_labels"]), 2)
         for ours, theirs in (("task_name", "task_name"), ("summary_type", "summary_type"),
-                             ("use_proj", "use_summ_proj"), ("mem_len", "mem_len")):
+                             ("use_proj", "use_summ_proj"), ("mem_len", "mem_len"),
+                             ("document_summary", "document_summary")):
             if theirs in info:
                 out[ours] = info[theirs]
         return out
@@ -367,7 +394,7 @@ class XLNetClassifier(_FineTuningModel):
         return {**super().get_config(), "config": self.config.to_dict(), "num_labels": self.num_labels,
                 "regression": self.regression, "task_name": self.task_name, "summary_type": self.summary_type,
                 "use_proj": self.use_proj, "mem_len": self.mem_len, "bptt_segments": self.bptt_segments,
-                "summary_rows_only": self.summary_rows_only}
+                "summary_rows_only": self.summary_rows_only, "document_summary": self.document_summary}
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
