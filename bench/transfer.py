@@ -345,6 +345,7 @@ def collect(work: str, task_map: Dict[str, Task], carried: Optional[Grids] = Non
                 row[init] = statistics.fmean(vals)
                 row[f"{init}_std"] = statistics.stdev(vals) if len(vals) > 1 else None
                 row[f"{init}_seeds"] = len(vals)
+                row[f"{init}_runs"] = vals
                 row[f"{init}_best_lr"] = best
                 row[f"{init}_grid"] = {lr: s.get(metric) for lr, s in grid.items()}
                 if from_earlier:
@@ -476,6 +477,16 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
                 lines.append(f"| {row['task']} | {row['metric']} | {init} | " +
                              " | ".join("-" if g.get(lr) is None else f"{g[lr]:.1f}" for lr in used)
                              + " |")
+    primary = [row for row in rows if row["primary"] and all(f"{i}_runs" in row for i in INITS)]
+    if primary:
+        lines += ["", "Every seed at the best rate (primary metric), and Welch's two-sided t-test of each pretrained "
+                      "init against scratch over the seeds:", "",
+                  "| task | metric | scratch | MLM | PLM | MLM vs scratch p | PLM vs scratch p |",
+                  "|---|---|---|---|---|---|---|"]
+        for row in primary:
+            seeds = " | ".join(", ".join(f"{v:.1f}" for v in row[f"{i}_runs"]) for i in INITS)
+            lines.append(f"| {row['task']} | {row['metric']} | {seeds} | "
+                         + " | ".join(welch_p(row[f"{i}_runs"], row["scratch_runs"]) for i in ("mlm", "plm")) + " |")
     lines += ["", "Pretraining held-out loss (nats per predicted token; the unigram baseline in brackets):", ""]
     for objective, curve in curves.items():
         lines.append(f"- {objective}: " + ", ".join(f"{r['step']}: {r['loss']:.3f}" for r in curve)
@@ -483,6 +494,15 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
     with open(FLAGS.results_prefix + ".md", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     plot(rows, curves, baselines, FLAGS.results_prefix + ".png")
+
+
+def welch_p(a: List[float], b: List[float]) -> str:
+    """Welch's two-sided t-test p-value of two seed samples, as text ('-' with fewer than two each)."""
+    from scipy.stats import ttest_ind
+
+    if min(len(a), len(b)) < 2:
+        return "-"
+    return f"{ttest_ind(a, b, equal_var=False).pvalue:.2g}"
 
 
 def plot(rows, curves, baselines, path):
