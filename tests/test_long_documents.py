@@ -207,9 +207,12 @@ def test_long_document_runner_exports_a_model_that_reads_documents_in_graph(tmp_
         "--dropout=0.1", "--dropatt=0.0", f"--spiece_model_file={F.tiny_spm()}", "--task=tsv",
         f"--data_dir={data}", f"--record_dir={records}", f"--model_dir={model_dir}", "--do_train", "--do_eval",
         "--max_seq_length=16", "--max_segments=3", "--mem_len=24", "--train_batch_size=8", "--train_steps=10",
-        "--steps_per_loop=5", "--save_steps=10", "--eval_batch_size=16", "--jit_compile=true"])
+        "--steps_per_loop=5", "--save_steps=10", "--eval_batch_size=16", "--jit_compile=true",
+        f"--document_summary={document_summary}", "--summary_type=" + ("mean" if document_summary == "all_segments"
+                                                                      else "last")])
     info = json.load(open(f"{model_dir}/export_info.json"))
-    assert (info["max_segments"], info["mem_len"], info["version"]) == (3, 24, 2)
+    assert (info["max_segments"], info["mem_len"], info["document_summary"], info["version"]) == (
+        3, 24, document_summary, 3)
     assert json.load(open(f"{model_dir}/eval_results.json"))["last"]["num_examples"] == 300
 
     path = export_savedmodel.export_from_model_dir(model_dir, str(tmp_path / "export"), version=1)
@@ -232,6 +235,25 @@ def test_long_document_runner_exports_a_model_that_reads_documents_in_graph(tmp_
     with pytest.raises(tf.errors.InvalidArgumentError, match="segments <= 3"):
         loaded.signatures["from_ids"](**{k: tf.concat([v, v[:, :1]], 1) for k, v in ids.items()})
 
+
+def test_benchmark_sign_test_counts_documents_across_seeds():
+    """bench/long_documents.py's statistics: one seed per arm is McNemar's exact test; over seeds, a document
+    favours the arm that gets it right in more seeds (ties drop out); predictions must cover the documents."""
+    from bench.long_documents import mcnemar, sign_test
+
+    labels = {"a": "x", "b": "y", "c": "x", "d": "y"}
+    whole = [{"a": "x", "b": "y", "c": "y", "d": "x"}, {"a": "x", "b": "x", "c": "x", "d": "x"}]
+    first = [{"a": "y", "b": "y", "c": "x", "d": "x"}, {"a": "y", "b": "x", "c": "y", "d": "y"}]
+    assert mcnemar(labels, whole[0], first[0]) == {"whole_better": 1, "first_better": 1, "p_value": 1.0}
+    # right in (whole, first) seeds: a (2, 0), b (1, 1), c (1, 1), d (0, 1)
+    t = sign_test(labels, whole, first)
+    assert (t["whole_better"], t["first_better"]) == (1, 1) and t["p_value"] == 1.0
+    t = sign_test(dict(labels, e="x", f="x", g="x", h="x", i="x", j="x"),
+                  [dict(w, e="x", f="x", g="x", h="x", i="x", j="x") for w in whole],
+                  [dict(f, e="y", f="y", g="y", h="y", i="y", j="y") for f in first])
+    assert (t["whole_better"], t["first_better"]) == (7, 1) and t["p_value"] == pytest.approx(0.0703125)
+    with pytest.raises(ValueError, match="do not cover"):
+        sign_test(labels, [{"a": "x"}], first[:1])
 
 @pytest.mark.slow
 def test_reading_whole_brown_texts_beats_their_first_segment(tmp_path):
