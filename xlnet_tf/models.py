@@ -21,6 +21,7 @@ from xlnet_tf.task import Task, combine_weights, global_weighted_mean
 # what the summary of a document of several segments reads (_FineTuningModel)
 DOCUMENT_SUMMARIES = ("last_segment", "all_segments")
 
+
 def masked_mean(values, weights):
     """Weighted mean of `values` over all entries; 0 when every weight is 0."""
     weights = tf.cast(weights, values.dtype)
