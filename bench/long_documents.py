@@ -20,7 +20,9 @@ two-sided test on the documents where exactly one arm is right; over all seeds, 
 the documents as units (a document favours the arm that gets it right in more seeds); training time per
 document (the runner's examples/s), inference time per document (the same model shape timed in this
 process, both arms alternating, after compilation), and the peak resident memory of each training process
-(ru_maxrss of the child, CPU). The report names the CPU and its vector extensions.
+(ru_maxrss of the child, CPU); and, as a reference without XLNet, a TF-IDF + logistic regression
+classifier of the whole text and of its first words (about one segment). The report names the CPU and its
+vector extensions.
 """
 
 from __future__ import annotations
@@ -173,6 +175,35 @@ def inference_ms_per_doc(args, recipe: Dict[str, str], repeats: int = 3) -> Dict
     return {name: min(v) for name, v in times.items()}
 
 
+def read_split(data_dir: str, split: str):
+    """(texts, labels) of a tsv split with `text` and `label` columns."""
+    import csv
+
+    csv.field_size_limit(1 << 30)
+    with open(os.path.join(data_dir, f"{split}.tsv"), encoding="utf-8", newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return [r["text"] for r in rows], [r["label"] for r in rows]
+
+
+def bag_of_words(data_dir: str, splits: List[str], first_words: int, c: float = 10.0) -> Dict[str, Dict[str, float]]:
+    """A reference without XLNet: TF-IDF (sublinear, min_df 2) + logistic regression (C = `c`, fixed) fit on
+    train, of the whole text and of its first `first_words` words; accuracy per held-out split."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+
+    out = {}
+    for name, cut in (("whole", None), ("first", first_words)):
+        clip = (lambda t: t) if cut is None else (lambda t, n=cut: " ".join(t.split()[:n]))  # noqa: E731
+        texts, labels = read_split(data_dir, "train")
+        vectorizer = TfidfVectorizer(sublinear_tf=True, min_df=2)
+        clf = LogisticRegression(C=c, max_iter=5000).fit(vectorizer.fit_transform([clip(t) for t in texts]), labels)
+        out[name] = {}
+        for split in splits:
+            texts, labels = read_split(data_dir, split)
+            out[name][split] = float(clf.score(vectorizer.transform([clip(t) for t in texts]), labels))
+    return out
+
+
 def mean_sd(values: List[float]) -> str:
     import statistics
 
@@ -231,6 +262,8 @@ def main():
     if len(splits) > 1:
         pooled["+".join(splits)] = sign_test(every, both("whole"), both("first"))
     infer = inference_ms_per_doc(args, recipe)
+    words = int(recipe["max_seq_length"]) * 2 // 3  # ~1.45 pieces per word in the CPU recipe's vocabulary
+    bow = bag_of_words(args.data_dir, splits, words)
     report = {
         "command": "python bench/long_documents.py " + " ".join(sys.argv[1:]),
         "machine": machine(),
@@ -240,6 +273,7 @@ def main():
                               for split, v in labels.items()},
         "runs": {name: [{k: v for k, v in r.items() if k != "predictions"} for r in rs] for name, rs in runs.items()},
         "per_seed": per_seed, "sign_test": pooled, "inference_ms_per_doc": infer,
+        "bag_of_words": {"first_words": words, **bow},
     }
     L, S = recipe["max_seq_length"], recipe["max_segments"]
     n = len(seeds)
@@ -276,6 +310,9 @@ def main():
                   f"that arm gets it right in more of the {n} seeds than the other; ties drop out):", ""]
     lines += [f"- {sp}: whole better on {t['whole_better']} documents, first better on {t['first_better']}, "
               f"p = {t['p_value']:.2g}" for sp, t in pooled.items()]
+    lines += ["", "Reference without XLNet (same train texts, fixed settings): TF-IDF + logistic regression on the "
+                  "whole text " + ", ".join(f"{100 * bow['whole'][sp]:.1f}% ({sp})" for sp in splits)
+              + f"; on its first {words} words " + ", ".join(f"{100 * bow['first'][sp]:.1f}%" for sp in splits) + "."]
     lines += ["", "Training ms/doc: the runner's examples/s (after the first logging interval), mean over seeds; "
                   "inference ms/doc: the same shapes in one process, XLA, batch of the recipe's eval batch size, best "
                   "of 3 alternating repeats; peak RSS: the whole training process (TensorFlow runtime included), "
