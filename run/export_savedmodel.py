@@ -58,17 +58,15 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
     if not max_seq_length:
         raise UserError("--export_max_seq_length is required (no export_info.json)")
     config = XLNetConfig.from_json_file(os.path.join(model_dir, "xlnet_config.json"), dropout=0.0, dropatt=0.0)
-    summary = dict(summary_type=info.get("summary_type", "last"), use_proj=info.get("use_summ_proj", True))
+    # the task model as the export info describes it (the same mapping `Task.from_checkpoint` uses); the
+    # head kind follows `task`, which may override the recorded one
     if task in ("classifier", "regression", "embedding"):
-        model = XLNetClassifier(config, num_labels=max(info.get("num_labels", 2), 2),
-                                regression=task == "regression", task_name=info.get("task_name", "task"),
-                                mem_len=info.get("mem_len"),
-                                document_summary=info.get("document_summary", "last_segment"), **summary)
+        model = XLNetClassifier(config, **{**XLNetClassifier.task_kwargs_from_export_info(info),
+                                           "regression": task == "regression"})
     elif task == "race":
-        model = XLNetMultipleChoice(config, **summary)
+        model = XLNetMultipleChoice(config, **XLNetMultipleChoice.task_kwargs_from_export_info(info))
     else:
-        model = XLNetForSquad(config, start_n_top=info.get("start_n_top", 5), end_n_top=info.get("end_n_top", 5),
-                              use_answer_class=info.get("version_2_with_negative", True))
+        model = XLNetForSquad(config, **XLNetForSquad.task_kwargs_from_export_info(info))
     if checkpoint is None:
         found = finetuning.list_checkpoints(model_dir)
         if not found:
