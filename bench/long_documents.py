@@ -111,12 +111,15 @@ def predictions(model_dir: str, split: str) -> Dict[str, str]:
     return {guid: label for guid, label in rows}
 
 
+def read_split(data_dir: str, split: str):
+    """The (id, text, label) rows of `split`.tsv, as tfrecords/brown_genre.py writes them (header checked)."""
+    from tfrecords.brown_genre import read_tsv
+
+    return read_tsv(os.path.join(data_dir, f"{split}.tsv"))
+
+
 def gold(data_dir: str, split: str = "dev") -> Dict[str, str]:
-    with open(os.path.join(data_dir, f"{split}.tsv"), encoding="utf-8") as f:
-        header = f.readline().rstrip("\n").split("\t")
-        rows = [line.rstrip("\n").split("\t") for line in f]
-    i, j = header.index("id"), header.index("label")
-    return {r[i]: r[j] for r in rows}
+    return {guid: label for guid, _, label in read_split(data_dir, split)}
 
 
 def accuracy(labels: Dict[str, str], predicted: Dict[str, str]) -> float:
@@ -181,32 +184,21 @@ def best_rate(accuracy: Dict[str, float], macro_f1: Dict[str, float]) -> str:
     return max(accuracy, key=lambda lr: (accuracy[lr], macro_f1[lr]))
 
 
-def read_split(data_dir: str, split: str):
-    """(texts, labels) of a tsv split with `text` and `label` columns."""
-    import csv
-
-    csv.field_size_limit(1 << 30)
-    with open(os.path.join(data_dir, f"{split}.tsv"), encoding="utf-8", newline="") as f:
-        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
-    return [r["text"] for r in rows], [r["label"] for r in rows]
-
-
 def bag_of_words(data_dir: str, splits: List[str], first_words: int, c: float = 10.0) -> Dict[str, Dict[str, float]]:
     """A reference without XLNet: TF-IDF (sublinear, min_df 2) + logistic regression (C = `c`, fixed) fit on
     train, of the whole text and of its first `first_words` words; accuracy per held-out split."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.linear_model import LogisticRegression
 
+    rows = {split: read_split(data_dir, split) for split in ["train", *splits]}
+    labels = {split: [label for _, _, label in r] for split, r in rows.items()}
     out = {}
     for name, cut in (("whole", None), ("first", first_words)):
-        clip = (lambda t: t) if cut is None else (lambda t, n=cut: " ".join(t.split()[:n]))  # noqa: E731
-        texts, labels = read_split(data_dir, "train")
+        texts = {split: [text if cut is None else " ".join(text.split()[:cut]) for _, text, _ in r]
+                 for split, r in rows.items()}
         vectorizer = TfidfVectorizer(sublinear_tf=True, min_df=2)
-        clf = LogisticRegression(C=c, max_iter=5000).fit(vectorizer.fit_transform([clip(t) for t in texts]), labels)
-        out[name] = {}
-        for split in splits:
-            texts, labels = read_split(data_dir, split)
-            out[name][split] = float(clf.score(vectorizer.transform([clip(t) for t in texts]), labels))
+        clf = LogisticRegression(C=c, max_iter=5000).fit(vectorizer.fit_transform(texts["train"]), labels["train"])
+        out[name] = {split: float(clf.score(vectorizer.transform(texts[split]), labels[split])) for split in splits}
     return out
 
 
