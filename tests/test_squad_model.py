@@ -6,6 +6,7 @@ import torch
 import transformers
 
 from tests.parity_utils import TINY, hf_config, max_diff, randomize_
+from tests import tie_safe
 from xlnet_tf import checkpoints
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.models import XLNetForSquad
@@ -52,6 +53,8 @@ def test_beam_search_and_answer_class_match_hf(rng):
         ref = hf(**_torch(f, "input_ids", "attention_mask", "p_mask", "cls_index"),
                  token_type_ids=torch.tensor(f["segment_ids"]))
     out = ours(f)
+    tie_safe.assert_no_near_ties(ref.start_top_log_probs.numpy())  # then the beams are ordered alike anywhere
+    tie_safe.assert_no_near_ties(ref.end_top_log_probs.numpy().reshape(-1, KE, KS).transpose(0, 2, 1))
     np.testing.assert_array_equal(out["start_top_index"].numpy(), ref.start_top_index.numpy())
     assert max_diff(np.exp(out["start_top_log_probs"]), ref.start_top_log_probs.numpy()) <= 1e-5  # HF: probs
     # HF lays the end arrays out end-major ([B, Ke, Ks] flattened); ours are start-major as the original.
