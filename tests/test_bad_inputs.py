@@ -442,6 +442,40 @@ def test_changed_data_rebuilds_the_records_it_shaped(tmp_path, capsys):
     assert _snapshot(tmp_path / "rec") == records
 
 
+def test_a_refused_rebuild_changes_nothing_and_the_restored_data_reuses_the_records(tmp_path):
+    """Relabel the training file so that its label list changes: the rebuild is refused (the records there
+    were built with another label list) and leaves every record file and the manifest as they were; with the
+    file restored, the records are reused and still hold the file's labels."""
+    from run import run_classifier
+    from tfrecords import classifier_data
+    from tfrecords.classifier_data import DataError
+
+    data = _tiny_task(str(tmp_path / "task"), ["History\tOne.", "Physical sciences\tTwo."])
+    args = TINY[:-1] + [f"--data_dir={data}", f"--record_dir={tmp_path}/rec", "--do_train"]
+    _run(run_classifier, args + [f"--model_dir={tmp_path}/m1"])
+    built = _snapshot(tmp_path / "rec")
+    train = os.path.join(data, "train.tsv")
+    original = open(train, encoding="utf-8").read()
+    with open(train, "w", encoding="utf-8") as f:
+        f.write(original.replace("\nHistory\t", "\nZoology\t"))  # another label_list, the ids swapped
+    with pytest.raises(DataError, match=r"manifest.json: the records there were built with label_list="):
+        _run(run_classifier, args + [f"--model_dir={tmp_path}/m2"])
+    assert _snapshot(tmp_path / "rec") == built
+    assert not os.path.exists(tmp_path / "m2")
+    with open(train, "w", encoding="utf-8") as f:
+        f.write(original)
+    _run(run_classifier, args + [f"--model_dir={tmp_path}/m3"])
+    assert _snapshot(tmp_path / "rec") == built
+    manifest = json.load(open(tmp_path / "rec" / "manifest.json"))
+    rows = [ln.split("\t")[0] for ln in original.splitlines()[1:]]
+    batch = next(iter(classifier_data.classifier_dataset(str(tmp_path / "rec"), 64, False, split="train",
+                                                         max_seq_length=32, drop_remainder=False)))
+    real = batch["is_real_example"].numpy() > 0
+    assert real.sum() == len(rows) == 40
+    stored = [manifest["label_list"][i] for i in batch["label"].numpy()[real]]
+    assert stored == [rows[i] for i in batch["example_index"].numpy()[real]]
+
+
 def test_records_of_another_data_file_are_rebuilt_not_reused(tmp_path, capsys):
     from run import run_classifier
 

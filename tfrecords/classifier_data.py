@@ -755,14 +755,6 @@ def serialize_features(f: Dict[str, np.ndarray], float_keys: Sequence[str] = ())
         deterministic=True)
 
 
-def _atomic_text(path: str, lines: Sequence[str]) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        for ln in lines:
-            f.write(ln.replace("\n", " ").replace("\r", " ") + "\n")
-    os.replace(tmp, path)
-
-
 def unstack(features: Dict[str, np.ndarray]) -> Iterator[Dict[str, np.ndarray]]:
     """Stacked arrays (leading axis = example) -> one dict per example."""
     n = len(next(iter(features.values())))
@@ -770,34 +762,78 @@ def unstack(features: Dict[str, np.ndarray]) -> Iterator[Dict[str, np.ndarray]]:
         yield {key: v[k] for key, v in features.items()}
 
 
-def write_split_records(output_dir: str, split: str, records: Iterable[Dict[str, np.ndarray]],
+class StagedFiles:
+    """The files of one build, written under temporary names beside their final ones and swapped in only by
+    `commit`, after every check has passed: a refused or failed build leaves every file as it was.
+
+    Use as a context manager: leaving the block by an exception (or without `commit`) removes the temporary
+    files. `path(name)` is where to write `<output_dir>/<name>`. `commit(kind, manifest, build_keys)` checks
+    the manifest against the one already there (`merged_manifest`), then first writes the old manifest
+    without the splits being replaced (a build killed while swapping leaves them absent, so they are rebuilt,
+    never read with another build's manifest), swaps every file in, and writes the merged manifest.
+    """
+
+    def __init__(self, output_dir: str):
+        self.output_dir = output_dir
+        self.pending: Dict[str, str] = {}  # final path -> temporary path
+
+    def path(self, name: str) -> str:
+        import glob
+
+        final = os.path.join(self.output_dir, name)
+        for stale in glob.glob(glob.escape(final) + ".tmp-*"):  # left by a killed build
+            os.remove(stale)
+        tmp = f"{final}.tmp-{os.getpid()}"
+        self.pending[final] = tmp
+        return tmp
+
+    def commit(self, kind: str, manifest: Dict[str, Any], build_keys: Sequence[str]) -> Dict[str, Any]:
+        merged = merged_manifest(self.output_dir, kind, manifest, build_keys)  # refuses before any swap
+        path = os.path.join(self.output_dir, manifest_lib.MANIFEST_NAME)
+        if os.path.isfile(path):
+            old = manifest_lib.read_manifest(self.output_dir, kind=kind)
+            kept = {k: v for k, v in old.get("splits", {}).items() if k not in manifest["splits"]}
+            manifest_lib.write_manifest(self.output_dir, {**old, "splits": kept})
+        for final, tmp in self.pending.items():
+            os.replace(tmp, final)
+        self.pending = {}
+        manifest_lib.write_manifest(self.output_dir, merged)
+        return merged
+
+    def discard(self) -> None:
+        for tmp in self.pending.values():
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        self.pending = {}
+
+    def __enter__(self) -> "StagedFiles":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.discard()
+
+
+def write_split_records(staged: StagedFiles, split: str, records: Iterable[Dict[str, np.ndarray]],
                         float_keys: Sequence[str], guids: Sequence[str]) -> Dict[str, Any]:
-    """Write `<split>.tfrecord` (temporary name, then rename) and `<split>.guids.txt`.
+    """Write `<split>.tfrecord` and `<split>.guids.txt` under `staged`'s temporary names (swapped in by its
+    `commit`).
 
     `records`: one feature dict per record (arrays without a batch axis). Returns the
     manifest entry (`file`, `num_records`, `num_bytes`, `guids_file`).
     """
-    import glob
-
     import tensorflow as tf
 
-    final = os.path.join(output_dir, f"{split}.tfrecord")
-    for stale in glob.glob(glob.escape(final) + ".tmp-*"):  # left by a killed build
-        os.remove(stale)
-    tmp = f"{final}.tmp-{os.getpid()}"
+    tmp = staged.path(f"{split}.tfrecord")
     n = 0
-    try:
-        with tf.io.TFRecordWriter(tmp) as w:
-            for rec in records:
-                w.write(serialize_features(rec, float_keys))
-                n += 1
-        size = os.path.getsize(tmp)
-        os.replace(tmp, final)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    _atomic_text(os.path.join(output_dir, f"{split}.guids.txt"), guids)
-    return {"file": os.path.basename(final), "num_records": n, "num_bytes": size,
+    with tf.io.TFRecordWriter(tmp) as w:
+        for rec in records:
+            w.write(serialize_features(rec, float_keys))
+            n += 1
+    size = os.path.getsize(tmp)
+    with open(staged.path(f"{split}.guids.txt"), "w", encoding="utf-8") as f:
+        for ln in guids:
+            f.write(ln.replace("\n", " ").replace("\r", " ") + "\n")
+    return {"file": f"{split}.tfrecord", "num_records": n, "num_bytes": size,
             "guids_file": f"{split}.guids.txt"}
 
 
@@ -806,26 +842,25 @@ def split_sources(examples: Sequence[InputExample]) -> List[str]:
     return sorted({ex.source.rsplit(":", 1)[0] for ex in examples})
 
 
-def merge_manifest(output_dir: str, kind: str, manifest: Dict[str, Any],
-                   build_keys: Sequence[str]) -> Dict[str, Any]:
-    """Merge the new `splits` into an existing manifest built with the same `build_keys`
-    values (a rebuilt split replaces the old one); DataError naming the first differing key
-    otherwise. Writes and returns the manifest."""
+def merged_manifest(output_dir: str, kind: str, manifest: Dict[str, Any],
+                    build_keys: Sequence[str]) -> Dict[str, Any]:
+    """`manifest` with the splits of the manifest already in `output_dir` that it does not rebuild, when that
+    one was built with the same `build_keys` values; DataError naming the first differing key otherwise.
+    Writes nothing (`StagedFiles.commit` writes)."""
     path = os.path.join(output_dir, manifest_lib.MANIFEST_NAME)
-    if os.path.isfile(path):
-        try:
-            old = manifest_lib.read_manifest(output_dir, kind=kind)
-        except manifest_lib.ManifestError as e:
-            raise DataError(f"{e}; use a new output_dir") from None
-        for key in build_keys:
-            if old.get(key) != manifest.get(key):
-                raise DataError(f"{path}: the records there were built with {key}="
-                                f"{old.get(key)!r}, this build uses {manifest.get(key)!r}; "
-                                "use a new output_dir")
-        splits = {**old.get("splits", {}), **manifest["splits"]}
-        manifest = {**manifest, "splits": dict(sorted(splits.items()))}
-    manifest_lib.write_manifest(output_dir, manifest)
-    return manifest
+    if not os.path.isfile(path):
+        return manifest
+    try:
+        old = manifest_lib.read_manifest(output_dir, kind=kind)
+    except manifest_lib.ManifestError as e:
+        raise DataError(f"{e}; use a new output_dir") from None
+    for key in build_keys:
+        if old.get(key) != manifest.get(key):
+            raise DataError(f"{path}: the records there were built with {key}="
+                            f"{old.get(key)!r}, this build uses {manifest.get(key)!r}; "
+                            "use a new output_dir")
+    splits = {**old.get("splits", {}), **manifest["splits"]}
+    return {**manifest, "splits": dict(sorted(splits.items()))}
 
 
 def spiece_entry(spiece_model: str, tok: tokenization.XLNetTokenizer) -> Dict[str, Any]:
@@ -873,63 +908,10 @@ def build_classifier_records(processor: Processor, data_dir: str, spiece_model: 
     # read and check every split (labels included) before writing anything
     examples = {sp: processor.get_examples(data_dir, sp) for sp in splits}
     labels = {sp: label_ids(examples[sp], label_list, is_regression) for sp in splits}
-    os.makedirs(output_dir, exist_ok=True)
-    dummy = padding_features(pack_ids([], None, max_seq_length * max_segments), 1, is_regression)
-    float_keys = ("label",) if is_regression else ()
-    split_entries = {}
-    for s in splits:
-        exs = examples[s]
-        n = len(exs)
-        n_pad = 0 if s == "train" else pad_count(n, eval_batch_size)
-        order = (np.random.default_rng([seed, 7919]).permutation(n) if s == "train"
-                 else np.arange(n))
-        stats = {"truncated": 0, "segments": 0}
-
-        def records():
-            for start in range(0, n, CONVERT_CHUNK):
-                idx = order[start:start + CONVERT_CHUNK]
-                f = convert_examples(tok, [exs[i] for i in idx], label_list, is_regression,
-                                     max_seq_length, max_segments)
-                f["example_index"] = idx.astype(np.int32)
-                stats["truncated"] += int(f.pop("truncated").sum())
-                stats["segments"] += int(f.pop("num_segments").sum())
-                yield from unstack(f)
-            for _ in range(n_pad):
-                yield {k: v[0] for k, v in dummy.items()}
-
-        sources = split_sources(exs)
-        if not n:
-            raise DataError(f"{processor.name} {s}: no examples in {data_dir} "
-                            f"({', '.join(sources) or 'no rows read'}); check the split's file")
-        entry = write_split_records(output_dir, s, records(), float_keys,
-                                    [ex.guid for ex in exs])
-        has_labels = any(ex.label is not None for ex in exs)
-        entry.update({
-            "num_examples": n, "num_padding": n_pad, "num_truncated": stats["truncated"],
-            **({"mean_segments": round(stats["segments"] / n, 3)} if max_segments > 1 else {}),
-            "num_skipped_rows": processor.num_skipped(s),
-            "has_labels": has_labels, "shuffled": s == "train",
-            "pad_to_multiple": 0 if s == "train" else int(eval_batch_size),
-            "num_source_files": len(sources),
-            "inputs": record_inputs.input_digests(sources),
-            "sources": sources[:10] + (["..."] if len(sources) > 10 else []),
-        })
-        if has_labels and not is_regression:
-            counts = np.bincount(labels[s], minlength=len(label_list))
-            entry["label_counts"] = {lab: int(c) for lab, c in zip(label_list, counts)}
-        split_entries[s] = entry
-        if log:
-            skipped = (f", {processor.num_skipped(s)} short rows skipped"
-                       if processor.num_skipped(s) else "")
-            segs = (f", {stats['segments'] / n:.2f} of {max_segments} segments on average"
-                    if max_segments > 1 else "")
-            log(f"{s}: {n} examples (+{n_pad} padding), {stats['truncated']} truncated{segs}"
-                f"{skipped} -> "
-                f"{os.path.join(output_dir, entry['file'])}")
     width = max_seq_length * max_segments
     doc = (f" (a document of up to {max_segments} segments, left-padded as a whole, read as "
            f"[{max_segments}, {max_seq_length}])" if max_segments > 1 else "")
-    manifest = {
+    header = {
         "kind": CLASSIFIER_KIND,
         "format_version": manifest_lib.FORMAT_VERSION,
         "task": processor.name,
@@ -945,7 +927,6 @@ def build_classifier_records(processor: Processor, data_dir: str, spiece_model: 
         "processor": processor.config(),
         "data_dir": os.path.abspath(data_dir),
         "seed": int(seed),
-        "splits": split_entries,
         "schema": {
             "input_ids": f"int64[{width}] left-padded with 0, <cls> last{doc}",
             "segment_ids": f"int64[{width}] 0 A (+<sep>), 1 B (+<sep>), 2 CLS, 4 pad",
@@ -957,7 +938,63 @@ def build_classifier_records(processor: Processor, data_dir: str, spiece_model: 
         },
         "packing": "A <sep> (B <sep>) <cls>, truncate_seq_pair(L-3) / A[:L-2], left padding",
     }
-    manifest = merge_manifest(output_dir, CLASSIFIER_KIND, manifest, CLASSIFIER_BUILD_KEYS)
+    # refuse a build the records already there conflict with before converting anything
+    merged_manifest(output_dir, CLASSIFIER_KIND, {**header, "splits": {}}, CLASSIFIER_BUILD_KEYS)
+    os.makedirs(output_dir, exist_ok=True)
+    dummy = padding_features(pack_ids([], None, max_seq_length * max_segments), 1, is_regression)
+    float_keys = ("label",) if is_regression else ()
+    with StagedFiles(output_dir) as staged:
+        split_entries = {}
+        for s in splits:
+            exs = examples[s]
+            n = len(exs)
+            n_pad = 0 if s == "train" else pad_count(n, eval_batch_size)
+            order = (np.random.default_rng([seed, 7919]).permutation(n) if s == "train"
+                     else np.arange(n))
+            stats = {"truncated": 0, "segments": 0}
+
+            def records():
+                for start in range(0, n, CONVERT_CHUNK):
+                    idx = order[start:start + CONVERT_CHUNK]
+                    f = convert_examples(tok, [exs[i] for i in idx], label_list, is_regression,
+                                         max_seq_length, max_segments)
+                    f["example_index"] = idx.astype(np.int32)
+                    stats["truncated"] += int(f.pop("truncated").sum())
+                    stats["segments"] += int(f.pop("num_segments").sum())
+                    yield from unstack(f)
+                for _ in range(n_pad):
+                    yield {k: v[0] for k, v in dummy.items()}
+
+            sources = split_sources(exs)
+            if not n:
+                raise DataError(f"{processor.name} {s}: no examples in {data_dir} "
+                                f"({', '.join(sources) or 'no rows read'}); check the split's file")
+            entry = write_split_records(staged, s, records(), float_keys,
+                                        [ex.guid for ex in exs])
+            has_labels = any(ex.label is not None for ex in exs)
+            entry.update({
+                "num_examples": n, "num_padding": n_pad, "num_truncated": stats["truncated"],
+                **({"mean_segments": round(stats["segments"] / n, 3)} if max_segments > 1 else {}),
+                "num_skipped_rows": processor.num_skipped(s),
+                "has_labels": has_labels, "shuffled": s == "train",
+                "pad_to_multiple": 0 if s == "train" else int(eval_batch_size),
+                "num_source_files": len(sources),
+                "inputs": record_inputs.input_digests(sources),
+                "sources": sources[:10] + (["..."] if len(sources) > 10 else []),
+            })
+            if has_labels and not is_regression:
+                counts = np.bincount(labels[s], minlength=len(label_list))
+                entry["label_counts"] = {lab: int(c) for lab, c in zip(label_list, counts)}
+            split_entries[s] = entry
+            if log:
+                skipped = (f", {processor.num_skipped(s)} short rows skipped"
+                           if processor.num_skipped(s) else "")
+                segs = (f", {stats['segments'] / n:.2f} of {max_segments} segments on average"
+                        if max_segments > 1 else "")
+                log(f"{s}: {n} examples (+{n_pad} padding), {stats['truncated']} truncated{segs}"
+                    f"{skipped} -> "
+                    f"{os.path.join(output_dir, entry['file'])}")
+        manifest = staged.commit(CLASSIFIER_KIND, {**header, "splits": split_entries}, CLASSIFIER_BUILD_KEYS)
     if log:
         log(f"manifest.json written ({time.time() - t0:.1f} s)")
     return manifest

@@ -297,54 +297,8 @@ def build_race_records(data_dir: str, spiece_model: str, output_dir: str, *,
         raise ValueError(f"splits must be distinct and non-empty: {list(splits)}")
     tok = tokenization.XLNetTokenizer(spiece_model, uncased=uncased, keep_accents=keep_accents)
     examples = {s: read_race_split(data_dir, s, levels) for s in splits}  # check all first
-    os.makedirs(output_dir, exist_ok=True)
-    dummy = padding_example(max_seq_length)
-    entries = {}
-    for s in splits:
-        exs = examples[s]
-        n = len(exs)
-        n_pad = 0 if s == "train" else cd.pad_count(n, eval_batch_size)
-        order = (np.random.default_rng([seed, 7919]).permutation(n) if s == "train"
-                 else np.arange(n))
-        stats = {"truncated": 0}
-
-        def records():
-            for start in range(0, n, cd.CONVERT_CHUNK // NUM_CHOICES):
-                idx = order[start:start + cd.CONVERT_CHUNK // NUM_CHOICES]
-                f = convert_race_examples(tok, [exs[i] for i in idx], max_seq_length,
-                                          max_qa_length, qa_truncation)
-                f["example_index"] = idx.astype(np.int32)
-                stats["truncated"] += int(f.pop("truncated").sum())
-                yield from cd.unstack(f)
-            for _ in range(n_pad):
-                yield dummy
-
-        sources = split_sources(exs)
-        if not n:
-            raise cd.DataError(f"RACE {s}: no questions under {data_dir} for this split; check its directory")
-        entry = cd.write_split_records(output_dir, s, records(), (), [ex.guid for ex in exs])
-        lv = np.array([ex.level for ex in exs])
-        has_labels = any(ex.label is not None for ex in exs)
-        entry.update({
-            "num_examples": n, "num_padding": n_pad, "num_truncated": stats["truncated"],
-            "has_labels": has_labels, "shuffled": s == "train",
-            "pad_to_multiple": 0 if s == "train" else int(eval_batch_size),
-            "layout": "flat" if (lv == FLAT_LEVEL).all() else "middle/high",
-            "level_counts": {name: int((lv == i).sum()) for i, name in
-                             [(0, "middle"), (1, "high"), (FLAT_LEVEL, "flat")]
-                             if (lv == i).any()},
-            "num_articles": len(sources),
-            "inputs": record_inputs.input_digests(sources),
-        })
-        if has_labels:
-            counts = np.bincount([ex.label for ex in exs], minlength=NUM_CHOICES)
-            entry["label_counts"] = {"ABCD"[i]: int(c) for i, c in enumerate(counts)}
-        entries[s] = entry
-        if log:
-            log(f"{s}: {n} questions (+{n_pad} padding), {stats['truncated']} truncated -> "
-                f"{os.path.join(output_dir, entry['file'])}")
     L = max_seq_length
-    manifest = {
+    header = {
         "kind": RACE_KIND,
         "format_version": manifest_lib.FORMAT_VERSION,
         "task": task,
@@ -359,7 +313,6 @@ def build_race_records(data_dir: str, spiece_model: str, output_dir: str, *,
         "spiece_model_sha256": tok.sha256,
         "data_dir": os.path.abspath(data_dir),
         "seed": int(seed),
-        "splits": entries,
         "schema": {
             "input_ids": f"int64[{NUM_CHOICES}*{L}] choice-major; each: context <sep> qa <sep> "
                          "<cls>, left-padded with 0",
@@ -372,7 +325,56 @@ def build_race_records(data_dir: str, spiece_model: str, output_dir: str, *,
             "example_index": "int64[1] line of the guids file; -1 padding",
         },
     }
-    manifest = cd.merge_manifest(output_dir, RACE_KIND, manifest, RACE_BUILD_KEYS)
+    # refuse a build the records already there conflict with before converting anything
+    cd.merged_manifest(output_dir, RACE_KIND, {**header, "splits": {}}, RACE_BUILD_KEYS)
+    os.makedirs(output_dir, exist_ok=True)
+    dummy = padding_example(max_seq_length)
+    with cd.StagedFiles(output_dir) as staged:
+        entries = {}
+        for s in splits:
+            exs = examples[s]
+            n = len(exs)
+            n_pad = 0 if s == "train" else cd.pad_count(n, eval_batch_size)
+            order = (np.random.default_rng([seed, 7919]).permutation(n) if s == "train"
+                     else np.arange(n))
+            stats = {"truncated": 0}
+
+            def records():
+                for start in range(0, n, cd.CONVERT_CHUNK // NUM_CHOICES):
+                    idx = order[start:start + cd.CONVERT_CHUNK // NUM_CHOICES]
+                    f = convert_race_examples(tok, [exs[i] for i in idx], max_seq_length,
+                                              max_qa_length, qa_truncation)
+                    f["example_index"] = idx.astype(np.int32)
+                    stats["truncated"] += int(f.pop("truncated").sum())
+                    yield from cd.unstack(f)
+                for _ in range(n_pad):
+                    yield dummy
+
+            sources = split_sources(exs)
+            if not n:
+                raise cd.DataError(f"RACE {s}: no questions under {data_dir} for this split; check its directory")
+            entry = cd.write_split_records(staged, s, records(), (), [ex.guid for ex in exs])
+            lv = np.array([ex.level for ex in exs])
+            has_labels = any(ex.label is not None for ex in exs)
+            entry.update({
+                "num_examples": n, "num_padding": n_pad, "num_truncated": stats["truncated"],
+                "has_labels": has_labels, "shuffled": s == "train",
+                "pad_to_multiple": 0 if s == "train" else int(eval_batch_size),
+                "layout": "flat" if (lv == FLAT_LEVEL).all() else "middle/high",
+                "level_counts": {name: int((lv == i).sum()) for i, name in
+                                 [(0, "middle"), (1, "high"), (FLAT_LEVEL, "flat")]
+                                 if (lv == i).any()},
+                "num_articles": len(sources),
+                "inputs": record_inputs.input_digests(sources),
+            })
+            if has_labels:
+                counts = np.bincount([ex.label for ex in exs], minlength=NUM_CHOICES)
+                entry["label_counts"] = {"ABCD"[i]: int(c) for i, c in enumerate(counts)}
+            entries[s] = entry
+            if log:
+                log(f"{s}: {n} questions (+{n_pad} padding), {stats['truncated']} truncated -> "
+                    f"{os.path.join(output_dir, entry['file'])}")
+        manifest = staged.commit(RACE_KIND, {**header, "splits": entries}, RACE_BUILD_KEYS)
     if log:
         log(f"manifest.json written ({time.time() - t0:.1f} s)")
     return manifest

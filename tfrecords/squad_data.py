@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import glob
 import io
 import json
 import os
@@ -778,34 +777,29 @@ def example_entries(examples: Sequence[SquadExample]) -> List[Dict[str, Any]]:
 # ---- records and side files ------------------------------------------------------------------
 
 def _write_records(path: str, records: Iterable[Dict[str, np.ndarray]]) -> Tuple[int, int]:
-    """Write int64 `tf.train.Example`s to `path` (temporary name, then rename); returns
-    (count, bytes)."""
+    """Write int64 `tf.train.Example`s to `path` (a `StagedFiles` temporary name); returns (count, bytes)."""
     import tensorflow as tf
 
-    for stale in glob.glob(glob.escape(path) + ".tmp-*"):  # left by a killed build
-        os.remove(stale)
-    tmp = f"{path}.tmp-{os.getpid()}"
     n = 0
-    try:
-        with tf.io.TFRecordWriter(tmp) as w:
-            for rec in records:
-                w.write(cd.serialize_features(rec))
-                n += 1
-        size = os.path.getsize(tmp)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-    return n, size
+    with tf.io.TFRecordWriter(path) as w:
+        for rec in records:
+            w.write(cd.serialize_features(rec))
+            n += 1
+    return n, os.path.getsize(path)
 
 
-def _write_npz_atomic(path: str, arrays: Dict[str, np.ndarray]) -> None:
+def _write_npz(path: str, arrays: Dict[str, np.ndarray]) -> None:
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
+    with open(path, "wb") as f:
         f.write(buf.getvalue())
-    os.replace(tmp, path)
+
+
+def _write_json(path: str, values: Dict[str, Any]) -> None:
+    """As `manifest.write_json_atomic` writes (same bytes), to `path` (a temporary name)."""
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(values, f, indent=2, sort_keys=True)
+        f.write("\n")
 
 
 def dummy_record(max_seq_length: int) -> Dict[str, np.ndarray]:
@@ -862,67 +856,7 @@ def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optio
                       bool(split_unknown))
     cfg.validate()
     tok = tokenization.XLNetTokenizer(spiece_model, uncased=uncased, keep_accents=keep_accents)
-    os.makedirs(output_dir, exist_ok=True)
-    entries = {}
-    for split, path in files.items():
-        t1 = time.time()
-        training = split == TRAIN_SPLIT
-        stats = SplitStats()
-        examples = read_squad_examples(data[split], training, cfg.version_2_with_negative,
-                                       stats)
-        rec_path = os.path.join(output_dir, f"{split}.tfrecord")
-        entry: Dict[str, Any] = {"file": os.path.basename(rec_path),
-                                 "source_file": os.path.abspath(path),
-                                 "source_sha256": _file_sha256(path),
-                                 "source_version": str(data[split].get("version", "")),
-                                 "is_training": training}
-        if training:
-            order = np.random.default_rng([seed, 7919]).permutation(len(examples))
-            fz = _Featurizer(tok, cfg, stats)
-            tally = collections.Counter()
-
-            def records():
-                for i in order:
-                    ex = examples[i]
-                    feats = fz.features(ex, tally["examples"], tally["features"], True)
-                    tally["examples"] += bool(feats)
-                    tally["impossible_examples"] += bool(feats) and ex.is_impossible
-                    for f in feats:
-                        tally["features"] += 1
-                        tally["impossible_features"] += f.is_impossible
-                        yield f.record()
-
-            n, size = _write_records(rec_path, records())
-            stats.counts["num_examples"] = tally["examples"]
-            stats.counts["num_impossible"] = tally["impossible_examples"]
-            stats.counts["num_impossible_features"] = tally["impossible_features"]
-            entry["shuffled"] = True
-        else:
-            kept_ex, feats = convert_examples(tok, examples, cfg, False, stats)
-            n, size = _write_records(rec_path, (f.record() for f in feats))
-            side = stack_eval_features(feats, max_seq_length)
-            stats.counts["num_impossible_features"] = int(side["is_impossible"].sum())
-            feat_file = f"{split}.features.npz"
-            ex_file = f"{split}.examples.json"
-            _write_npz_atomic(os.path.join(output_dir, feat_file), side)
-            manifest_lib.write_json_atomic(
-                os.path.join(output_dir, ex_file),
-                {"version_2_with_negative": cfg.version_2_with_negative,
-                 "examples": example_entries(kept_ex)})
-            entry.update({"shuffled": False, "features_file": feat_file,
-                          "examples_file": ex_file})
-        if not n:
-            raise DataError(f"{path}: no usable questions for the {split} split ({stats.counts.get('num_questions_read', 0)} "
-                            f"read, skipped: {dict(stats.skipped) or 'none'}); check the file")
-        entry.update({"num_records": n, "num_bytes": size, **stats.to_dict(),
-                      "inputs": {os.path.abspath(path): entry["source_sha256"]}})
-        entries[split] = entry
-        if log:
-            sk = ", ".join(f"{k} {v}" for k, v in sorted(stats.skipped.items())) or "none"
-            log(f"{split}: {stats.counts['num_questions_read']} questions -> "
-                f"{stats.counts['num_examples']} examples -> {n} features "
-                f"({time.time() - t1:.1f} s); skipped: {sk} -> {rec_path}")
-    manifest = {
+    header = {
         "kind": SQUAD_KIND,
         "format_version": manifest_lib.FORMAT_VERSION,
         "task": "squad",
@@ -937,7 +871,6 @@ def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optio
         "spiece_model": cd.spiece_entry(spiece_model, tok),
         "spiece_model_sha256": tok.sha256,
         "seed": int(seed),
-        "splits": entries,
         "layout": "P <sep> Q <sep> <cls>, right-padded with id 0; query = first "
                   "max_query_length ids; windows of L - len(Q) - 3 paragraph tokens "
                   "advancing by min(length, doc_stride)",
@@ -957,7 +890,70 @@ def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optio
             "is_real_example": "int64[1] 0 for reader-side padding records",
         },
     }
-    manifest = cd.merge_manifest(output_dir, SQUAD_KIND, manifest, SQUAD_BUILD_KEYS)
+    # refuse a build the records already there conflict with before converting anything
+    cd.merged_manifest(output_dir, SQUAD_KIND, {**header, "splits": {}}, SQUAD_BUILD_KEYS)
+    os.makedirs(output_dir, exist_ok=True)
+    with cd.StagedFiles(output_dir) as staged:
+        entries = {}
+        for split, path in files.items():
+            t1 = time.time()
+            training = split == TRAIN_SPLIT
+            stats = SplitStats()
+            examples = read_squad_examples(data[split], training, cfg.version_2_with_negative,
+                                           stats)
+            rec_path = os.path.join(output_dir, f"{split}.tfrecord")  # its final name
+            entry: Dict[str, Any] = {"file": os.path.basename(rec_path),
+                                     "source_file": os.path.abspath(path),
+                                     "source_sha256": _file_sha256(path),
+                                     "source_version": str(data[split].get("version", "")),
+                                     "is_training": training}
+            if training:
+                order = np.random.default_rng([seed, 7919]).permutation(len(examples))
+                fz = _Featurizer(tok, cfg, stats)
+                tally = collections.Counter()
+
+                def records():
+                    for i in order:
+                        ex = examples[i]
+                        feats = fz.features(ex, tally["examples"], tally["features"], True)
+                        tally["examples"] += bool(feats)
+                        tally["impossible_examples"] += bool(feats) and ex.is_impossible
+                        for f in feats:
+                            tally["features"] += 1
+                            tally["impossible_features"] += f.is_impossible
+                            yield f.record()
+
+                n, size = _write_records(staged.path(f"{split}.tfrecord"), records())
+                stats.counts["num_examples"] = tally["examples"]
+                stats.counts["num_impossible"] = tally["impossible_examples"]
+                stats.counts["num_impossible_features"] = tally["impossible_features"]
+                entry["shuffled"] = True
+            else:
+                kept_ex, feats = convert_examples(tok, examples, cfg, False, stats)
+                n, size = _write_records(staged.path(f"{split}.tfrecord"), (f.record() for f in feats))
+                side = stack_eval_features(feats, max_seq_length)
+                stats.counts["num_impossible_features"] = int(side["is_impossible"].sum())
+                feat_file = f"{split}.features.npz"
+                ex_file = f"{split}.examples.json"
+                _write_npz(staged.path(feat_file), side)
+                _write_json(
+                    staged.path(ex_file),
+                    {"version_2_with_negative": cfg.version_2_with_negative,
+                     "examples": example_entries(kept_ex)})
+                entry.update({"shuffled": False, "features_file": feat_file,
+                              "examples_file": ex_file})
+            if not n:
+                raise DataError(f"{path}: no usable questions for the {split} split ({stats.counts.get('num_questions_read', 0)} "
+                                f"read, skipped: {dict(stats.skipped) or 'none'}); check the file")
+            entry.update({"num_records": n, "num_bytes": size, **stats.to_dict(),
+                          "inputs": {os.path.abspath(path): entry["source_sha256"]}})
+            entries[split] = entry
+            if log:
+                sk = ", ".join(f"{k} {v}" for k, v in sorted(stats.skipped.items())) or "none"
+                log(f"{split}: {stats.counts['num_questions_read']} questions -> "
+                    f"{stats.counts['num_examples']} examples -> {n} features "
+                    f"({time.time() - t1:.1f} s); skipped: {sk} -> {rec_path}")
+        manifest = staged.commit(SQUAD_KIND, {**header, "splits": entries}, SQUAD_BUILD_KEYS)
     if log:
         log(f"manifest.json written ({time.time() - t0:.1f} s)")
     return manifest
