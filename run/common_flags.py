@@ -50,7 +50,17 @@ def run_main(fv: flags.FlagValues, define, main) -> None:
                 raise
             report_user_error(e)
 
-    app.run(parsed_main)
+    app.run(parsed_main, flags_parser=parse_flags_or_report)
+
+
+def parse_flags_or_report(argv):
+    """absl.app's flag parser, with a bad flag value (out of its range, unknown, unparsable) reported as the
+    other user errors are: one line `<tool>: error: flag --name=value: why`, exit status 2 (absl's own prints
+    "FATAL Flags parsing error" and a hint over two lines, exit status 1)."""
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        report_user_error(e)
 
 
 # What a user fixes: reported in one line, not a traceback (xlnet_tf.errors). FileNotFoundError names the path.
@@ -84,7 +94,7 @@ def define_strategy_flags(fv: flags.FlagValues):
     d.enum("strategy", "default", ["default", "one_device", "mirrored", "multi_worker"],
                       "tf.distribute strategy when --tpu is not given (multi_worker reads TF_CONFIG).")
     d.integer("num_cpu_replicas", 0, "Split the CPU into this many logical devices "
-                         "(CPU-only --strategy=mirrored).")
+                         "(CPU-only --strategy=mirrored).", lower_bound=0)
 
 
 def define_model_flags(fv: flags.FlagValues):
@@ -95,14 +105,14 @@ def define_model_flags(fv: flags.FlagValues):
                                  ("n_head", 12, "Attention heads."), ("d_head", 64, "Head size."),
                                  ("d_inner", 3072, "Feed-forward size."),
                                  ("n_token", 32000, "Vocabulary size (must match the SentencePiece model).")):
-        d.integer(name, default, help_)
+        d.integer(name, default, help_, lower_bound=1)
     d.enum("ff_activation", "gelu", ["gelu", "gelu_exact", "relu"], "Feed-forward activation.")
     d.bool("untie_r", True, "Per-layer attention biases.")
-    d.float("dropout", 0.1, "Dropout.")
-    d.float("dropatt", 0.1, "Attention-probability dropout.")
-    d.integer("clamp_len", -1, "Clamp relative distances (-1 = off).")
+    d.float("dropout", 0.1, "Dropout.", lower_bound=0.0, upper_bound=0.99)
+    d.float("dropatt", 0.1, "Attention-probability dropout.", lower_bound=0.0, upper_bound=0.99)
+    d.integer("clamp_len", -1, "Clamp relative distances (-1 = off).", lower_bound=-1)
     d.bool("same_length", False, "Same-length attention (uni only).")
-    d.float("init_range", 0.02, "Std of the normal initializer.")
+    d.float("init_range", 0.02, "Std of the normal initializer.", lower_bound=0.0)
     d.string("init_checkpoint", None, "Initial weights: our checkpoint (file or directory), "
                         "the converted/original release, or HF model.safetensors.")
 
@@ -110,18 +120,19 @@ def define_model_flags(fv: flags.FlagValues):
 def define_optimizer_flags(fv: flags.FlagValues, learning_rate=1e-4, warmup_steps=0, weight_decay=0.0,
                            adam_epsilon=1e-8):
     d = Definer(fv)
-    d.float("learning_rate", learning_rate, "Peak learning rate.")
-    d.integer("warmup_steps", warmup_steps, "Linear warm-up steps (from 0).")
+    d.float("learning_rate", learning_rate, "Peak learning rate.", lower_bound=0.0)
+    d.integer("warmup_steps", warmup_steps, "Linear warm-up steps (from 0).", lower_bound=0)
     d.enum("decay_method", "poly", ["poly", "cos"], "Decay after warm-up.")
-    d.float("min_lr_ratio", 0.0, "Final learning rate / peak.")
-    d.float("weight_decay", weight_decay, "Decoupled weight decay (AdamW).")
-    d.float("adam_epsilon", adam_epsilon, "Adam epsilon.")
-    d.float("clip", 1.0, "Global-norm gradient clipping (0 = off).")
+    d.float("min_lr_ratio", 0.0, "Final learning rate / peak.", lower_bound=0.0, upper_bound=1.0)
+    d.float("weight_decay", weight_decay, "Decoupled weight decay (AdamW).", lower_bound=0.0)
+    d.float("adam_epsilon", adam_epsilon, "Adam epsilon.", lower_bound=0.0)
+    d.float("clip", 1.0, "Global-norm gradient clipping (0 = off).", lower_bound=0.0)
     d.enum("clip_mode", "global", ["global", "per_replica"],
                       "global: clip the global gradient (one device = any number of replicas); "
                       "per_replica: clip each replica's share before the cross-replica sum, as the "
                       "original on TPU (the effective threshold grows with the replica count).")
-    d.float("lr_layer_decay_rate", 1.0, "Per-layer decay: layer i of n gets rate^(n-1-i).")
+    d.float("lr_layer_decay_rate", 1.0, "Per-layer decay: layer i of n gets rate^(n-1-i).",
+            lower_bound=0.0, upper_bound=1.0)
     d.enum("lr_layer_decay_mode", "learning_rate", ["learning_rate", "gradient"],
                       "learning_rate: scale the learning rate of layer i (and of the embeddings, "
                       "rate^n); gradient: the original, scale the clipped gradients of layer i only "
@@ -140,14 +151,14 @@ def define_loop_flags(fv: flags.FlagValues, train_steps=1000, steps_per_loop=100
     d.string("record_dir", None, "Records to train/evaluate on (tfrecords/build_*.py), with "
                         "their manifest.json.")
     d.integer("train_batch_size", train_batch_size, "Global batch size per optimizer step "
-                         "(across replicas and accumulated micro-batches).")
-    d.integer("train_steps", train_steps, "Optimizer steps.")
-    d.integer("steps_per_loop", steps_per_loop, "Steps per host loop (one tf.function call).")
+                         "(across replicas and accumulated micro-batches).", lower_bound=1)
+    d.integer("train_steps", train_steps, "Optimizer steps.", lower_bound=1)
+    d.integer("steps_per_loop", steps_per_loop, "Steps per host loop (one tf.function call).", lower_bound=1)
     d.integer("save_steps", save_steps, "Checkpoint every N steps (a multiple of "
-                         "steps_per_loop).")
-    d.integer("keep_checkpoints", 5, "Checkpoints kept.")
+                         "steps_per_loop).", lower_bound=1)
+    d.integer("keep_checkpoints", 5, "Checkpoints kept.", lower_bound=1)
     d.integer("keep_checkpoint_steps", 0, "Also keep every checkpoint whose step is a multiple "
-                         "of this, in <model_dir>/kept/ckpt-<step> (0 = none; a multiple of --save_steps).")
+                         "of this, in <model_dir>/kept/ckpt-<step> (0 = none; a multiple of --save_steps).", lower_bound=0)
     d.bool("jit_compile", False, "Compile the train step with XLA.")
     d.enum("mixed_precision", "float32", ["float32", "bfloat16", "float16"],
                       "Compute dtype (variables stay float32).")
@@ -161,17 +172,17 @@ def define_finetune_flags(fv: flags.FlagValues, max_seq_length=128):
     d.bool("do_eval", False, "Evaluate (eval_results.json in --model_dir).")
     d.bool("do_predict", False, "Write predictions.")
     d.string("spiece_model_file", None, "SentencePiece model (checked against the records).")
-    d.integer("max_seq_length", max_seq_length, "Sequence length (must match the records).")
-    d.integer("eval_batch_size", 32, "Global eval batch size.")
-    d.integer("predict_batch_size", 32, "Global predict batch size.")
+    d.integer("max_seq_length", max_seq_length, "Sequence length (must match the records).", lower_bound=3)
+    d.integer("eval_batch_size", 32, "Global eval batch size.", lower_bound=1)
+    d.integer("predict_batch_size", 32, "Global predict batch size.", lower_bound=1)
     d.integer("gradient_accumulation_steps", 1, "Micro-batches per optimizer step: the "
-                         "per-step batch is --train_batch_size, split into this many micro-batches.")
+                         "per-step batch is --train_batch_size, split into this many micro-batches.", lower_bound=1)
     d.bool("eval_all_checkpoints", False, "Evaluate every kept checkpoint (best and last "
                       "reported), not only the latest.")
     d.enum("summary_type", "last", ["last", "first", "mean", "attn"], "Sequence summary.")
     d.bool("use_summ_proj", True, "tanh projection after the summary.")
     d.bool("uncased", False, "The records/model are uncased (checked against the records).")
-    d.integer("shuffle_buffer", 2048, "Training shuffle buffer (examples).")
+    d.integer("shuffle_buffer", 2048, "Training shuffle buffer (examples).", lower_bound=1)
     d.string("data_dir", None, "Raw task files: missing records are built into --record_dir.")
     d.string("eval_split", "dev", "Split evaluated by --do_eval.")
     d.string("predict_split", "test", "Split predicted by --do_predict.")

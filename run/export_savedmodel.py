@@ -32,20 +32,39 @@ def define_flags():
     flags.DEFINE_enum("task", None, ["classifier", "regression", "squad", "race", "embedding"],
                       "Default: from export_info.json.")
     flags.DEFINE_string("export_dir", None, "Base directory of the exported versions.")
-    flags.DEFINE_integer("version", 1, "Version sub-directory (TF Serving serves the highest).")
+    flags.DEFINE_integer("version", 1, "Version sub-directory (TF Serving serves the highest).", lower_bound=0)
     flags.DEFINE_string("export_spiece_model", None, "SentencePiece model (default: export_info.json's).")
-    flags.DEFINE_integer("export_max_seq_length", None, "Maximum length (default: export_info.json's).")
+    flags.DEFINE_integer("export_max_seq_length", None, "Maximum length (default: export_info.json's).",
+                         lower_bound=3)
+
+
+def check_destination(export_dir: str, version: int) -> None:
+    """Refuses, before any model is built, an `--export_dir` that is a file and a version already exported (an
+    export never replaces one TF Serving may be serving)."""
+    import tensorflow as tf
+
+    if tf.io.gfile.exists(export_dir) and not tf.io.gfile.isdir(export_dir):
+        raise UserError(f"--export_dir={export_dir} is a file; give a directory (the versions go under it)")
+    path = os.path.join(export_dir, str(version))
+    if tf.io.gfile.exists(path):
+        raise UserError(f"{path} exists: choose another --version (TF Serving loads the highest) or another "
+                        "--export_dir")
 
 
 def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, task=None, spiece_model=None,
                           max_seq_length=None):
     """Library entry point of the CLI; returns the export path."""
     import numpy as np
+    import tensorflow as tf
 
     from xlnet_tf import checkpoints, export_info, finetuning, serving
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetClassifier, XLNetForSquad, XLNetMultipleChoice
 
+    check_destination(export_dir, version)
+    if model_dir and not tf.io.gfile.isdir(model_dir):
+        raise UserError(f"--model_dir={model_dir} " + ("is a file, not a model directory"
+                                                       if tf.io.gfile.exists(model_dir) else "does not exist"))
     recorded = export_info.read_optional(model_dir) if model_dir else None
     info = recorded.to_dict() if recorded else {}
     task = task or info.get("task")
@@ -102,4 +121,4 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    app.run(main, flags_parser=common_flags.parse_flags_or_report)

@@ -27,6 +27,7 @@ from xlnet_tf.errors import UserError
 # This runner's flags, defined by `define_flags` when it runs (its __main__, common_flags.parse),
 # never at import.
 FLAGS = flags.FlagValues()
+MAX_SEGMENTS = 64  # --max_segments' bound (each segment is unrolled in the traced step)
 
 # Extra metrics per task (accuracy always); regression tasks get Pearson/Spearman.
 TASK_METRICS = {"mrpc": ("f1",), "qqp": ("f1",), "cola": ("mcc",)}
@@ -42,12 +43,14 @@ def define_flags(fv: flags.FlagValues = FLAGS):
     common_flags.define_finetune_flags(fv, max_seq_length=128)
     d.string("task", None, "Task name (metrics; and building records with --data_dir).")
     d.integer("max_segments", 1, "Long documents: segments of --max_seq_length tokens per example, read "
-              "with memories (1 = one segment, the text cut at --max_seq_length).")
+              "with memories (1 = one segment, the text cut at --max_seq_length). At most "
+              f"{MAX_SEGMENTS}: the segments are unrolled in the compiled step, whose compile time grows with "
+              "their count.", lower_bound=1, upper_bound=MAX_SEGMENTS)
     d.integer("mem_len", 0, "Long documents: memory length in tokens carried from segment to segment "
-              "(0 = --max_seq_length); ignored with --max_segments=1.")
+              "(0 = --max_seq_length); ignored with --max_segments=1.", lower_bound=0)
     d.integer("bptt_segments", 0, "Long documents: back-propagate through the memories of this many segments "
               "before the last (0 = Transformer-XL's stop-gradient; each one keeps another segment's "
-              "activations for the backward pass).")
+              "activations for the backward pass; at most --max_segments - 1).", lower_bound=0)
     d.enum("document_summary", "last_segment", ["last_segment", "all_segments"],
            "Long documents: the summary reads the last segment (which sees earlier text through the memories) "
            "or every segment (with --summary_type=mean: the mean over all the document's tokens; or attn).")
@@ -61,10 +64,9 @@ class ClassifierTask(lifecycle.FineTuningTask):
     def __init__(self, settings):
         super().__init__(settings)
         self._task_name = None
-        if settings.max_segments < 1:
-            raise UserError(f"--max_segments must be >= 1, got {settings.max_segments}")
-        if settings.mem_len < 0:
-            raise UserError(f"--mem_len must be >= 0, got {settings.mem_len}")
+        if settings.bptt_segments > max(settings.max_segments - 1, 0):
+            raise UserError(f"--bptt_segments={settings.bptt_segments} must be at most --max_segments - 1 = "
+                            f"{settings.max_segments - 1} (the segments before the last of a document)")
         if settings.document_summary == "all_segments" and settings.summary_type not in ("mean", "attn"):
             raise UserError(f"--document_summary=all_segments needs --summary_type=mean or attn (a "
                             f"{settings.summary_type!r} summary reads one position)")

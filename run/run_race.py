@@ -30,7 +30,7 @@ def define_flags(fv: flags.FlagValues = FLAGS):
     common_flags.define_loop_flags(fv, train_steps=12000, steps_per_loop=100, save_steps=1000,
                                    train_batch_size=32)
     common_flags.define_finetune_flags(fv, max_seq_length=512)
-    d.integer("max_qa_length", 128, "Question+option budget (must match the records).")
+    d.integer("max_qa_length", 128, "Question+option budget (must match the records).", lower_bound=1)
 
 
 def race_metrics(labels, logits, levels, weights):

@@ -36,12 +36,12 @@ def define_flags(fv: flags.FlagValues = FLAGS):
     d.string("predict_file", None, "SQuAD JSON to predict (and evaluate when it has answers).")
     d.bool("version_2_with_negative", None, "SQuAD 2.0 (answer class, null odds); default: "
            "detected from the files.")
-    d.integer("doc_stride", 128, "Sliding-window stride (must match the records).")
-    d.integer("max_query_length", 64, "Question budget (must match the records).")
-    d.integer("max_answer_length", 64, "Longest answer, in tokens.")
-    d.integer("n_best_size", 5, "Candidates kept per question.")
-    d.integer("start_n_top", 5, "Beam size over starts.")
-    d.integer("end_n_top", 5, "Beam size over ends per start.")
+    d.integer("doc_stride", 128, "Sliding-window stride (must match the records).", lower_bound=1)
+    d.integer("max_query_length", 64, "Question budget (must match the records).", lower_bound=1)
+    d.integer("max_answer_length", 64, "Longest answer, in tokens.", lower_bound=1)
+    d.integer("n_best_size", 5, "Candidates kept per question.", lower_bound=1)
+    d.integer("start_n_top", 5, "Beam size over starts.", lower_bound=1)
+    d.integer("end_n_top", 5, "Beam size over ends per start.", lower_bound=1)
     d.float("null_score_threshold", None, "SQuAD 2.0: also write predictions_thresholded.json "
             "answering '' where null odds exceed this (a fixed, not dev-tuned, threshold).")
 

@@ -45,6 +45,19 @@ def classifier_run(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    """A pretrained-model checkpoint of TINY's size (original layout, backbone and LM head; random weights): what
+    `--init_checkpoint` gives runs that only evaluate (scoring needs weights from somewhere)."""
+    from xlnet_tf import checkpoints
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.models import XLNetPretrainer
+
+    config = XLNetConfig(n_token=data_fixtures.TINY_VOCAB, n_layer=1, d_model=32, n_head=2, d_head=16, d_inner=64)
+    prefix = str(tmp_path_factory.mktemp("pretrained") / "xlnet_model.ckpt")
+    return checkpoints.save_original_checkpoint(XLNetPretrainer(config), prefix)
+
+
 @pytest.mark.parametrize("flag, field", [
     ("--n_layer=2", "n_layer"),
     ("--d_inner=128", "d_inner"),
@@ -94,6 +107,30 @@ def test_records_of_another_vocabulary_are_refused(classifier_run, tmp_path):
     assert not os.path.exists(tmp_path / "m")
 
 
+@pytest.mark.parametrize("mode", [["--do_eval"], ["--do_predict", "--predict_split=dev"],
+                                  ["--do_eval", "--do_predict", "--predict_split=dev"]])
+def test_evaluating_or_predicting_without_weights_is_refused_and_writes_nothing(classifier_run, tmp_path, mode):
+    """No checkpoint in a fresh model_dir and no --init_checkpoint: scoring would read random weights (and
+    record them as the best result). Refused before the model_dir is created."""
+    from run import run_classifier
+    from xlnet_tf.errors import UserError
+
+    with pytest.raises(UserError, match=rf"without --do_train: no checkpoint in --model_dir={tmp_path}/m and no "
+                                        r"--init_checkpoint \(that would score random weights\)"):
+        _run(run_classifier, TINY + [f"--record_dir={classifier_run}/records", f"--model_dir={tmp_path}/m", *mode])
+    assert not os.path.exists(tmp_path / "m")
+
+
+def test_a_failed_init_checkpoint_leaves_the_model_dir_unwritten(classifier_run, tmp_path):
+    """The model_dir's config and export info are written only once the run is known to proceed."""
+    from run import run_classifier
+
+    with pytest.raises(FileNotFoundError):
+        _run(run_classifier, TINY + [f"--record_dir={classifier_run}/records", f"--model_dir={tmp_path}/m",
+                                     "--do_train", f"--init_checkpoint={tmp_path}/no_such_checkpoint"])
+    assert not os.path.exists(tmp_path / "m")
+
+
 def test_unknown_flag_names_the_flag():
     from run import run_classifier
 
@@ -111,17 +148,40 @@ def test_unknown_flag_names_the_flag():
      "no dev records in --record_dir={tmp}/none: give --predict_file"),
     ("export_savedmodel", ["--model_dir={tmp}", "--export_dir={tmp}/e"],
      "--task is required: no export_info.json in --model_dir={tmp}"),
+    ("export_savedmodel", ["--model_dir={tmp}/none", "--export_dir={tmp}/e"], "--model_dir={tmp}/none does not exist"),
+    ("export_savedmodel", ["--model_dir={tmp}", "--export_dir={tmp}/a_file"],
+     "--export_dir={tmp}/a_file is a file; give a directory (the versions go under it)"),
+    ("export_savedmodel", ["--model_dir={tmp}", "--export_dir={tmp}/e", "--version=3"],
+     "{tmp}/e/3 exists: choose another --version (TF Serving loads the highest) or another --export_dir"),
+    ("export_savedmodel", ["--model_dir={tmp}", "--export_dir={tmp}/e", "--version=-1"],
+     "flag --version=-1: -1 is not a non-negative integer"),
+    # numeric flags are checked when parsed, with their range
+    ("run_classifier", ["--bptt_segments=-1"], "flag --bptt_segments=-1: -1 is not a non-negative integer"),
+    ("run_classifier", ["--max_segments=300"], "flag --max_segments=300: 300 is not an integer in the range [1, 64]"),
+    ("run_classifier", ["--dropout=1.5"], "flag --dropout=1.5: 1.5 is not a number in the range [0.0, 0.99]"),
+    ("run_classifier", ["--train_steps=0"], "flag --train_steps=0: 0 is not a positive integer"),
+    ("run_classifier", ["--record_dir={tmp}/none", "--model_dir={tmp}/m", "--do_train", "--max_segments=3",
+                        "--bptt_segments=3"],
+     "--bptt_segments=3 must be at most --max_segments - 1 = 2 (the segments before the last of a document)"),
+    ("run_classifier", ["--record_dir={tmp}/none", "--model_dir={tmp}/m", "--do_train", "--bptt_segments=1"],
+     "--bptt_segments=1 must be at most --max_segments - 1 = 0 (the segments before the last of a document)"),
+    ("run_squad", ["--n_best_size=0"], "flag --n_best_size=0: 0 is not a positive integer"),
+    ("run_race", ["--max_qa_length=-5"], "flag --max_qa_length=-5: -5 is not a positive integer"),
 ])
 def test_user_errors_are_one_line_without_a_traceback(tmp_path, runner, args, message):
     import subprocess
     import sys
 
     fill = lambda text: text.replace("{tmp}", str(tmp_path))  # noqa: E731
+    (tmp_path / "a_file").write_text("not a directory")
+    (tmp_path / "e" / "3").mkdir(parents=True)
+    before = _snapshot(tmp_path)
     proc = subprocess.run([sys.executable, os.path.join(REPO, "run", f"{runner}.py"), *map(fill, args)],
                           capture_output=True, text=True, cwd=str(tmp_path), timeout=300)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == f"{runner}.py: error: {fill(message)}", proc.stderr[-2000:]
+    assert _snapshot(tmp_path) == before and not os.path.exists(tmp_path / "m")  # nothing written
 
 
 # ---- the model_dir contract, library level ---------------------------------------------------------------
@@ -414,12 +474,13 @@ def _tiny_task(directory, dev_rows):
     return directory
 
 
-def test_changed_data_rebuilds_the_records_it_shaped(tmp_path, capsys):
+def test_changed_data_rebuilds_the_records_it_shaped(pretrained, tmp_path, capsys):
     from run import run_classifier
 
     dev = ["History\tThe treaty was signed in the old capital.", "History\tA king ruled the northern lands."]
     data = _tiny_task(str(tmp_path / "task"), dev)
-    args = TINY[:-1] + [f"--data_dir={data}", f"--record_dir={tmp_path}/rec", f"--model_dir={tmp_path}/m", "--do_eval"]
+    args = TINY[:-1] + [f"--data_dir={data}", f"--record_dir={tmp_path}/rec", f"--model_dir={tmp_path}/m", "--do_eval",
+                        f"--init_checkpoint={pretrained}"]
     _run(run_classifier, args)
     manifest = json.load(open(tmp_path / "rec" / "manifest.json"))
     assert manifest["splits"]["dev"]["label_counts"] == {"History": 2, "Physical sciences": 0}
@@ -476,11 +537,12 @@ def test_a_refused_rebuild_changes_nothing_and_the_restored_data_reuses_the_reco
     assert stored == [rows[i] for i in batch["example_index"].numpy()[real]]
 
 
-def test_records_of_another_data_file_are_rebuilt_not_reused(tmp_path, capsys):
+def test_records_of_another_data_file_are_rebuilt_not_reused(pretrained, tmp_path, capsys):
     from run import run_classifier
 
     data = _tiny_task(str(tmp_path / "task"), ["History\tOne.", "History\tTwo."])
-    args = TINY[:-1] + [f"--record_dir={tmp_path}/rec", f"--model_dir={tmp_path}/m", "--do_eval"]
+    args = TINY[:-1] + [f"--record_dir={tmp_path}/rec", f"--model_dir={tmp_path}/m", "--do_eval",
+                        f"--init_checkpoint={pretrained}"]
     _run(run_classifier, args + [f"--data_dir={data}"])
     other = _tiny_task(str(tmp_path / "other"), ["Physical sciences\tThree.", "History\tFour.", "History\tFive."])
     capsys.readouterr()
@@ -542,7 +604,7 @@ def test_an_empty_squad_split_is_an_error_and_never_cached(tmp_path):
     assert not os.path.exists(tmp_path / "rec" / "manifest.json")
 
 
-def test_squad_scores_only_against_the_file_its_records_came_from(tmp_path, capsys):
+def test_squad_scores_only_against_the_file_its_records_came_from(pretrained, tmp_path, capsys):
     from run import run_squad
     from xlnet_tf.errors import UserError
 
@@ -551,7 +613,8 @@ def test_squad_scores_only_against_the_file_its_records_came_from(tmp_path, caps
     data["data"] = data["data"][:3]
     dev.write_text(json.dumps(data), encoding="utf-8")
     args = TINY[:-2] + ["--max_query_length=16", "--max_seq_length=64", "--doc_stride=32",
-                        f"--record_dir={tmp_path}/rec", "--do_eval"]
+                        f"--record_dir={tmp_path}/rec", "--do_eval",
+                        f"--init_checkpoint={pretrained}"]
     _run(run_squad, args + [f"--predict_file={dev}", f"--model_dir={tmp_path}/m"])
     assert "exact_match" in json.load(open(tmp_path / "m" / "eval_results.json"))["last"]
     qa = data["data"][0]["paragraphs"][0]["qas"][0]
@@ -570,12 +633,13 @@ def test_squad_scores_only_against_the_file_its_records_came_from(tmp_path, caps
     (lambda m: m["spiece_model"].update(vocab_size="1000"), "spiece_model/vocab_size is a str, not int"),
     (lambda m: m.update(uncased=1), "uncased is a int, not bool"),
 ])
-def test_a_damaged_record_manifest_names_the_field(tmp_path, damage, message):
+def test_a_damaged_record_manifest_names_the_field(pretrained, tmp_path, damage, message):
     from run import run_classifier
     from tfrecords.manifest import ManifestError
 
     data = _tiny_task(str(tmp_path / "task"), ["History\tOne.", "History\tTwo."])
-    args = TINY[:-1] + [f"--record_dir={tmp_path}/rec", f"--model_dir={tmp_path}/m", "--do_eval"]
+    args = TINY[:-1] + [f"--record_dir={tmp_path}/rec", f"--model_dir={tmp_path}/m", "--do_eval",
+                        f"--init_checkpoint={pretrained}"]
     _run(run_classifier, args + [f"--data_dir={data}"])
     path = tmp_path / "rec" / "manifest.json"
     manifest = json.loads(path.read_text())
@@ -603,13 +667,14 @@ def test_a_tsv_row_with_an_extra_field_names_file_and_line(tmp_path):
         classifier_data.get_processor("tsv").get_examples(data, "dev")
 
 
-def test_a_damaged_record_file_is_named(tmp_path):
+def test_a_damaged_record_file_is_named(pretrained, tmp_path):
     """Same size, other bytes: the size check passes; TensorFlow's CRC error names no file, ours does."""
     from run import run_classifier
     from tfrecords.manifest import ManifestError
 
     data = _tiny_task(str(tmp_path / "task"), ["History\tOne.", "History\tTwo."])
-    args = TINY[:-1] + [f"--data_dir={data}", f"--record_dir={tmp_path}/rec", f"--model_dir={tmp_path}/m", "--do_eval"]
+    args = TINY[:-1] + [f"--data_dir={data}", f"--record_dir={tmp_path}/rec", f"--model_dir={tmp_path}/m", "--do_eval",
+                        f"--init_checkpoint={pretrained}"]
     _run(run_classifier, args)
     path = tmp_path / "rec" / "dev.tfrecord"
     raw = bytearray(path.read_bytes())
@@ -617,6 +682,24 @@ def test_a_damaged_record_file_is_named(tmp_path):
     path.write_bytes(bytes(raw))
     with pytest.raises(ManifestError, match=f"{path}: corrupted record"):
         _run(run_classifier, args)
+
+
+def test_inspect_records_names_a_damaged_record_file(tmp_path):
+    import subprocess
+    import sys
+
+    records = tmp_path / "records"
+    shutil.copytree(data_fixtures.built_records(num_passes=1, num_shards=2), records)
+    path = sorted(records.glob("*.tfrecord"))[0]
+    raw = bytearray(path.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    before = _snapshot(records)
+    proc = subprocess.run([sys.executable, os.path.join(REPO, "tfrecords", "inspect_records.py"), str(records)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"inspect_records: error: {path}: corrupted record at ")
+    assert _snapshot(records) == before
 
 
 def test_an_unusable_sentencepiece_model_is_named(tmp_path):

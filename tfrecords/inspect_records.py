@@ -10,6 +10,7 @@ A/B lengths, and (with `--check`, default) the schema invariants of every record
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -148,13 +149,23 @@ def inspect(directory: str, index: int = 0, max_examples: Optional[int] = 20000,
     return summarize(paths, m, max_examples, check, out=out)
 
 
+def _naming_damaged_files(directory: str):
+    """A damaged record file is reported by name (nothing to name when the manifest is unreadable: `inspect`
+    reports that itself)."""
+    try:
+        return manifest_lib.naming_corrupt_records(manifest_lib.read_manifest(directory))
+    except ValueError:
+        return contextlib.nullcontext()
+
+
 def main(argv):
     if len(argv) != 2:
         raise app.UsageError("usage: inspect_records.py DIR [--index=N]")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        inspect(argv[1], FLAGS.index, FLAGS.max_examples or None, FLAGS.check,
-                FLAGS.spiece_model)
+        with _naming_damaged_files(argv[1]):
+            inspect(argv[1], FLAGS.index, FLAGS.max_examples or None, FLAGS.check,
+                    FLAGS.spiece_model)
     except ValueError as e:
         print(f"inspect_records: error: {e}", file=sys.stderr)
         return 1
@@ -162,8 +173,8 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.DEFINE_integer("index", 0, "Which example to print (stream order).")
-    flags.DEFINE_integer("max_examples", 20000, "Records summarized (0 = all).")
+    flags.DEFINE_integer("index", 0, "Which example to print (stream order).", lower_bound=0)
+    flags.DEFINE_integer("max_examples", 20000, "Records summarized (0 = all).", lower_bound=0)
     flags.DEFINE_bool("check", True, "Check the schema invariants of every record read.")
     flags.DEFINE_string("spiece_model", None, "Override the manifest's model path.")
     app.run(main)

@@ -8,9 +8,12 @@ config)` does the rest the same way for all of them:
 1. `task.prepare_records()`: build the splits this run needs that are missing, empty, or whose input files
    changed (content fingerprints, see tfrecords/record_inputs.py), then read the manifest.
 2. The strategy; the records' vocabulary checked against the model (`n_token`).
-3. `model_dir.prepare`: an existing `xlnet_config.json`/`export_info.json` must match this run (else one
-   error naming every differing field, nothing written); stale `ckpt-*_temp` removed.
-4. The model (seeded), initialized from `--init_checkpoint`.
+3. `model_dir.check`: an existing `xlnet_config.json`/`export_info.json` must match this run (else one
+   error naming every differing field, nothing written); evaluating or predicting without training needs a
+   checkpoint in the model_dir or `--init_checkpoint` (never random weights).
+4. The model (seeded), initialized from `--init_checkpoint`; only then `model_dir.prepare` writes the config
+   and export info (a run refused or failed before this point leaves the model_dir as it was) and removes
+   stale `ckpt-*_temp`.
 5. `--do_train`: the Trainer (resumes from the model_dir's latest checkpoint; appends train_history.json).
 6. `--do_eval`: the latest (or every) checkpoint on `eval_split`, each evaluation appended to
    eval_results.json as it is measured (xlnet_tf.results).
@@ -126,7 +129,13 @@ def _run_on_records(task: FineTuningTask, config: XLNetConfig, log: Callable[[st
     strategy = distribute.get_strategy(s.strategy, s.tpu, s.num_cpu_replicas)
     micro = micro_batch_size(s.train_batch_size, s.gradient_accumulation_steps, strategy.num_replicas_in_sync)
     manifest_lib.check_vocab(task.manifest, config.n_token)
-    model_dir.prepare(s.model_dir, config, model_dir.export_info(**task.export_info()), log=log)
+    info = model_dir.export_info(**task.export_info())
+    model_dir.check(s.model_dir, config, info)
+    if not s.do_train and not s.init_checkpoint and not finetuning.list_checkpoints(s.model_dir):
+        wanted = " and ".join(f for f, on in (("--do_eval", s.do_eval), ("--do_predict", s.do_predict)) if on)
+        raise UserError(f"{wanted} without --do_train: no checkpoint in --model_dir={s.model_dir} and no "
+                        "--init_checkpoint (that would score random weights); train first or point --model_dir at "
+                        "a trained run")
 
     keras.utils.set_random_seed(s.seed)
     with strategy.scope():
@@ -135,6 +144,8 @@ def _run_on_records(task: FineTuningTask, config: XLNetConfig, log: Callable[[st
             report = checkpoints.load_init_checkpoint(model, s.init_checkpoint)
             log(f"Initialized {len(report['loaded'])} variables from {s.init_checkpoint}; "
                 f"fresh: {report['missing_heads']}")
+    # the run is known to proceed: only now is anything written into the model_dir
+    model_dir.prepare(s.model_dir, config, info, log=log)
 
     if s.do_train:
         def train_dataset_fn(ctx, skip_batches):
@@ -144,6 +155,8 @@ def _run_on_records(task: FineTuningTask, config: XLNetConfig, log: Callable[[st
         trainer = finetuning.build_optimizer_and_trainer(
             strategy, model, s, train_dataset_fn, examples_per_step=s.train_batch_size,
             seq_len=task.tokens_per_example, log=log)
+        log(f"Training: the step ({task.tokens_per_example} tokens per example) is traced and compiled first; "
+            f"the first progress line follows its first loop of {s.steps_per_loop} step(s)")
         trainer.train()
 
     def outputs_of(split: str, batch_size: int) -> Outputs:
@@ -168,10 +181,7 @@ def _run_on_records(task: FineTuningTask, config: XLNetConfig, log: Callable[[st
         split = task.predict_split()
         checkpoint = None
         if not s.do_train:  # the original predicted with the pretrained weights here (#56)
-            checkpoint = finetuning.restore_latest_weights(model, s.model_dir)
-            if checkpoint is None and not s.init_checkpoint:
-                raise UserError(f"--do_predict without --do_train: no checkpoint in --model_dir={s.model_dir} "
-                                "and no --init_checkpoint; train first or point --model_dir at a trained run")
+            checkpoint = finetuning.restore_latest_weights(model, s.model_dir)  # or --init_checkpoint's (checked)
         latest = finetuning.list_checkpoints(s.model_dir)
         checkpoint = latest[-1] if latest else s.init_checkpoint
         scored = task.write_predictions(split, outputs_of(split, s.predict_batch_size), s.model_dir, log)
