@@ -158,7 +158,8 @@ def define_loop_flags(fv: flags.FlagValues, train_steps=1000, steps_per_loop=100
                          "steps_per_loop).", lower_bound=1)
     d.integer("keep_checkpoints", 5, "Checkpoints kept.", lower_bound=1)
     d.integer("keep_checkpoint_steps", 0, "Also keep every checkpoint whose step is a multiple "
-                         "of this, in <model_dir>/kept/ckpt-<step> (0 = none; a multiple of --save_steps).", lower_bound=0)
+                         "of this, in <model_dir>/kept/ckpt-<step> (0 = none; a multiple of --save_steps).",
+              lower_bound=0)
     d.bool("jit_compile", False, "Compile the train step with XLA.")
     d.enum("mixed_precision", "float32", ["float32", "bfloat16", "float16"],
                       "Compute dtype (variables stay float32).")

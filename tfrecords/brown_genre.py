@@ -451,8 +451,8 @@ def define_flags() -> None:
     flags.DEFINE_integer("seed", DEFAULT_SEED, "Seed of the split, the slice and row order.")
     flags.DEFINE_string("slice_dir", None, "Also write the small slice (train.tsv, dev.tsv, "
                         "labels.txt) here, e.g. data/finetune/brown_genre.")
-    flags.DEFINE_integer("slice_train_per_label", 12, "Slice: train texts per label.")
-    flags.DEFINE_integer("slice_dev_per_label", 10, "Slice: dev texts per label.")
+    flags.DEFINE_integer("slice_train_per_label", 12, "Slice: train texts per label.", lower_bound=1)
+    flags.DEFINE_integer("slice_dev_per_label", 10, "Slice: dev texts per label.", lower_bound=1)
 
 
 def main(argv: Sequence[str]) -> int:

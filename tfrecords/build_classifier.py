@@ -30,12 +30,12 @@ def define_flags():
     flags.DEFINE_string("data_dir", None, "Folder of the task's raw files.")
     flags.DEFINE_string("spiece_model", None, "SentencePiece model (tfrecords/spm.py).")
     flags.DEFINE_string("output_dir", None, "Folder of the records and manifest.json.")
-    flags.DEFINE_integer("max_seq_length", 128, "Sequence length L.")
+    flags.DEFINE_integer("max_seq_length", 128, "Sequence length L.", lower_bound=3)
     flags.DEFINE_list("splits", ["train", "dev"], "Splits to build (e.g. train,dev,test).")
     flags.DEFINE_bool("uncased", False, "Lowercase the text.")
     flags.DEFINE_bool("keep_accents", False, "Keep accents (default strips them).")
     flags.DEFINE_integer("eval_batch_size", 32, "Pad every non-train split with dummy "
-                         "examples (is_real_example=0) to a multiple of this; 0 = no padding.")
+                         "examples (is_real_example=0) to a multiple of this; 0 = no padding.", lower_bound=0)
     flags.DEFINE_integer("seed", 0, "Seed of the train split's record order.")
     # generic tsv / csv tasks only
     flags.DEFINE_string("label_column", None, "tsv/csv: label column name (default 'label').")

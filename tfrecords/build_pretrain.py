@@ -29,23 +29,23 @@ def define_flags():
     flags.DEFINE_string("spiece_model", None, "SentencePiece model (tfrecords/spm.py).")
     flags.DEFINE_string("output_dir", None, "Directory of the records and manifest.json.")
     flags.DEFINE_string("split", "train", "Split name used in file names.")
-    flags.DEFINE_integer("seq_len", 512, "Sequence length L.")
-    flags.DEFINE_integer("reuse_len", 256, "Tokens of the reuse part (cached as mems).")
-    flags.DEFINE_integer("num_predict", 85, "Prediction slots per example.")
+    flags.DEFINE_integer("seq_len", 512, "Sequence length L.", lower_bound=2)
+    flags.DEFINE_integer("reuse_len", 256, "Tokens of the reuse part (cached as mems).", lower_bound=0)
+    flags.DEFINE_integer("num_predict", 85, "Prediction slots per example.", lower_bound=1)
     flags.DEFINE_integer("perm_size", 256, "Block length of the factorization order; must "
-                         "divide reuse_len and seq_len - reuse_len.")
-    flags.DEFINE_float("mask_alpha", 6, "Context tokens per span unit (with mask_beta).")
-    flags.DEFINE_float("mask_beta", 1, "Masked tokens per span unit.")
-    flags.DEFINE_integer("max_gram", 5, "Longest span, in whole words.")
+                         "divide reuse_len and seq_len - reuse_len.", lower_bound=1)
+    flags.DEFINE_float("mask_alpha", 6, "Context tokens per span unit (with mask_beta).", lower_bound=0.0)
+    flags.DEFINE_float("mask_beta", 1, "Masked tokens per span unit.", lower_bound=0.0)
+    flags.DEFINE_integer("max_gram", 5, "Longest span, in whole words.", lower_bound=1)
     flags.DEFINE_bool("bi_data", True, "Half of each replica's rows are time-reversed.")
-    flags.DEFINE_integer("global_batch_size", 16, "Examples per step over all replicas.")
-    flags.DEFINE_integer("num_replicas", 1, "Replicas of the trainer (bi_data row layout).")
-    flags.DEFINE_integer("num_passes", 1, "Passes over the corpus, each with new samples.")
+    flags.DEFINE_integer("global_batch_size", 16, "Examples per step over all replicas.", lower_bound=1)
+    flags.DEFINE_integer("num_replicas", 1, "Replicas of the trainer (bi_data row layout).", lower_bound=1)
+    flags.DEFINE_integer("num_passes", 1, "Passes over the corpus, each with new samples.", lower_bound=1)
     flags.DEFINE_integer("seed", 0, "Seed of all randomness.")
-    flags.DEFINE_integer("num_shards", 1, "Record files per pass (unit of parallelism).")
-    flags.DEFINE_integer("task_id", 0, "This machine's task in [0, num_tasks).")
-    flags.DEFINE_integer("num_tasks", 1, "Machines sharing the build.")
-    flags.DEFINE_integer("num_processes", 1, "Worker processes on this machine.")
+    flags.DEFINE_integer("num_shards", 1, "Record files per pass (unit of parallelism).", lower_bound=1)
+    flags.DEFINE_integer("task_id", 0, "This machine's task in [0, num_tasks).", lower_bound=0)
+    flags.DEFINE_integer("num_tasks", 1, "Machines sharing the build.", lower_bound=1)
+    flags.DEFINE_integer("num_processes", 1, "Worker processes on this machine.", lower_bound=1)
     flags.DEFINE_bool("uncased", False, "Lowercase the text.")
     flags.DEFINE_bool("keep_accents", False, "Keep accents (default strips them).")
     flags.DEFINE_bool("use_eod", True, "Close every document with <eod>.")
@@ -54,13 +54,15 @@ def define_flags():
     flags.DEFINE_enum("objective", "plm", ["plm", "mlm"], "plm: XLNet's permutation LM (span masks + "
                       "factorization orders). mlm: BERT's masked LM on the same spans and records "
                       "(--mlm_mask_rate of the tokens; <mask> / random / kept), no factorization order.")
-    flags.DEFINE_float("mlm_mask_rate", 0.15, "MLM: share of each part's non-functional tokens predicted.")
-    flags.DEFINE_float("mlm_mask_token_prob", 0.8, "MLM: share of the targets replaced by <mask>.")
+    flags.DEFINE_float("mlm_mask_rate", 0.15, "MLM: share of each part's non-functional tokens predicted.",
+                       lower_bound=0.0, upper_bound=1.0)
+    flags.DEFINE_float("mlm_mask_token_prob", 0.8, "MLM: share of the targets replaced by <mask>.",
+                       lower_bound=0.0, upper_bound=1.0)
     flags.DEFINE_float("mlm_random_token_prob", 0.1, "MLM: share of the targets replaced by a random "
-                       "token (the rest are kept).")
+                       "token (the rest are kept).", lower_bound=0.0, upper_bound=1.0)
     flags.DEFINE_bool("nsp", False, "Store the next-sentence label of each A/B pair (for --nsp in "
                       "run/pretrain.py; off as XLNet).")
-    flags.DEFINE_float("log_every_s", 30, "Seconds between in-shard progress lines.")
+    flags.DEFINE_float("log_every_s", 30, "Seconds between in-shard progress lines.", lower_bound=0.0)
     flags.mark_flags_as_required(["input_glob", "spiece_model", "output_dir"])
 
 

@@ -30,8 +30,8 @@ def define_flags():
     flags.DEFINE_string("spiece_model", None, "SentencePiece model (tfrecords/spm.py).")
     flags.DEFINE_string("output_dir", None, "Folder of the records and manifest.json.")
     flags.DEFINE_string("task", "race", "Task name recorded in the manifest.")
-    flags.DEFINE_integer("max_seq_length", 512, "Sequence length L of each choice.")
-    flags.DEFINE_integer("max_qa_length", 128, "Longest question+option, in tokens.")
+    flags.DEFINE_integer("max_seq_length", 512, "Sequence length L of each choice.", lower_bound=3)
+    flags.DEFINE_integer("max_qa_length", 128, "Longest question+option, in tokens.", lower_bound=1)
     flags.DEFINE_enum("qa_truncation", "tail", list(race_data.QA_TRUNCATIONS),
                       "Keep the last (tail, the original) or first (head) max_qa_length "
                       "tokens of a question+option.")
@@ -40,7 +40,7 @@ def define_flags():
     flags.DEFINE_bool("uncased", False, "Lowercase the text.")
     flags.DEFINE_bool("keep_accents", False, "Keep accents (default strips them).")
     flags.DEFINE_integer("eval_batch_size", 32, "Pad every non-train split with dummy "
-                         "questions (is_real_example=0) to a multiple of this; 0 = none.")
+                         "questions (is_real_example=0) to a multiple of this; 0 = none.", lower_bound=0)
     flags.DEFINE_integer("seed", 0, "Seed of the train split's record order.")
     flags.mark_flags_as_required(["data_dir", "spiece_model", "output_dir"])
 

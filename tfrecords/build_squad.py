@@ -32,9 +32,9 @@ def define_flags():
     flags.DEFINE_string("train_file", None, "SQuAD JSON of the train split (optional).")
     flags.DEFINE_string("predict_file", None, "SQuAD JSON of the eval split (optional).")
     flags.DEFINE_string("eval_split", "dev", "Name of the eval split's files.")
-    flags.DEFINE_integer("max_seq_length", 512, "Sequence length L.")
-    flags.DEFINE_integer("doc_stride", 128, "Stride of the paragraph windows, in tokens.")
-    flags.DEFINE_integer("max_query_length", 64, "Question tokens kept (the first ones).")
+    flags.DEFINE_integer("max_seq_length", 512, "Sequence length L.", lower_bound=3)
+    flags.DEFINE_integer("doc_stride", 128, "Stride of the paragraph windows, in tokens.", lower_bound=1)
+    flags.DEFINE_integer("max_query_length", 64, "Question tokens kept (the first ones).", lower_bound=1)
     flags.DEFINE_bool("version_2_with_negative", None, "SQuAD 2.0 (unanswerable questions); "
                       "default: detected from the files.")
     flags.DEFINE_bool("uncased", False, "Lowercase the text.")

@@ -142,13 +142,14 @@ def _define_flags():
 
     flags.DEFINE_string("input_glob", None, "Comma-separated globs of corpus text files.")
     flags.DEFINE_string("model_prefix", None, "Output prefix: writes PREFIX.model/.vocab.")
-    flags.DEFINE_integer("vocab_size", 32000, "Vocabulary size.")
+    flags.DEFINE_integer("vocab_size", 32000, "Vocabulary size.", lower_bound=10)
     flags.DEFINE_bool("uncased", False, "Lowercase the text (an uncased model).")
     flags.DEFINE_bool("keep_accents", False, "Keep accents (default strips them, as XLNet).")
-    flags.DEFINE_float("character_coverage", 0.99995, "SentencePiece character_coverage.")
-    flags.DEFINE_integer("input_sentence_size", 10_000_000, "Max sentences sampled.")
+    flags.DEFINE_float("character_coverage", 0.99995, "SentencePiece character_coverage.",
+                       lower_bound=0.0, upper_bound=1.0)
+    flags.DEFINE_integer("input_sentence_size", 10_000_000, "Max sentences sampled.", lower_bound=1)
     flags.DEFINE_integer("seed", 0, "Random seed of the trainer.")
-    flags.DEFINE_integer("num_threads", 1, "Trainer threads.")
+    flags.DEFINE_integer("num_threads", 1, "Trainer threads.", lower_bound=1)
     flags.DEFINE_bool("hard_vocab_limit", True, "Fail if vocab_size cannot be reached.")
     flags.DEFINE_bool("skip_invalid_utf8", False, "Skip lines that are not UTF-8.")
     flags.mark_flags_as_required(["input_glob", "model_prefix"])

@@ -943,7 +943,8 @@ def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optio
                 entry.update({"shuffled": False, "features_file": feat_file,
                               "examples_file": ex_file})
             if not n:
-                raise DataError(f"{path}: no usable questions for the {split} split ({stats.counts.get('num_questions_read', 0)} "
+                read = stats.counts.get("num_questions_read", 0)
+                raise DataError(f"{path}: no usable questions for the {split} split ({read} "
                                 f"read, skipped: {dict(stats.skipped) or 'none'}); check the file")
             entry.update({"num_records": n, "num_bytes": size, **stats.to_dict(),
                           "inputs": {os.path.abspath(path): entry["source_sha256"]}})

@@ -20,7 +20,7 @@ FLAGS = flags.FLAGS
 def define_flags():
     flags.DEFINE_string("jobs", None, "File of build jobs, one `<builder> <flags>` a line.")
     flags.DEFINE_string("runner", "DirectRunner", "Beam runner; its options go after `--`.")
-    flags.DEFINE_integer("num_processes", 1, "DirectRunner worker processes.")
+    flags.DEFINE_integer("num_processes", 1, "DirectRunner worker processes.", lower_bound=1)
     flags.mark_flags_as_required(["jobs"])
 
 
