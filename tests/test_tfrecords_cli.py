@@ -37,7 +37,7 @@ def test_killed_build_resumes_to_identical_records(tmp_path):
     proc = subprocess.Popen([sys.executable, "tfrecords/build_pretrain.py"] + _build_args(out),
                             cwd=F.REPO_ROOT, env=_env(), stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
+    deadline = time.time() + 600  # a bound on a hang, not a timing: the loop ends at the first shard
     done = []
     try:
         while time.time() < deadline and proc.poll() is None:
