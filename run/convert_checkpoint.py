@@ -7,7 +7,10 @@
 
 Writes `<output_dir>/xlnet_model.ckpt.*` (the original release's variable layout, validated against the
 config: every backbone variable present with its shape, head scopes carried over, optimizer slots
-dropped), a `checkpoint` file and `<output_dir>/xlnet_config.json`.
+dropped), a `checkpoint` file and `<output_dir>/xlnet_config.json`. Weights of a pretraining run
+(`model_dir/final/`, whose `pretrained_model.json` records their facts) are checked first (--config must describe
+them, and they must hold the heads the file lists) and keep that file in `<output_dir>`; checkpoints without it
+(the original release, Hugging Face) carry no such facts.
 """
 
 import os
@@ -31,35 +34,56 @@ def define_flags(fv: flags.FlagValues = FLAGS):
 
 def convert(output_dir, original_checkpoint=None, config=None, hf_safetensors=None, hf_config=None):
     """Library entry point of the CLI; returns the summary of `checkpoints.convert_checkpoint`."""
-    from xlnet_tf import checkpoints
+    from xlnet_tf import checkpoints, pretrain_info
     from xlnet_tf.config import XLNetConfig
 
+    from xlnet_tf.errors import UserError
+
     if not output_dir:
-        raise ValueError("--output_dir is required")
+        raise UserError("--output_dir is required")
     if bool(original_checkpoint) == bool(hf_safetensors):
-        raise ValueError("Give exactly one of --original_checkpoint (with --config) or --hf_safetensors "
-                         "(with --hf_config)")
+        raise UserError("Give exactly one of --original_checkpoint (with --config) or --hf_safetensors "
+                        "(with --hf_config)")
     if original_checkpoint:
         if not config:
-            raise ValueError("--original_checkpoint needs --config (its xlnet_config.json)")
+            raise UserError("--original_checkpoint needs --config (its xlnet_config.json)")
         model_config, source, fmt = XLNetConfig.from_json_file(config), original_checkpoint, "original"
     else:
         if not hf_config:
-            raise ValueError("--hf_safetensors needs --hf_config (its config.json)")
+            raise UserError("--hf_safetensors needs --hf_config (its config.json)")
         model_config, source, fmt = checkpoints.config_from_hf_json(hf_config), hf_safetensors, "hf"
+    # a pretraining run's final/ records its facts: --config must describe the weights, which must hold the heads
+    # it lists; the converted copy keeps the file (consumers check the SentencePiece model against it)
+    flag = f"--config={config}" if original_checkpoint else f"--hf_config={hf_config}"
+    facts = pretrain_info.check_final(source, config=model_config.to_dict(), config_flag=flag)
+    if facts is not None:
+        held = checkpoints.head_scopes(checkpoints.variable_names(source))
+        missing = [h for h in facts.heads if h not in held]
+        if missing:
+            raise checkpoints.CheckpointMismatchError(
+                f"{source} lacks the heads {missing} that {pretrain_info.MODEL_NAME} next to it lists: the "
+                "checkpoint is not the one the file describes")
     summary = checkpoints.convert_checkpoint(source, fmt, model_config,
                                              os.path.join(output_dir, "xlnet_model.ckpt"))
     model_config.to_json_file(os.path.join(output_dir, "xlnet_config.json"))
+    if facts is not None:
+        pretrain_info.write(os.path.join(output_dir, pretrain_info.MODEL_NAME), facts)
+    return summary
+
+
+def run():
+    """Everything `main` does, reading FLAGS (tests call this after parsing flags)."""
+    summary = convert(FLAGS.output_dir, FLAGS.original_checkpoint, FLAGS.config, FLAGS.hf_safetensors,
+                      FLAGS.hf_config)
+    print(f"Converted {len(summary['backbone'])} backbone variables and {len(summary['heads'])} head "
+          f"variables {summary['heads']} into {FLAGS.output_dir}")
     return summary
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    summary = convert(FLAGS.output_dir, FLAGS.original_checkpoint, FLAGS.config, FLAGS.hf_safetensors,
-                      FLAGS.hf_config)
-    print(f"Converted {len(summary['backbone'])} backbone variables and {len(summary['heads'])} head "
-          f"variables {summary['heads']} into {FLAGS.output_dir}")
+    run()
 
 
 if __name__ == "__main__":

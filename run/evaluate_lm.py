@@ -7,6 +7,12 @@ Reads the text as one token stream (documents joined by <eod>), segment by segme
 with memories of the last `--mem_len` tokens (Transformer-XL's cached evaluation; may exceed the training
 mem_len) and without (each segment alone). Reports perplexity per token and bits per character of both on
 the same tokens.
+
+Refused in one line before any model is built: a fine-tuning model_dir or weights without the LM head, a
+SentencePiece model other than the one `final/pretrained_model.json` records (checkpoints without that file,
+such as the original release, are taken as they are), a masked-LM model, input globs that match nothing, files
+that are empty, blank or not UTF-8 (`--skip_invalid_utf8` skips and counts such lines), and text shorter than one
+segment per row. The numeric flags are range-checked when parsed.
 """
 
 import json
@@ -21,48 +27,122 @@ FLAGS = flags.FlagValues()
 
 def define_flags(fv: flags.FlagValues = FLAGS):
     d = common_flags.Definer(fv)
-    d.string("checkpoint", None, "A pretrained model: model_dir/final, a runner's model_dir, the original release's "
-             "directory or a Hugging Face model.safetensors (its config next to it, or --model_config_path).")
+    d.string("checkpoint", None, "A pretrained model: model_dir/final, a pretraining run's model_dir, the original "
+             "release's directory or a Hugging Face XLNetLMHeadModel's model.safetensors (its config next to it, "
+             "or --model_config_path). It must hold the LM head (model/lm_loss/bias); a fine-tuned model does not.")
     d.string("model_config_path", None, "xlnet_config.json (default: next to the checkpoint).")
-    d.string("spiece_model", None, "The model's SentencePiece model.")
-    d.string("input_glob", None, "Comma-separated globs of text files (one paragraph per line, blank line "
+    d.string("spiece_model", None, "The model's SentencePiece model (checked against the checksum a pretraining "
+             "run records in final/pretrained_model.json).")
+    d.string("input_glob", None, "Comma-separated globs of UTF-8 text files (one paragraph per line, blank line "
              "between documents).")
-    d.integer("seg_len", 128, "Tokens per segment.")
-    d.integer("mem_len", 256, "Memory length at evaluation (relative positions: may exceed the training one).")
-    d.integer("batch_size", 1, "Parallel contiguous rows the stream is cut into.")
-    d.integer("max_tokens", 0, "Evaluate the first this many tokens (0 = all).")
+    d.bool("skip_invalid_utf8", False, "Skip the lines of --input_glob's files that are not valid UTF-8 (counted "
+           "in the report); off: such a line is an error naming the file and line.")
+    # ranges checked when the flags are parsed (absl: "flag --seg_len=1: 1 is not integer >= 2")
+    d.integer("seg_len", 128, "Tokens per segment (>= 2: a segment's first token is never scored).", lower_bound=2)
+    d.integer("mem_len", 256, "Memory length at evaluation (>= 1; relative positions: may exceed the training "
+              "one).", lower_bound=1)
+    d.integer("batch_size", 1, "Parallel contiguous rows the stream is cut into (>= 1).", lower_bound=1)
+    d.integer("max_tokens", 0, "Evaluate the first this many tokens (>= 0; 0 = all).", lower_bound=0)
     d.string("output_json", None, "Write the report here too.")
 
 
-def run():
+def read_inputs(input_glob: str, tokenizer, skip_invalid_utf8: bool = False):
+    """(files, token ids, lines skipped for invalid UTF-8) of `--input_glob`; every bad file is a UserError
+    naming it (tfrecords.corpus.read_text_file)."""
     from tfrecords import corpus
     from xlnet_tf import lm_eval
+    from xlnet_tf.tokenization import EOD_ID
+
+    source = f"--input_glob={input_glob}"
+    try:
+        files = corpus.expand_globs(input_glob)
+    except corpus.CorpusError:
+        raise common_flags.UserError(f"{source} matches no files: give existing text files (comma-separated "
+                                     "globs)") from None
+    ids, skipped = [], 0
+    for path in files:
+        lines, bad = corpus.read_text_file(path, skip_invalid_utf8, source=source)
+        skipped += bad
+        lm_eval.encode_lines(lines, tokenizer, EOD_ID, ids)
+        if ids and ids[-1] != EOD_ID:  # a file ends its last document
+            ids.append(EOD_ID)
+    while ids and ids[-1] == EOD_ID:
+        ids.pop()
+    return files, ids, skipped
+
+
+def check_checkpoint(checkpoint: str, spiece_model: str, tokenizer_sha256: str):
+    """The facts of `--checkpoint` (xlnet_tf.pretrain_info; None when it records none), after refusing what is not
+    a pretrained left-to-right-readable LM: a fine-tuning model_dir, weights without the LM head, another
+    SentencePiece model, a masked-LM (MLM) model."""
+    from xlnet_tf import checkpoints, export_info, pretrain_info
+    from xlnet_tf.task import resolve_weights
+
+    where = f"--checkpoint={checkpoint}"
+    if not os.path.exists(checkpoint) and not os.path.exists(checkpoint + ".index"):
+        raise common_flags.UserError(f"{where} does not exist")
+    directory = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
+    finetuned = export_info.read_optional(directory)
+    if finetuned is not None:
+        raise common_flags.UserError(
+            f"{where} is a fine-tuning model_dir (export_info.json: task {finetuned.task!r}): its weights have no "
+            "trained LM head; give a pretraining run's model_dir/final, the original release or a Hugging Face "
+            "XLNetLMHeadModel's model.safetensors")
+    info = pretrain_info.check_final(checkpoint, spiece_sha256=tokenizer_sha256, need_heads=(pretrain_info.LM_HEAD,),
+                                     spiece_flag=f"--spiece_model={spiece_model}")
+    if info is not None and info.objective != "plm":
+        raise common_flags.UserError(
+            f"{where} was pretrained with objective {info.objective!r} (pretrained_model.json): a masked LM never "
+            "trained the query stream this left-to-right reading predicts with; evaluate a 'plm' model")
+    heads = checkpoints.head_scopes(checkpoints.variable_names(resolve_weights(checkpoint)))
+    if pretrain_info.LM_HEAD not in heads:
+        raise common_flags.UserError(
+            f"{where} holds no LM head (no model/lm_loss/bias; its heads: {heads or 'none'}): it is not a "
+            "pretrained language model; give a pretraining run's model_dir/final, the original release or a "
+            "Hugging Face XLNetLMHeadModel's model.safetensors")
+    return info
+
+
+def run():
+    from xlnet_tf import lm_eval
     from xlnet_tf.models import XLNetPretrainer
-    from xlnet_tf.tokenization import EOD_ID, XLNetTokenizer
+    from xlnet_tf.tokenization import XLNetTokenizer, file_sha256
 
     common_flags.require(FLAGS, "checkpoint", "spiece_model", "input_glob")
-    if FLAGS.seg_len < 2 or FLAGS.mem_len < 1 or FLAGS.batch_size < 1:
-        raise common_flags.UserError("--seg_len must be >= 2, --mem_len and --batch_size >= 1")
-    tokenizer = XLNetTokenizer(FLAGS.spiece_model)
+    if not os.path.isfile(FLAGS.spiece_model):
+        raise common_flags.UserError(f"--spiece_model={FLAGS.spiece_model} does not exist")
+    info = check_checkpoint(FLAGS.checkpoint, FLAGS.spiece_model, file_sha256(FLAGS.spiece_model))
+    # the text is normalized as the model's records were (a run's facts; the release's default otherwise)
+    tokenizer = XLNetTokenizer(FLAGS.spiece_model, uncased=info.uncased if info else False,
+                               keep_accents=info.keep_accents if info else False)
+    files, ids, skipped = read_inputs(FLAGS.input_glob, tokenizer, FLAGS.skip_invalid_utf8)
+    stream_tokens = len(ids)
+    if FLAGS.max_tokens:
+        ids = ids[:FLAGS.max_tokens]
+    needed = lm_eval.rows_needed(FLAGS.seg_len, FLAGS.batch_size)
+    if len(ids) < needed:
+        limit = f" (--max_tokens={FLAGS.max_tokens} of {stream_tokens})" if len(ids) < stream_tokens else ""
+        raise common_flags.UserError(
+            f"--input_glob={FLAGS.input_glob} gives {len(ids)} tokens{limit}, fewer than one segment of "
+            f"--seg_len={FLAGS.seg_len} for each of --batch_size={FLAGS.batch_size} rows ({needed}): give more text "
+            "or a smaller --seg_len / --batch_size")
     model = XLNetPretrainer.from_checkpoint(
-        FLAGS.checkpoint, config=FLAGS.model_config_path,
+        FLAGS.checkpoint, config=FLAGS.model_config_path, require_heads=True,
         # bi_data is the pretraining batch layout (second half of the rows backward): off for reading a stream
         config_overrides={"mem_len": FLAGS.mem_len, "reuse_len": None, "bi_data": False, "same_length": False,
                           "dropout": 0.0, "dropatt": 0.0})
     if model.config.n_token != tokenizer.vocab_size:
         raise common_flags.UserError(f"--spiece_model={FLAGS.spiece_model} has {tokenizer.vocab_size} pieces but the "
                                      f"model n_token={model.config.n_token}: give the model's own SentencePiece model")
-    files = corpus.expand_globs(FLAGS.input_glob)
-    ids = lm_eval.read_stream(files, tokenizer, EOD_ID)
-    if FLAGS.max_tokens:
-        ids = ids[:FLAGS.max_tokens]
     report = lm_eval.compare(model, ids, FLAGS.seg_len, tokenizer, batch_size=FLAGS.batch_size)
     report.update(checkpoint=FLAGS.checkpoint, files=files, seg_len=FLAGS.seg_len, mem_len=FLAGS.mem_len,
-                  batch_size=FLAGS.batch_size, stream_tokens=len(ids))
+                  batch_size=FLAGS.batch_size, stream_tokens=len(ids), skipped_invalid_utf8_lines=skipped)
     for name in ("with_memories", "without_memories"):
         r = report[name]
         print(f"{name}: perplexity {r['perplexity']:.3f}, {r['bits_per_character']:.4f} bits/char "
               f"({r['tokens']} tokens, {r['characters']} characters)", flush=True)
+    if skipped:
+        print(f"skipped {skipped} line(s) of invalid UTF-8 (--skip_invalid_utf8)", flush=True)
     if FLAGS.output_json:
         tmp = FLAGS.output_json + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:

@@ -5,7 +5,13 @@
       --model_config_path=xlnet_config.json --train_steps=500000 --tpu=my-tpu
 
 The record directory's manifest is validated against these flags (seq_len, reuse_len, num_predict,
-batch size, replicas, SentencePiece model) before anything is built. Resumes from --model_dir.
+batch size, replicas, SentencePiece model) before anything is built. Resumes from --model_dir, whose
+`pretrain_run.json` keeps the facts of the run (objective, nsp, record layout, records' fingerprint,
+SentencePiece checksum; xlnet_tf/pretrain_info.py): a resume that differs in any of them is refused in one line
+listing every difference, before anything is written; `--train_steps`, the optimizer and schedule flags and the
+record directory's path (same fingerprint) may change. The final weights go to `<model_dir>/final/`
+(`xlnet_model.ckpt`, `xlnet_config.json`, and `pretrained_model.json`: the SentencePiece checksum, objective,
+nsp and heads that consumers check with `pretrain_info.check_final`).
 """
 
 import os
@@ -29,15 +35,15 @@ def define_flags(fv: flags.FlagValues = FLAGS):
                                    train_batch_size=16)
     d.string("eval_records_dir", None, "Held-out records; evaluated before training, at "
              "every checkpoint and at the end.")
-    d.integer("eval_batches", 0, "Held-out batches per evaluation (0 = all).")
+    d.integer("eval_batches", 0, "Held-out batches per evaluation (0 = all).", lower_bound=0)
     d.string("spiece_model", None, "SentencePiece model the records were built with "
              "(checked against the manifest's checksum).")
-    d.integer("seq_len", 512, "Sequence length (must match the records).")
-    d.integer("reuse_len", 256, "Reuse length (must match the records).")
-    d.integer("num_predict", 85, "Prediction slots (must match the records).")
-    d.integer("perm_size", None, "Factorization block size (checked if given).")
+    d.integer("seq_len", 512, "Sequence length (must match the records).", lower_bound=2)
+    d.integer("reuse_len", 256, "Reuse length (must match the records).", lower_bound=0)
+    d.integer("num_predict", 85, "Prediction slots (must match the records).", lower_bound=1)
+    d.integer("perm_size", None, "Factorization block size (checked if given).", lower_bound=1)
     d.bool("bi_data", True, "Bidirectional data (must match the records).")
-    d.integer("mem_len", 384, "Memory length (0 = no memory).")
+    d.integer("mem_len", 384, "Memory length (0 = no memory).", lower_bound=0)
     d.enum("objective", "plm", ["plm", "mlm"], "plm: XLNet's permutation LM (query stream). "
            "mlm: BERT's masked LM from the content stream, full attention within each part. "
            "Must match the records' (tfrecords/build_pretrain.py --objective).")
@@ -54,7 +60,7 @@ def run():
 
     from tfrecords import manifest as manifest_lib
     from tfrecords import pretrain_data
-    from xlnet_tf import checkpoints, distribute, model_dir, optimization, results, training
+    from xlnet_tf import checkpoints, distribute, model_dir, optimization, pretrain_info, results, training
     from xlnet_tf.models import XLNetPretrainer
 
     common_flags.require(FLAGS, "record_dir", "model_dir")
@@ -82,7 +88,12 @@ def run():
     config.validate(batch_size=per_replica, seq_len=FLAGS.seq_len)
     for m in manifests:
         manifest_lib.check_vocab(m, config.n_token)
-    model_dir.prepare(FLAGS.model_dir, config, log=lambda line: print(line, flush=True))
+    # The facts of this run, compared with the ones a resumed model_dir recorded before anything is built;
+    # written (with the config) only once the model and its initial weights are built.
+    run_facts = pretrain_info.PretrainRun.from_manifest(
+        manifests[0], objective=FLAGS.objective, nsp=FLAGS.nsp, num_replicas=replicas,
+        mixed_precision=FLAGS.mixed_precision, eval_manifest=manifests[1] if len(manifests) > 1 else None)
+    model_dir.check_pretraining(FLAGS.model_dir, config, run_facts)
 
     keras.utils.set_random_seed(FLAGS.seed)
     with strategy.scope():
@@ -98,6 +109,8 @@ def run():
             lr_layer_decay_mode=FLAGS.lr_layer_decay_mode, adam_variant=FLAGS.adam_variant)
         if FLAGS.mixed_precision == "float16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    run_facts = model_dir.prepare_pretraining(FLAGS.model_dir, config, run_facts,
+                                              log=lambda line: print(line, flush=True))
 
     def dataset_fn(ctx, skip_batches):
         ds = pretrain_data.pretrain_dataset(FLAGS.record_dir, input_context=ctx, repeat=True,
@@ -150,9 +163,12 @@ def run():
     eval_results = results.load(FLAGS.model_dir).evaluations if eval_dir[0] else []
     if not trainer.chief:
         return {"history": history, "eval": [], "final_checkpoint": None, "unigram_baseline": None}
-    final = checkpoints.save_original_checkpoint(model, os.path.join(FLAGS.model_dir, "final",
-                                                                     "xlnet_model.ckpt"))
-    config.to_json_file(os.path.join(FLAGS.model_dir, "final", "xlnet_config.json"))
+    final_dir = os.path.join(FLAGS.model_dir, "final")
+    final = checkpoints.save_original_checkpoint(model, os.path.join(final_dir, "xlnet_model.ckpt"))
+    config.to_json_file(os.path.join(final_dir, "xlnet_config.json"))
+    # last: the facts describe weights that are there (consumers check them with pretrain_info.check_final)
+    pretrain_info.write(os.path.join(final_dir, pretrain_info.MODEL_NAME),
+                        run_facts.as_model_facts(config.to_dict(), step=int(trainer.global_step.numpy())))
     print(f"Final weights (usable as --init_checkpoint): {os.path.dirname(final)}", flush=True)
     if len(eval_results) > 1:
         first, last = eval_results[0], eval_results[-1]

@@ -162,3 +162,29 @@ def iter_lines(files: Sequence[str], skip_invalid_utf8: bool = False) -> Iterato
                 off += len(raw)
                 if s is not None and s.strip():
                     yield s.strip()
+
+
+def read_text_file(path: str, skip_invalid_utf8: bool = False, source: str = "") -> Tuple[List[str], int]:
+    """The lines of one text file, stripped (a blank line is `""`), and the number of lines skipped for invalid
+    UTF-8 (only with `skip_invalid_utf8`; otherwise the first such line is a CorpusError naming the file and the
+    line number). A file without any text (empty, only blank lines, or only skipped lines) is a CorpusError
+    naming it; `source` (e.g. "--input_glob=...") says where the file came from in the messages."""
+    where = f" (from {source})" if source else ""
+    lines: List[str] = []
+    skipped = 0
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                lines.append(raw.decode("utf-8").strip())
+            except UnicodeDecodeError as e:
+                if not skip_invalid_utf8:
+                    raise CorpusError(
+                        f"{path}, line {number}{where}: invalid UTF-8 ({e.reason} at byte offset {e.start} of the "
+                        "line); fix the file or pass --skip_invalid_utf8 to skip such lines (they are counted)") from None
+                skipped += 1
+    if not any(lines):
+        what = ("is empty" if not lines and not skipped else
+                f"has no valid UTF-8 text ({skipped} line(s) skipped)" if skipped else "has only blank lines")
+        raise CorpusError(f"{path}{where} {what}: give UTF-8 text, one paragraph per line, a blank line between "
+                          "documents (or leave the file out)")
+    return lines, skipped

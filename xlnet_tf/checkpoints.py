@@ -29,6 +29,8 @@ _SKIP = re.compile(r"(^global_step$|/adam_[mv]$|/Adam(_1)?$|^beta[12]_power|/Mom
 # Head scopes of the original fine-tuning and pretraining code (outside `model/transformer/`).
 HEAD_PATTERNS = tuple(re.compile(p) for p in (
     r"^model/lm_loss/bias$",
+    # our pretraining's optional next-sentence head (XLNetPretrainer(nsp=True); the release never had one)
+    r"^model/nsp/(summary/(kernel|bias)|summary_bias|abs_attn/.+|output/(kernel|bias))$",
     r"^model/sequnece_summary/(summary/(kernel|bias)|summary_bias|abs_attn/.+)$",
     r"^model/(classification|regression)_[^/]+/logit/(kernel|bias)$",
     r"^start_logits/dense/(kernel|bias)$",
@@ -39,6 +41,18 @@ HEAD_PATTERNS = tuple(re.compile(p) for p in (
 
 def is_head_variable(name: str) -> bool:
     return any(p.search(name) for p in HEAD_PATTERNS)
+
+
+def head_scopes(names) -> list:
+    """The head scopes among original-layout variable `names`, sorted: `lm_loss` (the pretrained LM head's
+    bias; its output matrix is the word embedding), `nsp`, `sequnece_summary`, `classification_<task>`,
+    `start_logits`, ... (the scope under `model/`, else the first name component)."""
+    scopes = set()
+    for name in names:
+        if is_head_variable(name):
+            parts = name.split("/")
+            scopes.add(parts[1] if parts[0] == "model" else parts[0])
+    return sorted(scopes)
 
 
 class CheckpointMismatchError(UserError):
@@ -160,6 +174,28 @@ def read_tf_checkpoint(path: str) -> Dict[str, np.ndarray]:
 def load_original_checkpoint(model, path: str, require_heads: bool = False):
     """Loads the original release's `xlnet_model.ckpt` (or our converted checkpoints) into a model."""
     return assign_arrays(model, read_tf_checkpoint(path), path, require_heads)
+
+
+def variable_names(path: str) -> set:
+    """The original-layout names of the weights a checkpoint holds, in any format `load_init_checkpoint` reads
+    (no tensor is read: cheap for a large checkpoint). Optimizer slots and bookkeeping are left out."""
+    fmt = detect_format(path)
+    if fmt == "hf":
+        from safetensors import safe_open
+
+        file = os.path.join(path, "model.safetensors") if os.path.isdir(path) else path
+        try:
+            with safe_open(file, framework="np") as f:
+                keys = list(f.keys())
+        except Exception as e:  # safetensors' SafetensorError, or an OSError
+            raise CheckpointMismatchError(f"{file} is not a readable safetensors file ({e}); expected a Hugging "
+                                          "Face model.safetensors") from None
+        return {n for n in map(hf_to_original_name, keys) if n is not None}
+    prefix = tf.train.latest_checkpoint(path) if os.path.isdir(path) else path
+    keys = open_tf_checkpoint(prefix).get_variable_to_shape_map()
+    if fmt == "original":
+        return {k for k in keys if not _SKIP.search(k)}
+    return {n for n in map(_unescape, keys) if n is not None}
 
 
 # ---------------------------------------------------------------------------------------- Hugging Face

@@ -144,16 +144,29 @@ def compare(model, ids: Sequence[int], seg_len: int, tokenizer, batch_size: int 
                                                   chars)}
 
 
+def encode_lines(lines: Sequence[str], tokenizer, eod_id: int, out: Optional[List[int]] = None) -> List[int]:
+    """Appends to `out` the token ids of stripped `lines` (one paragraph each; a blank line ends a document:
+    documents are joined by `<eod>`); returns `out`."""
+    out = [] if out is None else out
+    for line in lines:
+        if not line:
+            if out and out[-1] != eod_id:
+                out.append(eod_id)
+            continue
+        out.extend(tokenizer.encode(line))
+    return out
+
+
 def read_stream(paths: List[str], tokenizer, eod_id: int) -> List[int]:
-    """Token ids of text files: each line encoded, documents (blank-line separated) joined by `<eod>`."""
+    """Token ids of UTF-8 text files: each line encoded, documents (blank-line separated) joined by `<eod>`
+    (run/evaluate_lm.py reads its files with tfrecords.corpus.read_text_file, which names bad ones)."""
     out: List[int] = []
     for path in paths:
         with open(path, encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    if out and out[-1] != eod_id:
-                        out.append(eod_id)
-                    continue
-                out.extend(tokenizer.encode(line))
+            encode_lines([line.strip() for line in f], tokenizer, eod_id, out)
     return out
+
+
+def rows_needed(seg_len: int, batch_size: int) -> int:
+    """The fewest stream tokens `stream_rows` can cut into `batch_size` rows of one segment."""
+    return seg_len * batch_size

@@ -1,6 +1,7 @@
 """A run's model directory, checked before anything is written to it.
 
-Every runner (pretraining and fine-tuning) calls `prepare` first. A model_dir that already holds an
+Every runner (pretraining and fine-tuning) calls `prepare` first (pretraining: `prepare_pretraining`, which
+also keeps and compares the run's facts, xlnet_tf.pretrain_info). A model_dir that already holds an
 `xlnet_config.json` or `export_info.json` belongs to an earlier run: resuming it with different model or task
 settings would silently mix two runs (checkpoints restored into another shape, or into the same shape with a
 different vocabulary, labels or sequence length). `prepare` compares every field and raises `ModelDirError`
@@ -20,6 +21,8 @@ import tensorflow as tf
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import UserError
 from xlnet_tf.export_info import ExportInfo
+from xlnet_tf.pretrain_info import RUN_NAME as PRETRAIN_RUN_NAME
+from xlnet_tf.pretrain_info import PretrainInfoError, PretrainRun
 
 CONFIG_NAME = "xlnet_config.json"
 EXPORT_INFO_NAME = "export_info.json"  # xlnet_tf.export_info
@@ -59,6 +62,16 @@ def check(model_dir: str, config: Optional[XLNetConfig] = None,
     """Raises `ModelDirError` if `model_dir`'s existing config or export info differs from this run's."""
     if tf.io.gfile.exists(model_dir) and not tf.io.gfile.isdir(model_dir):
         raise ModelDirError(f"--model_dir={model_dir} is a file, not a directory")
+    problems = _recorded_differences(model_dir, config, export_info)
+    if problems:
+        raise ModelDirError(
+            f"--model_dir={model_dir} holds a run with other settings; nothing was written. Use another "
+            f"--model_dir, or the earlier run's flags. Differences: " + "; ".join(problems))
+
+
+def _recorded_differences(model_dir: str, config: Optional[XLNetConfig] = None,
+                          export_info: Optional[ExportInfo] = None) -> List[str]:
+    """`<file> <field>: <recorded> there, <wanted> now` for the config and export info of `model_dir`."""
     problems = []
     for name, wanted in ((CONFIG_NAME, None if config is None else config.to_dict()),
                          (EXPORT_INFO_NAME, None if export_info is None else export_info.to_dict())):
@@ -75,10 +88,63 @@ def check(model_dir: str, config: Optional[XLNetConfig] = None,
             raise ModelDirError(f"{path}: {e}; use another --model_dir") from None
         wanted = json.loads(json.dumps(wanted))  # compare as written (tuples -> lists)
         problems += [f"{name} {d}" for d in _differences(recorded, wanted)]
+    return problems
+
+
+def check_pretraining(model_dir: str, config: XLNetConfig, run: PretrainRun) -> Optional[PretrainRun]:
+    """Raises `ModelDirError` listing, in one line, every difference between the pretraining run recorded in
+    `model_dir` (`xlnet_config.json`, `pretrain_run.json`: xlnet_tf.pretrain_info says which facts a resume may
+    change) and this one; returns the recorded `PretrainRun` (None for a new model_dir).
+
+    A model_dir of a fine-tuning run (`export_info.json`) is refused. One written before `pretrain_run.json`
+    existed (a config and checkpoints, no facts) is compared on what its latest checkpoint shows: whether it
+    holds the NSP head."""
+    if tf.io.gfile.exists(model_dir) and not tf.io.gfile.isdir(model_dir):
+        raise ModelDirError(f"--model_dir={model_dir} is a file, not a directory")
+    if tf.io.gfile.exists(os.path.join(model_dir, EXPORT_INFO_NAME)):
+        raise ModelDirError(f"--model_dir={model_dir} holds a fine-tuning run ({EXPORT_INFO_NAME}); nothing was "
+                            "written. Pretrain into another --model_dir")
+    problems = _recorded_differences(model_dir, config)
+    path = os.path.join(model_dir, PRETRAIN_RUN_NAME)
+    recorded = None
+    if tf.io.gfile.exists(path):
+        try:
+            recorded = PretrainRun.from_dict(_read_json(path), where=path)
+        except PretrainInfoError as e:
+            raise ModelDirError(f"{e}; use another --model_dir") from None
+        problems += [f"{PRETRAIN_RUN_NAME} {d}" for d in recorded.differences(run)]
+    else:
+        latest = tf.train.latest_checkpoint(model_dir) if tf.io.gfile.isdir(model_dir) else None
+        if latest:
+            from xlnet_tf import checkpoints
+
+            had_nsp = "nsp" in checkpoints.head_scopes(checkpoints.variable_names(latest))
+            if had_nsp != run.nsp:
+                problems.append(f"nsp: {had_nsp!r} there (the heads of {os.path.basename(latest)}), "
+                                f"{run.nsp!r} now")
     if problems:
         raise ModelDirError(
             f"--model_dir={model_dir} holds a run with other settings; nothing was written. Use another "
-            f"--model_dir, or the earlier run's flags. Differences: " + "; ".join(problems))
+            f"--model_dir, or the earlier run's flags and records. Differences: " + "; ".join(problems))
+    return recorded
+
+
+def prepare_pretraining(model_dir: str, config: XLNetConfig, run: PretrainRun,
+                        log: Optional[Callable[[str], None]] = None) -> PretrainRun:
+    """`check_pretraining`, then create `model_dir`, clear stale saves and write (atomically) the config and
+    `pretrain_run.json` (this run's facts, keeping an earlier run's held-out records); returns what was
+    written. Call it once the run is known to proceed (after the model and its initial weights are built)."""
+    recorded = check_pretraining(model_dir, config, run)
+    legacy = recorded is None and tf.io.gfile.exists(os.path.join(model_dir, CONFIG_NAME))
+    tf.io.gfile.makedirs(model_dir)
+    remove_stale_saves(model_dir, log)
+    written = run.merged_with(recorded)
+    write_json_atomic(os.path.join(model_dir, CONFIG_NAME), config.to_dict())
+    write_json_atomic(os.path.join(model_dir, PRETRAIN_RUN_NAME), written.to_dict())
+    if legacy and log:
+        log(f"{model_dir} recorded no {PRETRAIN_RUN_NAME} (an earlier version): only its config and NSP head "
+            "could be compared; this run's facts are recorded from now on")
+    return written
 
 
 def remove_stale_saves(model_dir: str, log: Optional[Callable[[str], None]] = None) -> List[str]:
