@@ -387,3 +387,51 @@ def test_converting_a_final_checks_the_config_and_keeps_its_facts(pretrained, tm
         str(final / "pretrained_model.json"))
     with pytest.raises(pretrain_info.PretrainInfoError, match="says the model was pretrained with"):
         pretrain_info.check_final(str(out), spiece_sha256="0" * 64)
+
+
+# ---- fine-tuning from a pretraining run ----------------------------------------------------------------------
+
+FINETUNE = ["--n_layer=1", "--d_model=32", "--n_head=2", "--d_head=16", "--d_inner=64",
+            f"--n_token={data_fixtures.TINY_VOCAB}", "--dropout=0.0", "--dropatt=0.0",
+            f"--spiece_model_file={data_fixtures.tiny_spm()}", "--max_seq_length=32", "--train_batch_size=8",
+            "--train_steps=1", "--steps_per_loop=1", "--save_steps=1", "--task=tsv",
+            f"--data_dir={os.path.join(REPO, 'data', 'finetune', 'topic')}"]
+
+
+def test_fine_tuning_checks_the_pretrained_facts_and_never_writes_into_a_pretraining_run(pretrained, tmp_path,
+                                                                                         capsys):
+    """--init_checkpoint of a pretraining run's final/ is checked against the records (SentencePiece model,
+    casing, architecture) before anything is written; a pretraining model_dir is never a fine-tuning one."""
+    from run import run_classifier
+
+    records = f"--record_dir={tmp_path}/records"
+    final = tmp_path / "final"
+    shutil.copytree(pretrained / "m" / "final", final)
+    facts = json.loads((final / "pretrained_model.json").read_text())
+    facts["spiece_sha256"] = "0" * 64  # pretrained with another SentencePiece model of the same size
+    (final / "pretrained_model.json").write_text(json.dumps(facts))
+    line = _user_error(run_classifier, FINETUNE + [records, f"--model_dir={tmp_path}/ft", "--do_train",
+                                                   f"--init_checkpoint={final}"], capsys)
+    assert line.startswith("the records' SentencePiece model (") and f"{'0' * 64}" in line
+    assert "pretrained_model.json says the model was pretrained with the SentencePiece model of sha256" in line
+    assert not os.path.exists(tmp_path / "ft")
+
+    facts["spiece_sha256"], facts["uncased"] = json.loads(
+        (pretrained / "m" / "final" / "pretrained_model.json").read_text())["spiece_sha256"], True
+    (final / "pretrained_model.json").write_text(json.dumps(facts))
+    line = _user_error(run_classifier, FINETUNE + [records, f"--model_dir={tmp_path}/ft", "--do_train",
+                                                   f"--init_checkpoint={final}"], capsys)
+    assert line.startswith(f"--init_checkpoint={final} was pretrained with uncased=True but the records (")
+    assert not os.path.exists(tmp_path / "ft")
+
+    before = _snapshot(pretrained / "m")
+    line = _user_error(run_classifier, FINETUNE + [records, f"--model_dir={pretrained}/m", "--do_train",
+                                                   f"--init_checkpoint={pretrained}/m/final"], capsys)
+    assert line == (f"--model_dir={pretrained}/m holds a pretraining run (pretrain_run.json); fine-tune into another "
+                    f"--model_dir, with --init_checkpoint={pretrained}/m/final")
+    assert _snapshot(pretrained / "m") == before
+
+    # the run's own final/: the facts agree, the run proceeds
+    data_fixtures.run_with_flags(run_classifier, FINETUNE + [records, f"--model_dir={tmp_path}/ok", "--do_train",
+                                                             f"--init_checkpoint={pretrained}/m/final"])
+    assert os.path.exists(tmp_path / "ok" / "ckpt-1.index")

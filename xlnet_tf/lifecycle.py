@@ -26,6 +26,7 @@ strategy, loop, optimizer and fine-tuning flags of run/common_flags.py.
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from xlnet_tf.config import XLNetConfig
@@ -122,7 +123,7 @@ def _run_on_records(task: FineTuningTask, config: XLNetConfig, log: Callable[[st
     import keras
 
     from tfrecords import manifest as manifest_lib
-    from xlnet_tf import checkpoints, distribute, finetuning, model_dir
+    from xlnet_tf import checkpoints, distribute, finetuning, model_dir, pretrain_info
     from xlnet_tf import results as eval_results
 
     s = task.settings
@@ -130,7 +131,12 @@ def _run_on_records(task: FineTuningTask, config: XLNetConfig, log: Callable[[st
     micro = micro_batch_size(s.train_batch_size, s.gradient_accumulation_steps, strategy.num_replicas_in_sync)
     manifest_lib.check_vocab(task.manifest, config.n_token)
     info = model_dir.export_info(**task.export_info())
+    if tf_exists(os.path.join(s.model_dir, pretrain_info.RUN_NAME)):
+        raise UserError(f"--model_dir={s.model_dir} holds a pretraining run ({pretrain_info.RUN_NAME}); fine-tune into "
+                        f"another --model_dir, with --init_checkpoint={os.path.join(s.model_dir, 'final')}")
     model_dir.check(s.model_dir, config, info)
+    if s.init_checkpoint:
+        check_pretrained_weights(s.init_checkpoint, task.manifest, config)
     if not s.do_train and not s.init_checkpoint and not finetuning.list_checkpoints(s.model_dir):
         wanted = " and ".join(f for f, on in (("--do_eval", s.do_eval), ("--do_predict", s.do_predict)) if on)
         raise UserError(f"{wanted} without --do_train: no checkpoint in --model_dir={s.model_dir} and no "
@@ -191,6 +197,31 @@ def _run_on_records(task: FineTuningTask, config: XLNetConfig, log: Callable[[st
                                 checkpoint=checkpoint)
         done["predict"] = scored
     return done
+
+
+def tf_exists(path: str) -> bool:
+    import tensorflow as tf
+
+    return tf.io.gfile.exists(path)
+
+
+def check_pretrained_weights(init_checkpoint: str, manifest: Dict[str, Any], config: XLNetConfig) -> None:
+    """`--init_checkpoint`'s recorded facts (a pretraining run's `final/` or model_dir, `pretrain_info`) against
+    the records this run reads: the same SentencePiece model, casing and accents, and the model's architecture.
+    Weights that record no facts (the original release, Hugging Face) are taken as they are."""
+    from xlnet_tf import pretrain_info
+
+    where = f"the records' SentencePiece model ({manifest.get('_path', 'manifest.json')})"
+    facts = pretrain_info.check_final(init_checkpoint, spiece_sha256=manifest.get("spiece_model_sha256"),
+                                      spiece_flag=where, config=config.to_dict(), config_flag="this run's model config")
+    if facts is None:
+        return
+    for field in ("uncased", "keep_accents"):
+        if field in manifest and bool(manifest[field]) != bool(getattr(facts, field)):
+            raise UserError(f"--init_checkpoint={init_checkpoint} was pretrained with {field}="
+                            f"{getattr(facts, field)} but the records ({manifest.get('_path', 'manifest.json')}) were "
+                            f"built with {field}={manifest[field]}: rebuild the records with the pretraining's "
+                            "tokenization")
 
 
 def micro_batch_size(train_batch_size: int, accumulation_steps: int, num_replicas: int) -> int:
