@@ -51,6 +51,21 @@ def check_destination(export_dir: str, version: int) -> None:
                         "--export_dir")
 
 
+def check_spiece_model(spiece_model: str, info: dict, weights: str) -> None:
+    """The SentencePiece model served with must be the one the weights were trained with: the checksum in
+    export_info.json (fine-tuning) or in a pretraining run's facts (`pretrain_info`)."""
+    from xlnet_tf import pretrain_info
+    from xlnet_tf.tokenization import file_sha256
+
+    sha = file_sha256(spiece_model)
+    recorded = info.get("spiece_sha256")
+    if recorded and recorded != sha:
+        raise UserError(f"--export_spiece_model={spiece_model} has sha256 {sha}, but export_info.json says the model "
+                        f"was trained with the SentencePiece model of sha256 {recorded}: export with that model")
+    if weights:
+        pretrain_info.check_final(weights, spiece_sha256=sha, spiece_flag=f"--export_spiece_model={spiece_model}")
+
+
 def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, task=None, spiece_model=None,
                           max_seq_length=None):
     """Library entry point of the CLI; returns the export path."""
@@ -73,6 +88,7 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
     spiece_model = spiece_model or info.get("spiece_model_file")
     if not spiece_model or not os.path.exists(spiece_model):
         raise UserError(f"SentencePiece model not found ({spiece_model!r}); pass --export_spiece_model")
+    check_spiece_model(spiece_model, info, checkpoint or model_dir)
     max_seq_length = max_seq_length or info.get("max_seq_length")
     if not max_seq_length:
         raise UserError("--export_max_seq_length is required (no export_info.json)")

@@ -131,6 +131,21 @@ def test_a_failed_init_checkpoint_leaves_the_model_dir_unwritten(classifier_run,
     assert not os.path.exists(tmp_path / "m")
 
 
+def test_export_with_another_sentencepiece_model_is_refused_before_building(classifier_run, tmp_path):
+    """Serving must tokenize as training did: --export_spiece_model is checked against export_info.json's
+    checksum (the uncased model has as many pieces, and would be served silently)."""
+    from run import export_savedmodel
+    from xlnet_tf.errors import UserError
+
+    other = data_fixtures.tiny_spm(uncased=True)
+    with pytest.raises(UserError, match=rf"--export_spiece_model={other} has sha256 [0-9a-f]{{64}}, but "
+                                        r"export_info.json says the model was trained with the SentencePiece model of "
+                                        r"sha256 [0-9a-f]{64}: export with that model"):
+        export_savedmodel.export_from_model_dir(str(classifier_run / "model"), str(tmp_path / "e"),
+                                                spiece_model=other)
+    assert not os.path.exists(tmp_path / "e")
+
+
 def test_unknown_flag_names_the_flag():
     from run import run_classifier
 
