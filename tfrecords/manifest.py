@@ -15,6 +15,7 @@ import os
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
+from xlnet_tf import files
 from xlnet_tf.errors import UserError
 
 MANIFEST_NAME = "manifest.json"
@@ -36,13 +37,7 @@ class ManifestError(UserError):
     """A record directory or its manifest is missing, corrupt, or does not match."""
 
 
-def write_json_atomic(path: str, obj: Any) -> None:
-    """Write JSON to `path` via a temporary name + rename."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+write_json_atomic = files.write_json_atomic  # the project's one atomic JSON writer (xlnet_tf/files.py)
 
 
 def write_manifest(directory: str, manifest: Dict[str, Any]) -> str:

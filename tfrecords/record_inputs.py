@@ -13,33 +13,15 @@ naming the option.) Pretraining records carry one fingerprint over all input fil
 
 from __future__ import annotations
 
-import hashlib
 import os
 from typing import Callable, Dict, Iterable, List, Mapping, Optional
 
 from tfrecords import manifest as manifest_lib
+from xlnet_tf import files
 
 
-def _open(path: str):
-    if "://" in path:  # gs:// and the like; TensorFlow only when needed (builders import this module)
-        import tensorflow as tf
-
-        return tf.io.gfile.GFile(path, "rb")
-    return open(path, "rb")
-
-
-def stream_digest(f) -> str:
-    """Hex SHA-256 of what a binary file object reads to its end."""
-    h = hashlib.sha256()
-    for chunk in iter(lambda: f.read(1 << 20), b""):
-        h.update(chunk)
-    return h.hexdigest()
-
-
-def file_digest(path: str) -> str:
-    """Hex SHA-256 of a file's bytes (local, or any filesystem tf.io.gfile knows)."""
-    with _open(path) as f:
-        return stream_digest(f)
+stream_digest = files.stream_sha256
+file_digest = files.file_sha256  # local, or any filesystem tf.io.gfile knows (xlnet_tf/files.py)
 
 
 def input_digests(paths: Iterable[str]) -> Dict[str, str]:

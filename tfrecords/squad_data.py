@@ -62,6 +62,7 @@ import numpy as np
 
 from tfrecords import classifier_data as cd
 from tfrecords import manifest as manifest_lib
+from xlnet_tf import files as files_lib
 from xlnet_tf import tokenization
 from xlnet_tf.tokenization import (CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID,
                                    SPIECE_UNDERLINE, UNK_ID)
@@ -817,8 +818,6 @@ SQUAD_BUILD_KEYS = ("max_seq_length", "doc_stride", "max_query_length",
                     "spiece_model_sha256")
 
 
-def _file_sha256(path: str) -> str:
-    return tokenization.file_sha256(path)
 
 
 def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optional[str] = None,
@@ -904,7 +903,7 @@ def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optio
             rec_path = os.path.join(output_dir, f"{split}.tfrecord")  # its final name
             entry: Dict[str, Any] = {"file": os.path.basename(rec_path),
                                      "source_file": os.path.abspath(path),
-                                     "source_sha256": _file_sha256(path),
+                                     "source_sha256": files_lib.file_sha256(path),
                                      "source_version": str(data[split].get("version", "")),
                                      "is_training": training}
             if training:

@@ -158,11 +158,9 @@ class XLNetConfig:
 
     def to_json_file(self, path: str, original_only: bool = False) -> None:
         values = self.to_original_dict() if original_only else self.to_dict()
-        tmp = path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(values, f, indent=4, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
+        from xlnet_tf import files
+
+        files.write_text_atomic(path, json.dumps(values, indent=4, sort_keys=True) + "\n")
 
     def replace(self, **changes) -> "XLNetConfig":
         return dataclasses.replace(self, **changes)

@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import tensorflow as tf
 
+from xlnet_tf import files
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import UserError
 from xlnet_tf.export_info import ExportInfo
@@ -161,12 +162,7 @@ def remove_stale_saves(model_dir: str, log: Optional[Callable[[str], None]] = No
     return removed
 
 
-def write_json_atomic(path: str, values: Dict[str, Any]) -> None:
-    """JSON to `path` via a temporary name + rename (any tf.io.gfile filesystem)."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(json.dumps(values, indent=2, sort_keys=True) + "\n")
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+write_json_atomic = files.write_json_atomic  # the project's one atomic JSON writer (xlnet_tf/files.py)
 
 
 def prepare(model_dir: str, config: Optional[XLNetConfig] = None, export_info: Optional[ExportInfo] = None,

@@ -35,6 +35,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from xlnet_tf import files
 from xlnet_tf.errors import UserError
 
 VERSION = 1
@@ -268,9 +269,7 @@ def read_model(path: str) -> PretrainedModel:
 
 def write(path: str, info) -> str:
     """Writes a `PretrainRun` or `PretrainedModel` atomically (temporary name, then rename)."""
-    from xlnet_tf.model_dir import write_json_atomic
-
-    write_json_atomic(path, info.to_dict())
+    files.write_json_atomic(path, info.to_dict())
     return path
 
 

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
+from xlnet_tf import files
 from xlnet_tf.errors import UserError
 
 FILE_NAME = "eval_results.json"
@@ -133,10 +134,7 @@ def load(model_dir: str) -> Optional[EvalResults]:
 def save(model_dir: str, results: EvalResults) -> str:
     path = path_of(model_dir)
     tf.io.gfile.makedirs(model_dir)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
-        f.write(json.dumps(results.to_dict(), indent=2) + "\n")
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    files.write_text_atomic(path, json.dumps(results.to_dict(), indent=2) + "\n")
     return path
 
 

@@ -28,6 +28,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from xlnet_tf import files
+
 RESULT_KEYS = ("unique_id", "start_top_log_probs", "start_top_index", "end_top_log_probs",
                "end_top_index", "cls_logits")
 FEATURE_KEYS = ("example_index", "paragraph_len", "tok_start_to_orig", "tok_end_to_orig",
@@ -195,11 +197,7 @@ def compute_predictions(eval_data: SquadEvalData, results: Mapping[str, np.ndarr
 
 
 def _write_json(path: str, obj: Any) -> None:
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, ensure_ascii=False)
-        f.write("\n")
-    os.replace(tmp, path)
+    files.write_text_atomic(path, json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
 def write_predictions(output_dir: str, preds: SquadPredictions,

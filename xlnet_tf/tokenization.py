@@ -23,6 +23,7 @@ from typing import Iterable, List, Optional, Sequence, Union
 
 import numpy as np
 
+from xlnet_tf import files
 from xlnet_tf.errors import UserError
 
 # ---- special ids: the released spiece.model layout -------------------------------------
@@ -123,13 +124,7 @@ def encode_ids(sp, text: str, sample: bool = False) -> List[int]:
     return [sp.PieceToId(p) for p in encode_pieces(sp, text, sample=sample)]
 
 
-def file_sha256(path: Union[str, os.PathLike]) -> str:
-    """Hex SHA-256 of a file (the SentencePiece model checksum used in manifests)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+file_sha256 = files.file_sha256  # the SentencePiece model checksum of manifests (xlnet_tf/files.py)
 
 
 class XLNetTokenizer:
