@@ -108,7 +108,8 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
             raise UserError(f"No checkpoint in --model_dir={model_dir}; pass --checkpoint")
         checkpoint = found[-1]
     checkpoints.load_init_checkpoint(model, checkpoint, require_heads=task != "embedding")
-    options = dict(uncased=info.get("uncased", False), labels=info.get("labels"),
+    options = dict(uncased=info.get("uncased", False), keep_accents=info.get("keep_accents", False),
+                   labels=info.get("labels"),
                    text_pair=info.get("text_pair", False), max_query_length=info.get("max_query_length", 64),
                    max_qa_length=info.get("max_qa_length", 128),
                    max_answer_length=info.get("max_answer_length", 64),

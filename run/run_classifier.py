@@ -123,14 +123,22 @@ class ClassifierTask(lifecycle.FineTuningTask):
             spiece_model=s.spiece_model_file, uncased=s.uncased, max_segments=s.max_segments,
             **(dict(seed=s.seed, shuffle_buffer=s.shuffle_buffer, input_context=input_context) if training else {}))
 
-    def export_info(self):
+    def text_pair(self) -> bool:
+        """Whether the model reads text pairs, as the builder recorded it for the splits this run reads (records
+        built before the manifest said so: whether a B segment shows in their first 16 batches)."""
         import numpy as np
 
-        s, m = self.settings, self.manifest
+        s, entries = self.settings, self.manifest["splits"]
         split = "train" if s.do_train else self.eval_split()
-        text_pair = any(bool(np.any(b["segment_ids"].numpy() == 1)) for b in self.dataset(split, 8, False).take(16))
+        if "text_pair" in entries.get(split, {}):
+            return bool(entries[split]["text_pair"])
+        return any(bool(np.any(b["segment_ids"].numpy() == 1)) for b in self.dataset(split, 8, False).take(16))
+
+    def export_info(self):
+        s, m = self.settings, self.manifest
         return dict(task=self.name, labels=m.get("label_list"), num_labels=m.get("num_labels"),
-                    text_pair=text_pair, max_seq_length=s.max_seq_length, uncased=s.uncased,
+                    text_pair=self.text_pair(), max_seq_length=s.max_seq_length, uncased=s.uncased,
+                    keep_accents=bool(m.get("keep_accents", False)),
                     spiece_model_file=s.spiece_model_file, summary_type=s.summary_type,
                     use_summ_proj=s.use_summ_proj, task_name=self.task_name(),
                     **(dict(max_segments=s.max_segments, mem_len=self.mem_len,

@@ -90,7 +90,8 @@ class RaceTask(lifecycle.FineTuningTask):
     def export_info(self):
         s = self.settings
         return dict(task="race", max_seq_length=s.max_seq_length, max_qa_length=s.max_qa_length,
-                    uncased=s.uncased, spiece_model_file=s.spiece_model_file, summary_type=s.summary_type,
+                    uncased=s.uncased, keep_accents=bool(self.manifest.get("keep_accents", False)),
+                    spiece_model_file=s.spiece_model_file, summary_type=s.summary_type,
                     use_summ_proj=s.use_summ_proj)
 
     def build_model(self, config, dtype):

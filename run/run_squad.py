@@ -107,7 +107,8 @@ class SquadTask(lifecycle.FineTuningTask):
         s = self.settings
         return dict(task="squad", max_seq_length=s.max_seq_length, max_query_length=s.max_query_length,
                     max_answer_length=s.max_answer_length, start_n_top=s.start_n_top, end_n_top=s.end_n_top,
-                    version_2_with_negative=self.v2, uncased=s.uncased, spiece_model_file=s.spiece_model_file)
+                    version_2_with_negative=self.v2, uncased=s.uncased,
+                    keep_accents=bool(self.manifest.get("keep_accents", False)), spiece_model_file=s.spiece_model_file)
 
     def build_model(self, config, dtype):
         from xlnet_tf.models import XLNetForSquad

@@ -182,3 +182,45 @@ def test_squad_export_answers_like_the_python_post_processing(tmp_path):
                               if answers[k] != predictions[qid]][:5]
     for key in ("start_top_index", "end_top_index", "cls_logits", "answer_start", "score"):
         assert f"q/{key}" in out
+
+
+def test_served_features_are_the_records_features_for_every_normalization(tmp_path):
+    """No train/serve skew: records built with accents kept, lowercased, and of text pairs train a model whose
+    export tokenizes and packs a text as the builder did (export_info.json carries keep_accents, uncased,
+    text_pair): the served logits equal the trained model's on the records' features."""
+    from run import export_savedmodel, run_classifier
+    from tfrecords import classifier_data
+    from xlnet_tf import checkpoints, finetuning, tokenization
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.models import XLNetClassifier
+
+    rows = [("yes", "Café crème à Zürich", "Le garçon naïf"), ("no", "Über Mädchen ÉTÉ", "ça résumé"),
+            ("yes", "Ångström São Paulo", "Œuvre Ñandú"), ("no", "plain ascii text", "more plain words")] * 4
+    data = tmp_path / "task"
+    data.mkdir()
+    for split in ("train", "dev"):
+        (data / f"{split}.tsv").write_text("label\ttext_a\ttext_b\n" + "".join(f"{a}\t{b}\t{c}\n" for a, b, c in rows),
+                                           encoding="utf-8")
+    spm = data_fixtures.tiny_spm()
+    kept = tokenization.XLNetTokenizer(spm, uncased=True, keep_accents=True)
+    stripped = tokenization.XLNetTokenizer(spm, uncased=True)
+    assert kept.encode(rows[0][1]) != stripped.encode(rows[0][1])  # the fact shapes the features
+    classifier_data.build_classifier_records(classifier_data.get_processor("tsv", text_column="text_a", text_b_column="text_b"),
+                                             str(data), spm, str(tmp_path / "records"), max_seq_length=32,
+                                             uncased=True, keep_accents=True, eval_batch_size=16)
+    _run(run_classifier, TINY + [f"--record_dir={tmp_path}/records", f"--model_dir={tmp_path}/m", "--do_train",
+                                 "--max_seq_length=32", "--train_batch_size=8", "--train_steps=2", "--save_steps=2",
+                                 "--steps_per_loop=1", "--warmup_steps=0", "--uncased"])
+    info = json.load(open(tmp_path / "m" / "export_info.json"))
+    assert (info["keep_accents"], info["uncased"], info["text_pair"]) == (True, True, True)
+    path = export_savedmodel.export_from_model_dir(str(tmp_path / "m"), str(tmp_path / "export"))
+    dev = next(iter(classifier_data.classifier_dataset(str(tmp_path / "records"), 16, False, split="dev",
+                                                       max_seq_length=32)))
+    model = XLNetClassifier(XLNetConfig.from_json_file(str(tmp_path / "m" / "xlnet_config.json")), num_labels=2,
+                            task_name="tsv")
+    checkpoints.load_init_checkpoint(model, finetuning.list_checkpoints(str(tmp_path / "m"))[-1], require_heads=True)
+    expected = model({k: dev[k] for k in ("input_ids", "segment_ids", "attention_mask")})["logits"].numpy()
+    order = dev["example_index"].numpy()
+    served = _reload_in_subprocess(path, {"text": {"signature": "serving_default", "args": {
+        "text": [rows[i][1] for i in order], "text_b": [rows[i][2] for i in order]}}}, tmp_path)
+    np.testing.assert_allclose(served["text/logits"], expected, atol=1e-5)

@@ -1,11 +1,12 @@
 """`export_info.json`: what a fine-tuning run's model_dir tells the exporter and `from_checkpoint` (schema
-"xlnet_tf.export_info", version 3; versions 1 and 2 are read too).
+"xlnet_tf.export_info", version 4; versions 1 to 3 are read too).
 
 Written by every fine-tuning runner (xlnet_tf.lifecycle, through `model_dir.prepare`, which compares it
 field by field on reruns), read by run/export_savedmodel.py and `Task.from_checkpoint`. Fields by task:
 
-- all: `task` (classifier | regression | race | squad), `max_seq_length`, `uncased`, the SentencePiece
-  model (`spiece_model_file`, absolute; `spiece_sha256`, the one compared on reruns);
+- all: `task` (classifier | regression | race | squad), `max_seq_length`, `uncased`, `keep_accents` (version
+  4; the records' normalization, which serving and `from_checkpoint` must repeat; absent = False, the original's
+  default), the SentencePiece model (`spiece_model_file`, absolute; `spiece_sha256`, the one compared on reruns);
 - classifier / regression: `num_labels`; optional `labels` (their names, as many), `text_pair` (default
   false), `task_name`; long documents (version 2): `max_segments` (> 1: documents of that many segments of
   `max_seq_length`, read with Transformer-XL memories) and `mem_len` (the memory length), both or neither;
@@ -16,8 +17,8 @@ field by field on reruns), read by run/export_savedmodel.py and `Task.from_check
 - squad: `max_query_length`, `max_answer_length`, `start_n_top`, `end_n_top`, `version_2_with_negative`.
 
 Files written before the schema existed (no `schema` key) are read as version 1. Version 2 added the
-long-document fields, version 3 `document_summary` (an older file holding a newer field is refused: its
-writer did not know it).
+long-document fields, version 3 `document_summary`, version 4 `keep_accents` (an older file holding a newer field
+is refused: its writer did not know it).
 """
 
 from __future__ import annotations
@@ -30,10 +31,11 @@ from typing import Any, Dict, List, Optional
 from xlnet_tf.errors import UserError
 
 SCHEMA = "xlnet_tf.export_info"
-VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 V2_FIELDS = ("max_segments", "mem_len")
 V3_FIELDS = ("document_summary",)
+V4_FIELDS = ("keep_accents",)
 NAME = "export_info.json"
 TASKS = ("classifier", "regression", "race", "squad")
 _REQUIRED = {
@@ -53,6 +55,7 @@ class ExportInfo:
     task: str
     max_seq_length: int
     uncased: bool = False
+    keep_accents: bool = False
     spiece_model_file: Optional[str] = None
     spiece_sha256: Optional[str] = None
     labels: Optional[List[str]] = None
@@ -85,6 +88,9 @@ class ExportInfo:
             value = getattr(self, field)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 bad(field, f"must be a positive integer, got {value!r}")
+        for field in ("uncased", "keep_accents"):
+            if not isinstance(getattr(self, field), bool):
+                bad(field, f"must be true or false, got {getattr(self, field)!r}")
         if self.labels is not None and (not isinstance(self.labels, list) or len(self.labels) != self.num_labels):
             bad("labels", f"must be a list of num_labels={self.num_labels} names, got {self.labels!r}")
         if self.task == "regression" and self.num_labels != 1:
@@ -117,7 +123,8 @@ class ExportInfo:
             raise ExportInfoError(f"{where}: schema {schema!r} version {version!r} is not {SCHEMA!r} version "
                                   f"{' or '.join(map(str, READABLE_VERSIONS))}; it was written by another tool or "
                                   "version")
-        newer = (set(V2_FIELDS) if version < 2 else set()) | (set(V3_FIELDS) if version < 3 else set())
+        newer = ((set(V2_FIELDS) if version < 2 else set()) | (set(V3_FIELDS) if version < 3 else set())
+                 | (set(V4_FIELDS) if version < 4 else set()))
         known = {f.name for f in dataclasses.fields(cls)} - newer
         unknown = sorted(set(values) - known)
         if unknown:
