@@ -116,7 +116,7 @@ def hf_step(args, data, mems):
 def our_step(args, data, mems):
     import tensorflow as tf
 
-    from bench.run import PRODUCTION, bench_config, our_train_step
+    from bench.ours import PRODUCTION, bench_config, our_train_step
     from xlnet_tf.models import XLNetPretrainer
 
     model = XLNetPretrainer(bench_config(args.n_layer, args.d_model, args.mem_len, args.n_token))

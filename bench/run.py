@@ -33,6 +33,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from bench.host import describe  # noqa: E402
+from bench.ours import PRODUCTION, Variant, bench_config, our_train_step  # noqa: E402,F401
 from bench.peak_rss import flush_denormals, hf_train_step, inputs, torch_inputs  # noqa: E402 (no TF or torch there)
 
 tf.get_logger().setLevel("ERROR")  # each A/B variant traces its own functions on purpose
@@ -44,26 +45,6 @@ COMPILE_NOTE = ("torch.compile (inductor) of the whole training step, which dyna
                 "AOT-compiled), global-norm clipping, and the AdamW update over all parameters; serving compiles "
                 "the model. Each row compiles afresh for its static shapes; the warm-up calls, compilation "
                 "included, are not timed")
-
-
-@dataclasses.dataclass(frozen=True)
-class Variant:
-    """One way of running our training step; the first of a list is the production path."""
-
-    name: str
-    jit: bool = True
-    policy: str = "float32"
-    query_stream: str = "targets"
-    attention: str = "production"  # a key of bench.variants.VARIANTS
-    optimizer_in_xla: bool = False
-    summary_rows_only: bool = True  # classifier: the last layer computes only the summarized row
-
-
-# What training.Trainer runs with --jit_compile on one replica: loss, gradients, clipping and AdamW in one
-# XLA cluster.
-PRODUCTION = Variant("production: XLA step incl. AdamW, float32, query stream at targets (classifier: last layer "
-                     "at the summarized row), positions projected once",
-                     optimizer_in_xla=True)
 
 
 def _ab(name: str, **changes) -> Variant:
@@ -155,13 +136,6 @@ def matmul_peak(dtype: str, sizes=(1024, 2048, 4096), repeats: int = 5) -> dict:
             "best_n": int(best_n)}
 
 
-def bench_config(n_layer: int, d_model: int, mem_len: int = 0, n_token: int = 32000):
-    from xlnet_tf.config import XLNetConfig
-
-    return XLNetConfig(n_token=n_token, n_layer=n_layer, d_model=d_model, n_head=d_model // 64, d_head=64,
-                       d_inner=4 * d_model, dropout=0.0, dropatt=0.0, mem_len=mem_len or None)
-
-
 def train_flops(config, batch: int, seq_len: int, num_predict: int = 0, mlen: int = 0) -> float:
     """Model FLOPs of one forward+backward (3x forward) step: projections, attention scores and values
     over `mlen + seq_len` keys, feed-forward, positional projection, LM head over the predicted tokens."""
@@ -200,41 +174,6 @@ def _our_model(config, kind: str, policy: str = "float32"):
 
 def _inputs(config, batch, seq_len, num_predict, mlen=0):
     return inputs(config.n_token, config.n_layer, config.d_model, batch, seq_len, num_predict, mlen)
-
-
-def our_train_step(model, feats, mems, kind: str, variant: Variant):
-    """The runners' step: loss and gradients (XLA with `jit`), global-norm clipping, AdamW
-    (`xlnet_tf.optimization.create_optimizer`). Returns `(step, forward, step_on)`: the step and the forward
-    pass on `feats`, and `step_on(features)`, the same step on any batch of that shape."""
-    from xlnet_tf import optimization
-
-    opt = optimization.create_optimizer(model, learning_rate=1e-5, train_steps=1000, weight_decay=0.01)
-    opt.build(model.trainable_variables)
-    variables = model.trainable_variables
-
-    def loss_fn(features):
-        if kind == "plm":
-            return model.task_loss(features, model(features, mems=mems, training=True))
-        return model.task_loss(features, model(features, training=True))
-
-    def grads(features):
-        with tf.GradientTape() as tape:
-            loss = loss_fn(features)
-        g = tape.gradient(loss, variables)
-        return loss, [tf.zeros_like(v) if x is None else tf.convert_to_tensor(x) for x, v in zip(g, variables)]
-
-    def apply(loss, g):
-        g, _ = tf.clip_by_global_norm(g, 1.0)
-        opt.apply_gradients(zip(g, variables))
-        return loss
-
-    if variant.optimizer_in_xla:
-        step_on = tf.function(lambda features: apply(*grads(features)), jit_compile=variant.jit)
-    else:
-        compiled = tf.function(grads, jit_compile=variant.jit)
-        step_on = tf.function(lambda features: apply(*compiled(features)))
-    forward = tf.function(lambda: loss_fn(feats), jit_compile=variant.jit)
-    return (lambda: step_on(feats)), forward, step_on
 
 
 def _compiled_graphs() -> int:

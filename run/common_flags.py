@@ -209,13 +209,13 @@ def model_config_from_flags(FLAGS, **runtime) -> XLNetConfig:
 
 
 def dtype_policy(FLAGS) -> str:
-    from xlnet_tf import lifecycle
+    from run import lifecycle
 
     return lifecycle.dtype_policy(FLAGS.mixed_precision)
 
 
 def micro_batch_size(FLAGS, num_replicas: int) -> int:
     """Global micro-batch (`--train_batch_size / --gradient_accumulation_steps`), checked to split evenly."""
-    from xlnet_tf import lifecycle
+    from run import lifecycle
 
     return lifecycle.micro_batch_size(FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps, num_replicas)

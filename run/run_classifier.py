@@ -21,7 +21,7 @@ import os
 from absl import app, flags
 
 from run import common_flags
-from xlnet_tf import lifecycle
+from run import lifecycle
 from xlnet_tf.errors import UserError
 
 # This runner's flags, defined by `define_flags` when it runs (its __main__, common_flags.parse),
@@ -93,12 +93,12 @@ class ClassifierTask(lifecycle.FineTuningTask):
         return (self.settings.task or self.manifest.get("task") or "").lower()
 
     def prepare_records(self, log):
-        from tfrecords import classifier_data, record_inputs
+        from tfrecords import classifier_data, processors, record_inputs
 
         s = self.settings
         if s.data_dir:
             common_flags.require(s, "task", "spiece_model_file")
-            processor = classifier_data.get_processor(s.task)
+            processor = processors.get_processor(s.task)
             current = {split: record_inputs.input_digests(classifier_data.split_sources(
                 processor.get_examples(s.data_dir, split))) for split in self.needed_splits()}
             record_inputs.refresh(s.record_dir, classifier_data.CLASSIFIER_KIND, current, lambda splits: (

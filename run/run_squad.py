@@ -17,7 +17,7 @@ import os
 from absl import app, flags
 
 from run import common_flags
-from xlnet_tf import lifecycle
+from run import lifecycle
 
 # This runner's flags, defined by `define_flags` when it runs (its __main__, common_flags.parse),
 # never at import.

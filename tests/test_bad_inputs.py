@@ -675,11 +675,11 @@ def test_a_vocabulary_too_large_for_the_corpus_says_the_largest_size(tmp_path):
 
 
 def test_a_tsv_row_with_an_extra_field_names_file_and_line(tmp_path):
-    from tfrecords import classifier_data
+    from tfrecords import classifier_data, processors
 
     data = _tiny_task(str(tmp_path / "task"), ["History\tOne.", "History\tTwo\twith a tab inside."])
     with pytest.raises(classifier_data.DataError, match=r"dev.tsv:3: 3 fields but the header has 2"):
-        classifier_data.get_processor("tsv").get_examples(data, "dev")
+        processors.get_processor("tsv").get_examples(data, "dev")
 
 
 def test_a_damaged_record_file_is_named(pretrained, tmp_path):

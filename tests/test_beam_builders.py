@@ -25,6 +25,7 @@ from tfrecords import corpus as corpus_lib
 from tfrecords import inspect_records
 from tfrecords import manifest as manifest_lib
 from tfrecords import pretrain_data as PD
+from tfrecords import processors
 from tfrecords import race_data
 
 S = F.SMALL
@@ -314,7 +315,7 @@ def test_downstream_jobs_equal_local_builders_and_a_failing_job_fails(BP, tmp_pa
     glue, mc = os.path.join(F.DATA_DIR, "glue", "MRPC"), os.path.join(F.DATA_DIR, "mc_wordnet")
     local = tmp_path / "local"
     classifier_data.build_classifier_records(
-        classifier_data.get_processor("mrpc"), glue, spm, str(local / "mrpc"),
+        processors.get_processor("mrpc"), glue, spm, str(local / "mrpc"),
         max_seq_length=32, eval_batch_size=8, seed=3)
     race_data.build_race_records(mc, spm, str(local / "mc"), max_seq_length=48,
                                  max_qa_length=16, eval_batch_size=8, seed=5, task="mc_wordnet")

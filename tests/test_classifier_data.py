@@ -11,6 +11,7 @@ import pytest
 from tests import data_fixtures as F
 from tfrecords import classifier_data as cd
 from tfrecords import manifest as manifest_lib
+from tfrecords import processors
 from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer
 
 GLUE = os.path.join(F.DATA_DIR, "glue")
@@ -179,7 +180,7 @@ GLUE_DIRS = {"cola": "CoLA", "sst-2": "SST-2", "mrpc": "MRPC", "sts-b": "STS-B",
 
 @pytest.mark.parametrize("task", sorted(GLUE_EXPECTED))
 def test_glue_processor_reads_official_layout(task):
-    proc = cd.get_processor(task)
+    proc = processors.get_processor(task)
     data_dir = os.path.join(GLUE, GLUE_DIRS[task])
     regression = task == "sts-b"
     assert proc.is_regression(data_dir) == regression
@@ -200,23 +201,23 @@ def test_glue_processor_reads_official_layout(task):
         else:
             assert f["label"].dtype == np.int32 and f["label"].max() < len(labels)
     if regression:
-        f = cd.label_ids(proc.get_examples(data_dir, "train"), None, True)
+        f = processors.label_ids(proc.get_examples(data_dir, "train"), None, True)
         np.testing.assert_allclose(f, [4.8, 0.25, 3.6], rtol=1e-6)
 
 
 def test_glue_label_lists_and_aliases():
-    assert cd.get_processor("MNLI").name == "mnli_matched"
-    assert cd.get_processor("mnli_matched").get_labels() == ["contradiction", "entailment",
+    assert processors.get_processor("MNLI").name == "mnli_matched"
+    assert processors.get_processor("mnli_matched").get_labels() == ["contradiction", "entailment",
                                                              "neutral"]
-    assert cd.get_processor("qnli").get_labels() == ["entailment", "not_entailment"]
-    assert cd.get_processor("sst2").get_labels() == ["0", "1"]
-    assert cd.get_processor("stsb").get_labels() is None
+    assert processors.get_processor("qnli").get_labels() == ["entailment", "not_entailment"]
+    assert processors.get_processor("sst2").get_labels() == ["0", "1"]
+    assert processors.get_processor("stsb").get_labels() is None
     with pytest.raises(ValueError, match="unknown task"):
-        cd.get_processor("glue")
+        processors.get_processor("glue")
     with pytest.raises(ValueError, match="tsv/csv tasks only"):
-        cd.get_processor("mrpc", label_column="x")
+        processors.get_processor("mrpc", label_column="x")
     with pytest.raises(cd.DataError, match="no split 'validation'"):
-        cd.get_processor("rte").get_examples(os.path.join(GLUE, "RTE"), "validation")
+        processors.get_processor("rte").get_examples(os.path.join(GLUE, "RTE"), "validation")
 
 
 def test_glue_quirks_qqp_short_rows_skipped_label_in_last_column(tmp_path):
@@ -224,7 +225,7 @@ def test_glue_quirks_qqp_short_rows_skipped_label_in_last_column(tmp_path):
     q.mkdir()
     raw = open(os.path.join(GLUE, "QQP", "train.tsv"), encoding="utf-8").read()
     (q / "train.tsv").write_text(raw + "14\t27\t28\tA question cut short\n", encoding="utf-8")
-    proc = cd.get_processor("qqp")
+    proc = processors.get_processor("qqp")
     assert len(proc.get_examples(str(q), "train")) == 3 and proc.num_skipped("train") == 1
     (q / "dev.tsv").write_text(raw.split("\n")[0] + "\n1\t2\n", encoding="utf-8")
     with pytest.raises(cd.DataError, match=r"dev\.tsv: no usable rows"):
@@ -233,7 +234,7 @@ def test_glue_quirks_qqp_short_rows_skipped_label_in_last_column(tmp_path):
     s.mkdir()
     raw = open(os.path.join(GLUE, "STS-B", "train.tsv"), encoding="utf-8").read()
     (s / "train.tsv").write_text(raw.replace("\t0.250\n", "\tstray\t0.250\n"), encoding="utf-8")
-    assert [e.label for e in cd.get_processor("sts-b").get_examples(str(s), "train")] == [
+    assert [e.label for e in processors.get_processor("sts-b").get_examples(str(s), "train")] == [
         "4.800", "0.250", "3.600"]  # the original reads the label at column -1
 
 
@@ -245,7 +246,7 @@ def test_imdb_processor(tmp_path):
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text(text, encoding="utf-8")
-    proc = cd.get_processor("imdb")
+    proc = processors.get_processor("imdb")
     exs = proc.get_examples(str(tmp_path), "train")  # the parent of aclImdb works too
     assert [(e.guid, e.label) for e in exs] == [("neg/0_1.txt", "neg"), ("neg/1_2.txt", "neg"),
                                                ("pos/0_9.txt", "pos")]
@@ -261,21 +262,21 @@ def test_yelp_processors(tmp_path):
         '"2","The food was ""great"", really."\n"1","Slow service\\n and \\""cold\\"" soup."\n',
         encoding="utf-8")
     (tmp_path / "test.csv").write_text('"5","Perfect."\n', encoding="utf-8")
-    y2 = cd.get_processor("yelp2")
+    y2 = processors.get_processor("yelp2")
     assert y2.get_labels() == ["1", "2"]
     exs = y2.get_examples(str(tmp_path), "train")
     assert [e.label for e in exs] == ["2", "1"]
     assert exs[0].text_a == 'The food was "great", really.'
     assert exs[1].text_a == 'Slow service\\n and "cold" soup.'
-    y5 = cd.get_processor("yelp5")
+    y5 = processors.get_processor("yelp5")
     assert y5.get_labels() == ["1", "2", "3", "4", "5"]
     assert y5.get_examples(str(tmp_path), "dev")[0].label == "5"
     with pytest.raises(cd.DataError, match=r"train\.csv:1: unknown label '2'"):
-        cd.label_ids(exs, ["1", "3"], False)
+        processors.label_ids(exs, ["1", "3"], False)
 
 
 def test_generic_tsv_on_topic_and_paraphrase():
-    topic = cd.get_processor("tsv")
+    topic = processors.get_processor("tsv")
     with open(os.path.join(TOPIC, "labels.txt"), encoding="utf-8") as f:
         want = [ln.strip() for ln in f if ln.strip()]
     assert topic.get_labels(TOPIC) == sorted(want) and len(want) == 11
@@ -285,14 +286,14 @@ def test_generic_tsv_on_topic_and_paraphrase():
     with open(os.path.join(TOPIC, "dev.tsv"), encoding="utf-8") as f:
         first = f.read().split("\n")[1].split("\t")
     assert (dev[0].label, dev[0].text_a) == (first[0], first[1])
-    assert cd.get_processor("tsv", labels_file=os.path.join(TOPIC, "labels.txt")).get_labels(
+    assert processors.get_processor("tsv", labels_file=os.path.join(TOPIC, "labels.txt")).get_labels(
         TOPIC) == want
-    para = cd.get_processor("tsv")
+    para = processors.get_processor("tsv")
     exs = para.get_examples(PARAPHRASE, "train")
     assert len(exs) == 60 and all(e.text_b for e in exs)
     assert para.get_labels(PARAPHRASE) == ["0", "1"]
     assert para.config()["columns_used"] == {"text_a": "sentence1", "text_b": "sentence2"}
-    single = cd.get_processor("tsv", text_column="sentence2", text_b_column="")
+    single = processors.get_processor("tsv", text_column="sentence2", text_b_column="")
     assert single.get_examples(PARAPHRASE, "dev")[0].text_b is None
 
 
@@ -300,16 +301,16 @@ def test_generic_regression_detection_and_csv(tmp_path):
     d = tmp_path / "reg"
     d.mkdir()
     (d / "train.tsv").write_text("label\ttext\n0.5\ta\n1.25\tb\n3\tc\n", encoding="utf-8")
-    assert cd.get_processor("tsv").is_regression(str(d))
-    assert cd.get_processor("tsv", regression=False).get_labels(str(d)) == ["0.5", "1.25", "3"]
+    assert processors.get_processor("tsv").is_regression(str(d))
+    assert processors.get_processor("tsv", regression=False).get_labels(str(d)) == ["0.5", "1.25", "3"]
     (d / "train.tsv").write_text("label\ttext\n10\ta\n2\tb\n", encoding="utf-8")
-    assert cd.get_processor("tsv").get_labels(str(d)) == ["2", "10"]  # numeric order
-    assert cd.get_processor("tsv", regression=True).is_regression(str(d))
+    assert processors.get_processor("tsv").get_labels(str(d)) == ["2", "10"]  # numeric order
+    assert processors.get_processor("tsv", regression=True).is_regression(str(d))
     c = tmp_path / "csv"
     c.mkdir()
     (c / "train.csv").write_text(
         'question1,question2,label\n"Is it, really?",Yes,b\nNo,"x ""y""",a\n', encoding="utf-8")
-    exs = cd.get_processor("csv").get_examples(str(c), "train")
+    exs = processors.get_processor("csv").get_examples(str(c), "train")
     assert [(e.text_a, e.text_b, e.label) for e in exs] == [("Is it, really?", "Yes", "b"),
                                                           ("No", 'x "y"', "a")]
 
@@ -326,16 +327,16 @@ def test_bad_input_names_file_and_line(tmp_path):
     d = tmp_path / "bad"
     _write(d / "train.tsv", b"label\ttext\na\tfine\nb\tok\n")
     _write(d / "dev.tsv", b"label\ttext\na\tfine\nc\tunknown label\n")
-    proc = cd.get_processor("tsv")
+    proc = processors.get_processor("tsv")
     exs = proc.get_examples(str(d), "dev")
     with pytest.raises(cd.DataError, match=r"dev\.tsv:3: unknown label 'c'"):
-        cd.label_ids(exs, proc.get_labels(str(d)), False)
+        processors.label_ids(exs, proc.get_labels(str(d)), False)
     with pytest.raises(cd.DataError, match=r"dev\.tsv:3: unknown label 'c'"):
         cd.build_classifier_records(proc, str(d), F.tiny_spm(), str(tmp_path / "out"),
                                     max_seq_length=16)
     assert not (tmp_path / "out").exists()  # nothing written before every split is checked
     with pytest.raises(cd.DataError, match=r"train\.tsv:1: no column 'category'"):
-        cd.get_processor("tsv", label_column="category").get_labels(str(d))
+        processors.get_processor("tsv", label_column="category").get_labels(str(d))
     _write(d / "nolabel.tsv", b"text\nhello\n")
     with pytest.raises(cd.DataError, match=r"nolabel\.tsv:1: no column 'label'"):
         proc.get_examples(str(d), "nolabel")
@@ -359,7 +360,7 @@ def test_bad_input_names_file_and_line(tmp_path):
     _write(s / "train.tsv", (open(os.path.join(GLUE, "STS-B", "train.tsv"), "rb").read()
                              .replace(b"\t0.250\n", b"\tlow\n")))
     with pytest.raises(cd.DataError, match=r"train\.tsv:3: label 'low' is not a number"):
-        cd.label_ids(cd.get_processor("sts-b").get_examples(str(s), "train"), None, True)
+        processors.label_ids(processors.get_processor("sts-b").get_examples(str(s), "train"), None, True)
 
 
 # ---- records and reader -----------------------------------------------------------------------
@@ -373,7 +374,7 @@ def _read_all(ds):
 def topic_records(tmp_path_factory):
     out = str(tmp_path_factory.mktemp("topic_records"))
     logs = []
-    m = cd.build_classifier_records(cd.get_processor("tsv"), TOPIC, F.tiny_spm(), out,
+    m = cd.build_classifier_records(processors.get_processor("tsv"), TOPIC, F.tiny_spm(), out,
                                     max_seq_length=48, splits=("train", "dev", "test"),
                                     eval_batch_size=8, seed=3, log=logs.append)
     assert any("dev: 20 examples (+4 padding)" in s for s in logs)
@@ -384,7 +385,7 @@ def test_manifest_contents(topic_records):
     out, m = topic_records
     disk = manifest_lib.read_manifest(out, kind=cd.CLASSIFIER_KIND)
     assert disk["task"] == "tsv" and disk["max_seq_length"] == 48 and disk["uncased"] is False
-    assert disk["label_list"] == cd.get_processor("tsv").get_labels(TOPIC)
+    assert disk["label_list"] == processors.get_processor("tsv").get_labels(TOPIC)
     assert disk["spiece_model"]["sha256"] == XLNetTokenizer(F.tiny_spm()).sha256
     dev = disk["splits"]["dev"]
     assert (dev["num_examples"], dev["num_padding"], dev["num_records"]) == (20, 4, 24)
@@ -398,7 +399,7 @@ def test_manifest_contents(topic_records):
 
 def test_eval_records_equal_in_memory_features_and_pad_whole_batches(topic_records):
     out, _ = topic_records
-    proc = cd.get_processor("tsv")
+    proc = processors.get_processor("tsv")
     want = cd.convert_examples(F.tiny_tokenizer(), proc.get_examples(TOPIC, "dev"),
                                proc.get_labels(TOPIC), False, 48)
     batches, got = _read_all(cd.classifier_dataset(out, 8, False, 48, F.tiny_spm()))
@@ -420,7 +421,7 @@ def test_eval_records_equal_in_memory_features_and_pad_whole_batches(topic_recor
 
 def test_train_records_shuffled_but_indexed(topic_records):
     out, _ = topic_records
-    proc = cd.get_processor("tsv")
+    proc = processors.get_processor("tsv")
     want = cd.convert_examples(F.tiny_tokenizer(), proc.get_examples(TOPIC, "train"),
                                proc.get_labels(TOPIC), False, 48)
     _, got = _read_all(cd.classifier_dataset(out, 5, False, 48, split="train"))
@@ -456,7 +457,7 @@ def test_training_drops_padding_and_pipelines_split_eval(topic_records):
 
 def test_pair_and_regression_records(tmp_path):
     out = str(tmp_path / "stsb")
-    cd.build_classifier_records(cd.get_processor("sts-b"), os.path.join(GLUE, "STS-B"),
+    cd.build_classifier_records(processors.get_processor("sts-b"), os.path.join(GLUE, "STS-B"),
                                 F.tiny_spm(), out, max_seq_length=20, splits=("dev", "test"),
                                 eval_batch_size=4)
     _, got = _read_all(cd.classifier_dataset(out, 4, False, 20))
@@ -486,7 +487,7 @@ def test_manifest_mismatches_are_clear(topic_records, tmp_path):
     with pytest.raises(manifest_lib.ManifestError, match="does not exist"):
         cd.classifier_dataset(str(tmp_path / "none"), 8, False, 48)
     with pytest.raises(cd.DataError, match="max_seq_length=48, this build uses 32"):
-        cd.build_classifier_records(cd.get_processor("tsv"), TOPIC, F.tiny_spm(), out,
+        cd.build_classifier_records(processors.get_processor("tsv"), TOPIC, F.tiny_spm(), out,
                                     max_seq_length=32, splits=("dev",))
 
 

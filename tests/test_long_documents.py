@@ -159,9 +159,10 @@ def test_document_records_hold_segments_of_the_whole_packed_text(tmp_path):
     from tests import data_fixtures as F
     from tfrecords import classifier_data as cd
     from tfrecords import manifest as manifest_lib
+    from tfrecords import processors
 
     topic = F.DATA_DIR + "/labeled/topic"
-    proc = cd.get_processor("tsv")
+    proc = processors.get_processor("tsv")
     one, three = str(tmp_path / "one"), str(tmp_path / "three")
     m1 = cd.build_classifier_records(proc, topic, F.tiny_spm(), one, max_seq_length=16, splits=("dev",),
                                      eval_batch_size=8)
@@ -199,6 +200,7 @@ def test_long_document_runner_exports_a_model_that_reads_documents_in_graph(tmp_
     from run import export_savedmodel, run_classifier
     from tests import data_fixtures as F
     from tfrecords import classifier_data as cd
+    from tfrecords import processors
 
     data = F.REPO_ROOT + "/data/finetune/topic"
     model_dir, records = str(tmp_path / "m"), str(tmp_path / "records")
@@ -221,7 +223,7 @@ def test_long_document_runner_exports_a_model_that_reads_documents_in_graph(tmp_
     texts.append("A short one.")
     by_text = loaded.signatures["serving_default"](text=tf.constant(texts))
     assert by_text["logits"].shape == (5, int(info["num_labels"]))
-    feats = cd.convert_examples(F.tiny_tokenizer(), [cd.InputExample(str(k), t, None, None) for k, t in
+    feats = cd.convert_examples(F.tiny_tokenizer(), [processors.InputExample(str(k), t, None, None) for k, t in
                                                      enumerate(texts)], None, True, 16, 3)
     ids = {k: tf.constant(feats[k].reshape(5, 3, 16)) for k in ("input_ids", "segment_ids")}
     ids["attention_mask"] = tf.constant(feats["attention_mask"].reshape(5, 3, 16))

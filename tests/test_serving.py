@@ -189,7 +189,7 @@ def test_served_features_are_the_records_features_for_every_normalization(tmp_pa
     export tokenizes and packs a text as the builder did (export_info.json carries keep_accents, uncased,
     text_pair): the served logits equal the trained model's on the records' features."""
     from run import export_savedmodel, run_classifier
-    from tfrecords import classifier_data
+    from tfrecords import classifier_data, processors
     from xlnet_tf import checkpoints, finetuning, tokenization
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetClassifier
@@ -205,7 +205,7 @@ def test_served_features_are_the_records_features_for_every_normalization(tmp_pa
     kept = tokenization.XLNetTokenizer(spm, uncased=True, keep_accents=True)
     stripped = tokenization.XLNetTokenizer(spm, uncased=True)
     assert kept.encode(rows[0][1]) != stripped.encode(rows[0][1])  # the fact shapes the features
-    classifier_data.build_classifier_records(classifier_data.get_processor("tsv", text_column="text_a", text_b_column="text_b"),
+    classifier_data.build_classifier_records(processors.get_processor("tsv", text_column="text_a", text_b_column="text_b"),
                                              str(data), spm, str(tmp_path / "records"), max_seq_length=32,
                                              uncased=True, keep_accents=True, eval_batch_size=16)
     _run(run_classifier, TINY + [f"--record_dir={tmp_path}/records", f"--model_dir={tmp_path}/m", "--do_train",

@@ -20,13 +20,13 @@ import sys
 
 from absl import app, flags
 
-from tfrecords import classifier_data
+from tfrecords import classifier_data, processors
 
 FLAGS = flags.FLAGS
 
 
 def define_flags():
-    flags.DEFINE_string("task", None, "Task: " + ", ".join(classifier_data.TASK_NAMES) + ".")
+    flags.DEFINE_string("task", None, "Task: " + ", ".join(processors.TASK_NAMES) + ".")
     flags.DEFINE_string("data_dir", None, "Folder of the task's raw files.")
     flags.DEFINE_string("spiece_model", None, "SentencePiece model (tfrecords/spm.py).")
     flags.DEFINE_string("output_dir", None, "Folder of the records and manifest.json.")
@@ -57,7 +57,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        processor = classifier_data.get_processor(
+        processor = processors.get_processor(
             FLAGS.task, label_column=FLAGS.label_column, text_column=FLAGS.text_column,
             text_b_column=FLAGS.text_b_column, labels=FLAGS.labels,
             labels_file=FLAGS.labels_file, regression=FLAGS.regression,

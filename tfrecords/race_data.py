@@ -36,9 +36,11 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tfrecords import classifier_data as cd
 from tfrecords import manifest as manifest_lib
 from tfrecords import record_inputs
+from tfrecords import records as records_lib
+from tfrecords.classifier_data import left_pad  # the classifier's padding rule: ids 0, segment 4, mask 0
+from tfrecords.records import DataError
 from xlnet_tf import tokenization
 from xlnet_tf.tokenization import CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEP_ID
 
@@ -49,7 +51,6 @@ FLAT_LEVEL = -1
 QA_TRUNCATIONS = ("tail", "head")
 OUTPUT_NAMES = ("input_ids", "segment_ids", "attention_mask", "label", "level",
                 "is_real_example", "example_index")
-DataError = cd.DataError
 
 
 @dataclasses.dataclass
@@ -200,7 +201,7 @@ def _pack_choice(context_ids: Sequence[int], qa_ids: Sequence[int], max_seq_leng
     tokens.append(SEP_ID)
     tokens += qa + [SEP_ID, CLS_ID]
     segs += [SEG_ID_B] * (len(qa) + 1) + [SEG_ID_CLS]
-    return cd.left_pad(tokens, segs, max_seq_length), truncated
+    return left_pad(tokens, segs, max_seq_length), truncated
 
 
 def pack_choice(context_ids: Sequence[int], qa_ids: Sequence[int], max_seq_length: int,
@@ -309,7 +310,7 @@ def build_race_records(data_dir: str, spiece_model: str, output_dir: str, *,
         "uncased": bool(uncased),
         "keep_accents": bool(keep_accents),
         "levels": None if levels is None else list(levels),
-        "spiece_model": cd.spiece_entry(spiece_model, tok),
+        "spiece_model": records_lib.spiece_entry(spiece_model, tok),
         "spiece_model_sha256": tok.sha256,
         "data_dir": os.path.abspath(data_dir),
         "seed": int(seed),
@@ -326,34 +327,34 @@ def build_race_records(data_dir: str, spiece_model: str, output_dir: str, *,
         },
     }
     # refuse a build the records already there conflict with before converting anything
-    cd.merged_manifest(output_dir, RACE_KIND, {**header, "splits": {}}, RACE_BUILD_KEYS)
+    records_lib.merged_manifest(output_dir, RACE_KIND, {**header, "splits": {}}, RACE_BUILD_KEYS)
     os.makedirs(output_dir, exist_ok=True)
     dummy = padding_example(max_seq_length)
-    with cd.StagedFiles(output_dir) as staged:
+    with records_lib.StagedFiles(output_dir) as staged:
         entries = {}
         for s in splits:
             exs = examples[s]
             n = len(exs)
-            n_pad = 0 if s == "train" else cd.pad_count(n, eval_batch_size)
+            n_pad = 0 if s == "train" else records_lib.pad_count(n, eval_batch_size)
             order = (np.random.default_rng([seed, 7919]).permutation(n) if s == "train"
                      else np.arange(n))
             stats = {"truncated": 0}
 
             def records():
-                for start in range(0, n, cd.CONVERT_CHUNK // NUM_CHOICES):
-                    idx = order[start:start + cd.CONVERT_CHUNK // NUM_CHOICES]
+                for start in range(0, n, records_lib.CONVERT_CHUNK // NUM_CHOICES):
+                    idx = order[start:start + records_lib.CONVERT_CHUNK // NUM_CHOICES]
                     f = convert_race_examples(tok, [exs[i] for i in idx], max_seq_length,
                                               max_qa_length, qa_truncation)
                     f["example_index"] = idx.astype(np.int32)
                     stats["truncated"] += int(f.pop("truncated").sum())
-                    yield from cd.unstack(f)
+                    yield from records_lib.unstack(f)
                 for _ in range(n_pad):
                     yield dummy
 
             sources = split_sources(exs)
             if not n:
-                raise cd.DataError(f"RACE {s}: no questions under {data_dir} for this split; check its directory")
-            entry = cd.write_split_records(staged, s, records(), (), [ex.guid for ex in exs])
+                raise DataError(f"RACE {s}: no questions under {data_dir} for this split; check its directory")
+            entry = records_lib.write_split_records(staged, s, records(), (), [ex.guid for ex in exs])
             lv = np.array([ex.level for ex in exs])
             has_labels = any(ex.label is not None for ex in exs)
             entry.update({
@@ -431,15 +432,15 @@ def race_dataset(record_dir: str, batch_size: int, is_training: bool, max_seq_le
       `is_real_example` float32 [B] (0 = padding); `example_index` int32 [B] (-1 = padding).
     """
     m = read_race_manifest(record_dir)
-    cd.validate_manifest(m, max_seq_length=max_seq_length, spiece_model=spiece_model,
-                         spiece_sha256=spiece_sha256,
-                         extra={"max_qa_length": max_qa_length, "qa_truncation": qa_truncation,
-                                "uncased": uncased})
+    records_lib.validate_manifest(m, max_seq_length=max_seq_length, spiece_model=spiece_model,
+                                  spiece_sha256=spiece_sha256,
+                                  extra={"max_qa_length": max_qa_length, "qa_truncation": qa_truncation,
+                                         "uncased": uncased})
     split = split or ("train" if is_training else "dev")
-    path = cd.split_record_file(m, split)
+    path = records_lib.split_record_file(m, split)
     e = m["splits"][split]
-    dummy = cd.serialize_features(padding_example(max_seq_length))
-    return cd.records_dataset(
+    dummy = records_lib.serialize_features(padding_example(max_seq_length))
+    return records_lib.records_dataset(
         path, e["num_records"], e["num_padding"] > 0,
         lambda s: parse_race_batch(s, max_seq_length), dummy, batch_size, is_training,
         seed=seed, drop_remainder=drop_remainder, repeat=repeat,
@@ -448,4 +449,4 @@ def race_dataset(record_dir: str, batch_size: int, is_training: bool, max_seq_le
 
 def read_race_guids(record_dir: str, split: str) -> List[str]:
     """Question ids of `split` (`[level/]file#question`), indexed by `example_index`."""
-    return cd.read_guids(record_dir, split, kind=RACE_KIND)
+    return records_lib.read_split_guids(record_dir, split, RACE_KIND)

@@ -56,12 +56,13 @@ import json
 import os
 import time
 import unicodedata
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tfrecords import classifier_data as cd
 from tfrecords import manifest as manifest_lib
+from tfrecords import records as records_lib
+from tfrecords.records import DataError
 from xlnet_tf import files as files_lib
 from xlnet_tf import tokenization
 from xlnet_tf.tokenization import (CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID,
@@ -75,7 +76,6 @@ RECORD_NAMES = ("input_ids", "segment_ids", "attention_mask", "p_mask", "cls_ind
                 "is_real_example")
 SEQUENCE_NAMES = ("input_ids", "segment_ids", "attention_mask", "p_mask")
 TRAIN_SPLIT = "train"
-DataError = cd.DataError
 
 # skip reasons (the example is dropped) and warnings (kept), counted per split
 SKIP_REASONS = (
@@ -777,18 +777,6 @@ def example_entries(examples: Sequence[SquadExample]) -> List[Dict[str, Any]]:
 
 # ---- records and side files ------------------------------------------------------------------
 
-def _write_records(path: str, records: Iterable[Dict[str, np.ndarray]]) -> Tuple[int, int]:
-    """Write int64 `tf.train.Example`s to `path` (a `StagedFiles` temporary name); returns (count, bytes)."""
-    import tensorflow as tf
-
-    n = 0
-    with tf.io.TFRecordWriter(path) as w:
-        for rec in records:
-            w.write(cd.serialize_features(rec))
-            n += 1
-    return n, os.path.getsize(path)
-
-
 def _write_npz(path: str, arrays: Dict[str, np.ndarray]) -> None:
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
@@ -797,10 +785,9 @@ def _write_npz(path: str, arrays: Dict[str, np.ndarray]) -> None:
 
 
 def _write_json(path: str, values: Dict[str, Any]) -> None:
-    """As `manifest.write_json_atomic` writes (same bytes), to `path` (a temporary name)."""
+    """As `files.write_json_atomic` writes (same bytes), to `path` (a `StagedFiles` temporary name)."""
     with open(path, "w", encoding="utf-8") as f:
-        json.dump(values, f, indent=2, sort_keys=True)
-        f.write("\n")
+        f.write(files_lib.json_text(values))
 
 
 def dummy_record(max_seq_length: int) -> Dict[str, np.ndarray]:
@@ -867,7 +854,7 @@ def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optio
         "uncased": cfg.uncased,
         "keep_accents": cfg.keep_accents,
         "split_unknown": cfg.split_unknown,
-        "spiece_model": cd.spiece_entry(spiece_model, tok),
+        "spiece_model": records_lib.spiece_entry(spiece_model, tok),
         "spiece_model_sha256": tok.sha256,
         "seed": int(seed),
         "layout": "P <sep> Q <sep> <cls>, right-padded with id 0; query = first "
@@ -890,9 +877,9 @@ def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optio
         },
     }
     # refuse a build the records already there conflict with before converting anything
-    cd.merged_manifest(output_dir, SQUAD_KIND, {**header, "splits": {}}, SQUAD_BUILD_KEYS)
+    records_lib.merged_manifest(output_dir, SQUAD_KIND, {**header, "splits": {}}, SQUAD_BUILD_KEYS)
     os.makedirs(output_dir, exist_ok=True)
-    with cd.StagedFiles(output_dir) as staged:
+    with records_lib.StagedFiles(output_dir) as staged:
         entries = {}
         for split, path in files.items():
             t1 = time.time()
@@ -922,14 +909,15 @@ def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optio
                             tally["impossible_features"] += f.is_impossible
                             yield f.record()
 
-                n, size = _write_records(staged.path(f"{split}.tfrecord"), records())
+                n, size = records_lib.write_records(staged.path(f"{split}.tfrecord"), records())
                 stats.counts["num_examples"] = tally["examples"]
                 stats.counts["num_impossible"] = tally["impossible_examples"]
                 stats.counts["num_impossible_features"] = tally["impossible_features"]
                 entry["shuffled"] = True
             else:
                 kept_ex, feats = convert_examples(tok, examples, cfg, False, stats)
-                n, size = _write_records(staged.path(f"{split}.tfrecord"), (f.record() for f in feats))
+                n, size = records_lib.write_records(staged.path(f"{split}.tfrecord"),
+                                                    (f.record() for f in feats))
                 side = stack_eval_features(feats, max_seq_length)
                 stats.counts["num_impossible_features"] = int(side["is_impossible"].sum())
                 feat_file = f"{split}.features.npz"
@@ -1008,15 +996,15 @@ def squad_dataset(record_dir: str, batch_size: int, is_training: bool, max_seq_l
       (feature index, -1 = padding); `is_real_example` float32 [B] (0 = padding).
     """
     m = read_squad_manifest(record_dir)
-    cd.validate_manifest(m, max_seq_length=max_seq_length, spiece_model=spiece_model,
-                         spiece_sha256=spiece_sha256,
-                         extra={"doc_stride": doc_stride, "max_query_length": max_query_length,
-                                "uncased": uncased,
-                                "version_2_with_negative": version_2_with_negative})
+    records_lib.validate_manifest(m, max_seq_length=max_seq_length, spiece_model=spiece_model,
+                                  spiece_sha256=spiece_sha256,
+                                  extra={"doc_stride": doc_stride, "max_query_length": max_query_length,
+                                         "uncased": uncased,
+                                         "version_2_with_negative": version_2_with_negative})
     split = split or (TRAIN_SPLIT if is_training else "dev")
-    path = cd.split_record_file(m, split)
-    dummy = cd.serialize_features(dummy_record(max_seq_length))
-    return cd.records_dataset(
+    path = records_lib.split_record_file(m, split)
+    dummy = records_lib.serialize_features(dummy_record(max_seq_length))
+    return records_lib.records_dataset(
         path, m["splits"][split]["num_records"], False,
         lambda s: parse_squad_batch(s, max_seq_length), dummy, batch_size, is_training,
         seed=seed, drop_remainder=drop_remainder, repeat=repeat, shuffle_buffer=shuffle_buffer,

@@ -1,7 +1,7 @@
 """`export_info.json`: what a fine-tuning run's model_dir tells the exporter and `from_checkpoint` (schema
 "xlnet_tf.export_info", version 4; versions 1 to 3 are read too).
 
-Written by every fine-tuning runner (xlnet_tf.lifecycle, through `model_dir.prepare`, which compares it
+Written by every fine-tuning runner (run/lifecycle.py, through `model_dir.prepare`, which compares it
 field by field on reruns), read by run/export_savedmodel.py and `Task.from_checkpoint`. Fields by task:
 
 - all: `task` (classifier | regression | race | squad), `max_seq_length`, `uncased`, `keep_accents` (version

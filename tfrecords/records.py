@@ -1,0 +1,284 @@
+"""Record I/O of the fine-tuning builders (classifier, RACE, SQuAD): serialize, write, manifests, read.
+
+A fine-tuning record set is one directory:
+
+    <split>.tfrecord   one `tf.train.Example` per record (`serialize_features`: int64 features, float
+                       only where the builder names them), in the split's record order
+    <split>.guids.txt  line k = the id of the example whose `example_index` is k (classifier, RACE)
+    manifest.json      `kind` (xlnet_classifier, xlnet_race, xlnet_squad), `format_version`, the build
+                       parameters, `spiece_model` (`spiece_entry`), and per split `file`, `num_records`,
+                       `num_bytes`, `num_examples` (tfrecords/manifest.py checks the schema)
+
+Writing: every file of a build goes through `StagedFiles` (temporary names, swapped in by `commit` after
+the manifest check), a split's records through `write_split_records` (or `write_records` for a record file
+alone). A build into a directory that holds records of other build parameters is refused
+(`merged_manifest`, DataError naming the key); one with the same parameters adds or replaces its splits.
+Non-train splits are padded to whole eval batches (`pad_count`).
+
+Reading: `validate_manifest` (the reader's values against the manifest, ManifestError naming the field),
+`split_record_file` (the split's file, its size checked), `records_dataset` (the tf.data plumbing every
+fine-tuning reader shares), `read_split_guids`. The task modules (classifier_data.py, race_data.py,
+squad_data.py) own their examples, features, schema and parse functions.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from tfrecords import manifest as manifest_lib
+from xlnet_tf import files
+from xlnet_tf.errors import UserError
+
+if TYPE_CHECKING:
+    from xlnet_tf.tokenization import XLNetTokenizer
+
+CONVERT_CHUNK = 4096  # examples tokenized and packed at a time while writing
+
+
+class DataError(UserError):
+    """Bad task input; the message names the file (and line) at fault."""
+
+
+# ---- serialization --------------------------------------------------------------------------
+
+def serialize_features(f: Dict[str, np.ndarray], float_keys: Sequence[str] = ()) -> bytes:
+    """One example (arrays without a batch axis) as a `tf.train.Example`; `float_keys`
+    are float features, everything else int64 (`attention_mask` included)."""
+    import tensorflow as tf
+
+    feats = {}
+    for k, v in f.items():
+        v = np.asarray(v).reshape([-1])
+        if k in float_keys:
+            feats[k] = tf.train.Feature(float_list=tf.train.FloatList(value=v.tolist()))
+        else:
+            feats[k] = tf.train.Feature(
+                int64_list=tf.train.Int64List(value=v.astype(np.int64).tolist()))
+    return tf.train.Example(features=tf.train.Features(feature=feats)).SerializeToString(
+        deterministic=True)
+
+
+def unstack(features: Dict[str, np.ndarray]) -> Iterator[Dict[str, np.ndarray]]:
+    """Stacked arrays (leading axis = example) -> one dict per example."""
+    n = len(next(iter(features.values())))
+    for k in range(n):
+        yield {key: v[k] for key, v in features.items()}
+
+
+# ---- staged writing -------------------------------------------------------------------------
+
+class StagedFiles:
+    """The files of one build, written under temporary names beside their final ones and swapped in only by
+    `commit`, after every check has passed: a refused or failed build leaves every file as it was.
+
+    Use as a context manager: leaving the block by an exception (or without `commit`) removes the temporary
+    files. `path(name)` is where to write `<output_dir>/<name>`. `commit(kind, manifest, build_keys)` checks
+    the manifest against the one already there (`merged_manifest`), then first writes the old manifest
+    without the splits being replaced (a build killed while swapping leaves them absent, so they are rebuilt,
+    never read with another build's manifest), swaps every file in, and writes the merged manifest.
+    """
+
+    def __init__(self, output_dir: str):
+        self.output_dir = output_dir
+        self.pending: Dict[str, str] = {}  # final path -> temporary path
+
+    def path(self, name: str) -> str:
+        import glob
+
+        final = os.path.join(self.output_dir, name)
+        for stale in glob.glob(glob.escape(final) + ".tmp-*"):  # left by a killed build
+            os.remove(stale)
+        tmp = f"{final}.tmp-{os.getpid()}"
+        self.pending[final] = tmp
+        return tmp
+
+    def commit(self, kind: str, manifest: Dict[str, Any], build_keys: Sequence[str]) -> Dict[str, Any]:
+        merged = merged_manifest(self.output_dir, kind, manifest, build_keys)  # refuses before any swap
+        path = os.path.join(self.output_dir, manifest_lib.MANIFEST_NAME)
+        if os.path.isfile(path):
+            old = manifest_lib.read_manifest(self.output_dir, kind=kind)
+            kept = {k: v for k, v in old.get("splits", {}).items() if k not in manifest["splits"]}
+            manifest_lib.write_manifest(self.output_dir, {**old, "splits": kept})
+        for final, tmp in self.pending.items():
+            files.replace(tmp, final)
+        self.pending = {}
+        manifest_lib.write_manifest(self.output_dir, merged)
+        return merged
+
+    def discard(self) -> None:
+        for tmp in self.pending.values():
+            if os.path.exists(tmp):
+                os.remove(tmp)
+        self.pending = {}
+
+    def __enter__(self) -> "StagedFiles":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.discard()
+
+
+def write_records(path: str, records: Iterable[Dict[str, np.ndarray]], float_keys: Sequence[str] = ()
+                  ) -> Tuple[int, int]:
+    """Write `records` (one feature dict per record, see `serialize_features`) to the record file `path` (a
+    `StagedFiles` temporary name); returns (count, bytes)."""
+    import tensorflow as tf
+
+    n = 0
+    with tf.io.TFRecordWriter(path) as w:
+        for rec in records:
+            w.write(serialize_features(rec, float_keys))
+            n += 1
+    return n, os.path.getsize(path)
+
+
+def write_split_records(staged: StagedFiles, split: str, records: Iterable[Dict[str, np.ndarray]],
+                        float_keys: Sequence[str], guids: Sequence[str]) -> Dict[str, Any]:
+    """Write `<split>.tfrecord` and `<split>.guids.txt` under `staged`'s temporary names (swapped in by its
+    `commit`).
+
+    `records`: one feature dict per record (arrays without a batch axis). Returns the
+    manifest entry (`file`, `num_records`, `num_bytes`, `guids_file`).
+    """
+    n, size = write_records(staged.path(f"{split}.tfrecord"), records, float_keys)
+    with open(staged.path(f"{split}.guids.txt"), "w", encoding="utf-8") as f:
+        for ln in guids:
+            f.write(ln.replace("\n", " ").replace("\r", " ") + "\n")
+    return {"file": f"{split}.tfrecord", "num_records": n, "num_bytes": size,
+            "guids_file": f"{split}.guids.txt"}
+
+
+# ---- manifests ------------------------------------------------------------------------------
+
+def merged_manifest(output_dir: str, kind: str, manifest: Dict[str, Any],
+                    build_keys: Sequence[str]) -> Dict[str, Any]:
+    """`manifest` with the splits of the manifest already in `output_dir` that it does not rebuild, when that
+    one was built with the same `build_keys` values; DataError naming the first differing key otherwise.
+    Writes nothing (`StagedFiles.commit` writes)."""
+    path = os.path.join(output_dir, manifest_lib.MANIFEST_NAME)
+    if not os.path.isfile(path):
+        return manifest
+    try:
+        old = manifest_lib.read_manifest(output_dir, kind=kind)
+    except manifest_lib.ManifestError as e:
+        raise DataError(f"{e}; use a new output_dir") from None
+    for key in build_keys:
+        if old.get(key) != manifest.get(key):
+            raise DataError(f"{path}: the records there were built with {key}="
+                            f"{old.get(key)!r}, this build uses {manifest.get(key)!r}; "
+                            "use a new output_dir")
+    splits = {**old.get("splits", {}), **manifest["splits"]}
+    return {**manifest, "splits": dict(sorted(splits.items()))}
+
+
+def spiece_entry(spiece_model: str, tok: XLNetTokenizer) -> Dict[str, Any]:
+    """The manifest's `spiece_model`: the model's absolute path, sha256 and vocabulary size."""
+    return {"path": os.path.abspath(spiece_model), "sha256": tok.sha256,
+            "vocab_size": tok.vocab_size}
+
+
+def pad_count(n: int, multiple: int) -> int:
+    """Padding records that make `n` a multiple of `multiple` (0 when `multiple` is 0 or less)."""
+    return (-n) % multiple if multiple and multiple > 0 else 0
+
+
+# ---- reading --------------------------------------------------------------------------------
+
+def _mismatch(m: Dict[str, Any], field: str, recorded, wanted, hint: str = "") -> None:
+    raise manifest_lib.ManifestError(
+        f"{m.get('_path', manifest_lib.MANIFEST_NAME)}: '{field}' is {recorded!r} in the "
+        f"records but the reader was given {wanted!r}{hint}")
+
+
+def validate_manifest(m: Dict[str, Any], *, max_seq_length: int,
+                      spiece_model: Optional[str] = None, spiece_sha256: Optional[str] = None,
+                      extra: Optional[Dict[str, Any]] = None, max_segments: int = 1) -> None:
+    """Check a record manifest against the reader's values (None = not checked); raises
+    ManifestError naming the field."""
+    if m.get("max_seq_length") != max_seq_length:
+        _mismatch(m, "max_seq_length", m.get("max_seq_length"), max_seq_length,
+                  " (rebuild the records with this max_seq_length)")
+    if m.get("max_segments", 1) != max_segments:
+        _mismatch(m, "max_segments", m.get("max_segments", 1), max_segments,
+                  " (rebuild the records with this --max_segments, in another directory)")
+    for field, wanted in (extra or {}).items():
+        if wanted is not None and m.get(field) != wanted:
+            _mismatch(m, field, m.get(field), wanted)
+    sha = m["spiece_model"]["sha256"]
+    if spiece_model is not None:
+        if not os.path.isfile(spiece_model):
+            raise manifest_lib.ManifestError(f"SentencePiece model not found: {spiece_model}")
+        spiece_sha256 = files.file_sha256(spiece_model)
+    if spiece_sha256 is not None and spiece_sha256 != sha:
+        _mismatch(m, "spiece_model.sha256", sha, spiece_sha256,
+                  " (records were tokenized with a different SentencePiece model)")
+
+
+def split_record_file(m: Dict[str, Any], split: str) -> str:
+    """Path of `split`'s record file (existence and size checked against the manifest)."""
+    splits = m.get("splits") or {}
+    if split not in splits:
+        raise manifest_lib.ManifestError(
+            f"{m['_path']}: no split {split!r} in the records (splits: "
+            f"{', '.join(sorted(splits)) or 'none'})")
+    e = splits[split]
+    return manifest_lib.check_record_files(
+        {"files": [{"name": e["file"], "num_examples": e["num_records"],
+                    "num_bytes": e["num_bytes"]}], "_path": m["_path"]}, m["_dir"])[0]
+
+
+def read_split_guids(record_dir: str, split: str, kind: str) -> List[str]:
+    """Example ids of `split` of the `kind` records in `record_dir` (`<split>.guids.txt`), indexed by
+    `example_index`."""
+    m = manifest_lib.read_manifest(record_dir, kind=kind)
+    if split not in m.get("splits", {}):
+        raise manifest_lib.ManifestError(f"{m['_path']}: no split {split!r} in the records")
+    with open(os.path.join(record_dir, m["splits"][split]["guids_file"]),
+              encoding="utf-8") as f:
+        return [ln.rstrip("\n") for ln in f]
+
+
+def records_dataset(path: str, num_records: int, has_padding: bool, parse_fn: Callable,
+                    dummy_record: bytes, batch_size: int, is_training: bool, *,
+                    seed: Optional[int], drop_remainder: bool, repeat: Optional[bool],
+                    shuffle_buffer: int, input_context=None):
+    """Shared tf.data plumbing of the fine-tuning readers.
+
+    Training: padding examples dropped, shuffled (`shuffle_buffer`, `seed`), repeated unless
+    `repeat=False`, batched with `drop_remainder`. Eval/predict: file order, never
+    repeated unless `repeat=True`; with `drop_remainder` the stream is padded with
+    `dummy_record` up to a whole number of batches, so no real example is dropped.
+    `input_context`: this input pipeline reads every `num_input_pipelines`-th record.
+    """
+    import tensorflow as tf
+
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    ds = tf.data.TFRecordDataset([path], buffer_size=8 << 20)
+    count = num_records
+    if input_context is not None and input_context.num_input_pipelines > 1:
+        n, i = input_context.num_input_pipelines, input_context.input_pipeline_id
+        ds = ds.shard(n, i)
+        count = len(range(i, num_records, n))
+    if is_training:
+        if has_padding:
+            spec = {"is_real_example": tf.io.FixedLenFeature([1], tf.int64)}
+            ds = ds.filter(lambda s: tf.io.parse_single_example(s, spec)["is_real_example"][0]
+                           > 0)
+        if shuffle_buffer and shuffle_buffer > 1:
+            ds = ds.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+        if repeat is None or repeat:
+            ds = ds.repeat()
+    else:
+        extra = pad_count(count, batch_size) if drop_remainder else 0
+        if extra:
+            ds = ds.concatenate(tf.data.Dataset.from_tensors(tf.constant(dummy_record))
+                                .repeat(extra))
+        if repeat:
+            ds = ds.repeat()
+    ds = ds.batch(batch_size, drop_remainder=drop_remainder)
+    ds = ds.map(parse_fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return ds.prefetch(tf.data.AUTOTUNE)
