@@ -208,6 +208,30 @@ def model_config_from_flags(FLAGS, **runtime) -> XLNetConfig:
                        ff_activation=FLAGS.ff_activation, untie_r=FLAGS.untie_r, **knobs)
 
 
+def optimizer_settings(FLAGS):
+    """The typed optimizer settings (`optimization.OptimizerSettings`) of the optimizer flags."""
+    from xlnet_tf.optimization import OptimizerSettings
+
+    return OptimizerSettings(
+        learning_rate=FLAGS.learning_rate, train_steps=FLAGS.train_steps, warmup_steps=FLAGS.warmup_steps,
+        min_lr_ratio=FLAGS.min_lr_ratio, decay=FLAGS.decay_method, weight_decay=FLAGS.weight_decay,
+        adam_epsilon=FLAGS.adam_epsilon, clip=FLAGS.clip, lr_layer_decay_rate=FLAGS.lr_layer_decay_rate,
+        lr_layer_decay_mode=FLAGS.lr_layer_decay_mode, adam_variant=FLAGS.adam_variant)
+
+
+def loop_config(FLAGS, seq_len: int):
+    """The typed loop settings (`training.TrainLoopConfig`) of the loop flags; `seq_len`: tokens per example
+    (for tokens/s in the progress lines)."""
+    from xlnet_tf.training import TrainLoopConfig
+
+    return TrainLoopConfig(
+        model_dir=FLAGS.model_dir, train_steps=FLAGS.train_steps, steps_per_loop=FLAGS.steps_per_loop,
+        save_steps=FLAGS.save_steps, keep_checkpoints=FLAGS.keep_checkpoints,
+        keep_checkpoint_steps=FLAGS.keep_checkpoint_steps, jit_compile=FLAGS.jit_compile,
+        global_batch_size=FLAGS.train_batch_size, seq_len=seq_len,
+        gradient_accumulation_steps=getattr(FLAGS, "gradient_accumulation_steps", 1), clip_mode=FLAGS.clip_mode)
+
+
 def dtype_policy(FLAGS) -> str:
     from run import lifecycle
 

@@ -158,9 +158,12 @@ def _run_on_records(task: FineTuningTask, config: XLNetConfig, log: Callable[[st
             return task.dataset("train", ctx.get_per_replica_batch_size(micro), True,
                                 input_context=ctx).skip(skip_batches)
 
+        from run import common_flags
+
         trainer = finetuning.build_optimizer_and_trainer(
-            strategy, model, s, train_dataset_fn, examples_per_step=s.train_batch_size,
-            seq_len=task.tokens_per_example, log=log)
+            strategy, model, common_flags.optimizer_settings(s),
+            common_flags.loop_config(s, seq_len=task.tokens_per_example), s.mixed_precision, train_dataset_fn,
+            log=log)
         log(f"Training: the step ({task.tokens_per_example} tokens per example) is traced and compiled first; "
             f"the first progress line follows its first loop of {s.steps_per_loop} step(s)")
         trainer.train()

@@ -60,7 +60,7 @@ def run():
 
     from tfrecords import manifest as manifest_lib
     from tfrecords import pretrain_data
-    from xlnet_tf import checkpoints, distribute, model_dir, optimization, pretrain_info, results, training
+    from xlnet_tf import checkpoints, distribute, model_dir, pretrain_info, results, training
     from xlnet_tf.models import XLNetPretrainer
 
     common_flags.require(FLAGS, "record_dir", "model_dir")
@@ -101,12 +101,7 @@ def run():
                                 dtype=common_flags.dtype_policy(FLAGS))
         if FLAGS.init_checkpoint:
             checkpoints.load_init_checkpoint(model, FLAGS.init_checkpoint)
-        optimizer = optimization.create_optimizer(
-            model, learning_rate=FLAGS.learning_rate, train_steps=FLAGS.train_steps,
-            warmup_steps=FLAGS.warmup_steps, min_lr_ratio=FLAGS.min_lr_ratio, decay=FLAGS.decay_method,
-            weight_decay=FLAGS.weight_decay, adam_epsilon=FLAGS.adam_epsilon, clip=FLAGS.clip,
-            lr_layer_decay_rate=FLAGS.lr_layer_decay_rate,
-            lr_layer_decay_mode=FLAGS.lr_layer_decay_mode, adam_variant=FLAGS.adam_variant)
+        optimizer = common_flags.optimizer_settings(FLAGS).create(model)
         if FLAGS.mixed_precision == "float16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     run_facts = model_dir.prepare_pretraining(FLAGS.model_dir, config, run_facts,
@@ -134,12 +129,7 @@ def run():
         results.record(FLAGS.model_dir, "pretrain", "loss", step, result, split="heldout",
                        higher_is_better=False)
 
-    loop = training.TrainLoopConfig(
-        model_dir=FLAGS.model_dir, train_steps=FLAGS.train_steps, steps_per_loop=FLAGS.steps_per_loop,
-        save_steps=FLAGS.save_steps, keep_checkpoints=FLAGS.keep_checkpoints,
-        keep_checkpoint_steps=FLAGS.keep_checkpoint_steps,
-        jit_compile=FLAGS.jit_compile, global_batch_size=FLAGS.train_batch_size, seq_len=FLAGS.seq_len,
-        clip_mode=FLAGS.clip_mode)
+    loop = common_flags.loop_config(FLAGS, seq_len=FLAGS.seq_len)
     trainer = training.Trainer(strategy, model, optimizer, training.plm_loss_fn, dataset_fn, loop,
                                mem_len=FLAGS.mem_len, per_replica_batch=per_replica,
                                log=lambda line: print(line, flush=True))

@@ -4,12 +4,15 @@ prediction over padded eval sets, and evaluation of one or every checkpoint of a
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from xlnet_tf import checkpoints
+
+if TYPE_CHECKING:
+    from xlnet_tf import optimization, training
 
 
 def task_loss_fn(model, features, mems, training):
@@ -114,27 +117,17 @@ def evaluate_checkpoints(model, model_dir: str, evaluate: Callable[[int], Dict[s
     return recorded.to_dict()
 
 
-def build_optimizer_and_trainer(strategy, model, flags_values, train_dataset_fn: Callable,
-                                examples_per_step: int, seq_len: int, log: Callable = print,
-                                optimizer_fn: Optional[Callable] = None):
-    """The optimizer (from the common optimizer flags) and a `Trainer` for a fine-tuning model."""
-    from xlnet_tf import optimization, training
+def build_optimizer_and_trainer(strategy, model, optimizer: "optimization.OptimizerSettings",
+                                loop: "training.TrainLoopConfig", mixed_precision: str,
+                                train_dataset_fn: Callable, log: Callable = print):
+    """The optimizer of `optimizer`'s settings (a loss-scaled one for `mixed_precision="float16"`) and a
+    `Trainer` running `loop` for a fine-tuning model."""
+    from xlnet_tf import training
 
-    f = flags_values
     with strategy.scope():
-        optimizer = optimization.create_optimizer(
-            model, learning_rate=f.learning_rate, train_steps=f.train_steps, warmup_steps=f.warmup_steps,
-            min_lr_ratio=f.min_lr_ratio, decay=f.decay_method, weight_decay=f.weight_decay,
-            adam_epsilon=f.adam_epsilon, clip=f.clip, lr_layer_decay_rate=f.lr_layer_decay_rate,
-            lr_layer_decay_mode=f.lr_layer_decay_mode, adam_variant=f.adam_variant)
-        if f.mixed_precision == "float16":
+        built = optimizer.create(model)
+        if mixed_precision == "float16":
             import keras
 
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    loop = training.TrainLoopConfig(
-        model_dir=f.model_dir, train_steps=f.train_steps, steps_per_loop=f.steps_per_loop,
-        save_steps=f.save_steps, keep_checkpoints=f.keep_checkpoints,
-        keep_checkpoint_steps=f.keep_checkpoint_steps, jit_compile=f.jit_compile,
-        global_batch_size=examples_per_step, seq_len=seq_len,
-        gradient_accumulation_steps=f.gradient_accumulation_steps, clip_mode=f.clip_mode)
-    return training.Trainer(strategy, model, optimizer, task_loss_fn, train_dataset_fn, loop, log=log)
+            built = keras.optimizers.LossScaleOptimizer(built)
+    return training.Trainer(strategy, model, built, task_loss_fn, train_dataset_fn, loop, log=log)

@@ -21,6 +21,8 @@ Two per-layer decay modes (`LAYER_DECAY_MODES`) for `lr_layer_decay_rate`:
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import re
 from typing import Dict, Iterable, Optional
@@ -210,6 +212,31 @@ def resolve_adam_variant(adam_variant: str, weight_decay: float) -> str:
     if adam_variant not in ADAM_VARIANTS:
         raise ValueError(f"adam_variant must be 'original' or one of {ADAM_VARIANTS}, got {adam_variant!r}")
     return adam_variant
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSettings:
+    """The optimizer of a run, as `create_optimizer` takes it (the runners build it from their optimizer flags,
+    run/common_flags.optimizer_settings): peak `learning_rate`, `train_steps` of the schedule, linear warm-up
+    from 0 over `warmup_steps`, then `decay` ("poly" | "cos") to `min_lr_ratio` of the peak; decoupled
+    `weight_decay`; `adam_epsilon`; global-norm `clip` (0 / None = off); per-layer decay `lr_layer_decay_rate`
+    in mode `lr_layer_decay_mode`; `adam_variant` (`ADAM_VARIANTS` or "original")."""
+
+    learning_rate: float
+    train_steps: int
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.0
+    decay: str = "poly"
+    weight_decay: float = 0.0
+    adam_epsilon: float = 1e-8
+    clip: Optional[float] = 1.0
+    lr_layer_decay_rate: float = 1.0
+    lr_layer_decay_mode: str = "learning_rate"
+    adam_variant: str = "standard"
+
+    def create(self, model) -> "XLNetAdamW":
+        """`create_optimizer(model, ...)` with these settings."""
+        return create_optimizer(model, **dataclasses.asdict(self))
 
 
 def create_optimizer(model, *, learning_rate: float, train_steps: int, warmup_steps: int = 0,
