@@ -9,6 +9,7 @@ import functools
 
 from absl import app, flags
 
+from xlnet_tf import cli
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import UserError
 
@@ -50,32 +51,13 @@ def run_main(fv: flags.FlagValues, define, main) -> None:
                 raise
             report_user_error(e)
 
-    app.run(parsed_main, flags_parser=parse_flags_or_report)
+    app.run(parsed_main, flags_parser=cli.parse_flags_or_report)
 
 
-def parse_flags_or_report(argv):
-    """absl.app's flag parser, with a bad flag value (out of its range, unknown, unparsable) reported as the
-    other user errors are: one line `<tool>: error: flag --name=value: why`, exit status 2 (absl's own prints
-    "FATAL Flags parsing error" and a hint over two lines, exit status 1)."""
-    try:
-        return flags.FLAGS(argv)
-    except flags.Error as e:
-        report_user_error(e)
-
-
-# What a user fixes: reported in one line, not a traceback (xlnet_tf.errors). FileNotFoundError names the path.
-USER_ERRORS = (UserError, flags.Error, FileNotFoundError)
-
-
-def report_user_error(error: BaseException, tool: str = None) -> None:
-    """`<tool>: error: <message>` on stderr, exit status 2 (argparse's convention for usage errors)."""
-    import os
-    import sys
-
-    tool = tool or os.path.basename(sys.argv[0])
-    message = " ".join(str(error).split()) or type(error).__name__
-    print(f"{tool}: error: {message}", file=sys.stderr, flush=True)
-    sys.exit(2)
+# What a user fixes: reported in one line, not a traceback (the one convention of xlnet_tf/cli.py).
+USER_ERRORS = cli.user_errors()
+report_user_error = cli.report_user_error
+parse_flags_or_report = cli.parse_flags_or_report
 
 
 def parse(fv: flags.FlagValues, define, argv) -> flags.FlagValues:

@@ -146,6 +146,31 @@ def test_export_with_another_sentencepiece_model_is_refused_before_building(clas
     assert not os.path.exists(tmp_path / "e")
 
 
+@pytest.mark.parametrize("tool, args, message", [
+    ("tfrecords/build_pretrain.py", ["--seq_len=1"], "flag --seq_len=1: 1 is not integer >= 2"),
+    ("tfrecords/build_classifier.py", ["--max_seq_lenght=64"], "Unknown command line flag 'max_seq_lenght'. Did you mean: max_seq_length ?"),
+    ("tfrecords/build_race.py", ["--max_qa_length=0"], "flag --max_qa_length=0: 0 is not a positive integer"),
+    ("tfrecords/build_squad.py", ["--doc_stride=-1"], "flag --doc_stride=-1: -1 is not a positive integer"),
+    ("tfrecords/spm.py", ["--character_coverage=2"], "flag --character_coverage=2: 2.0 is not a number in the range "
+                                                     "[0.0, 1.0]"),
+    ("tfrecords/inspect_records.py", ["{tmp}/none"], "record directory does not exist: {tmp}/none"),
+    ("tfrecords/brown_genre.py", ["--slice_dev_per_label=0"], "flag --slice_dev_per_label=0: 0 is not a positive integer"),
+    ("run/evaluate_lm.py", ["--seg_len=1"], "flag --seg_len=1: 1 is not integer >= 2"),
+    ("run/pretrain.py", ["--mem_len=-1"], "flag --mem_len=-1: -1 is not a non-negative integer"),
+])
+def test_every_entry_point_reports_a_user_error_in_one_line(tmp_path, tool, args, message):
+    """One convention (xlnet_tf/cli.py): `<tool>.py: error: <message>`, exit status 2, builders included."""
+    import subprocess
+    import sys
+
+    fill = lambda text: text.replace("{tmp}", str(tmp_path))  # noqa: E731
+    proc = subprocess.run([sys.executable, os.path.join(REPO, tool), *map(fill, args)], capture_output=True, text=True,
+                          cwd=str(tmp_path), timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == f"{os.path.basename(tool)}: error: {fill(message)}", proc.stderr
+    assert "Traceback" not in proc.stderr and not os.listdir(tmp_path)
+
+
 def test_unknown_flag_names_the_flag():
     from run import run_classifier
 
@@ -712,8 +737,8 @@ def test_inspect_records_names_a_damaged_record_file(tmp_path):
     before = _snapshot(records)
     proc = subprocess.run([sys.executable, os.path.join(REPO, "tfrecords", "inspect_records.py"), str(records)],
                           capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert proc.stderr.strip().splitlines()[-1].startswith(f"inspect_records: error: {path}: corrupted record at ")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"inspect_records.py: error: {path}: corrupted record at ")
     assert _snapshot(records) == before
 
 

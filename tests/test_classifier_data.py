@@ -509,6 +509,6 @@ def test_cli_builds_paraphrase_and_rejects_bad_flags(tmp_path):
     assert r.returncode != 0 and "bogus_flag" in r.stderr
     r = subprocess.run(args[:-3] + ["--label_column=nope"], cwd=F.REPO_ROOT, env=_env(),
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1
-    assert "build_classifier: error:" in r.stderr and "no column 'nope'" in r.stderr
+    assert r.returncode == 2
+    assert "build_classifier.py: error:" in r.stderr and "no column 'nope'" in r.stderr
     assert "Traceback" not in r.stderr

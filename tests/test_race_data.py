@@ -284,5 +284,5 @@ def test_race_cli(tmp_path):
     assert r.returncode != 0 and "high_only" in r.stderr
     r = subprocess.run(args[:-1] + ["--levels=high"], cwd=F.REPO_ROOT, env=_env(),
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 1 and "build_race: error:" in r.stderr
+    assert r.returncode == 2 and "build_race.py: error:" in r.stderr
     assert "no middle/high folders" in r.stderr and "Traceback" not in r.stderr

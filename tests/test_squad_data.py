@@ -463,4 +463,4 @@ def test_cli_builds_v1_records(tmp_path):
     assert m["version_2_with_negative"] is False and m["splits"]["dev"]["num_examples"] == 40
     r = subprocess.run(args[:4] + [f"--train_file={tmp_path}/nope.json"], cwd=F.REPO_ROOT,
                        env=env, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 1 and "build_squad: error:" in r.stderr and "not found" in r.stderr
+    assert r.returncode == 2 and "build_squad.py: error:" in r.stderr and "not found" in r.stderr

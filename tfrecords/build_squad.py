@@ -16,12 +16,11 @@ non-SQuAD file stops with a one-line error; bad questions are counted and skippe
 from __future__ import annotations
 
 import os
-import sys
-
 
 from absl import app, flags
 
 from tfrecords import squad_data
+from xlnet_tf import cli
 
 FLAGS = flags.FLAGS
 
@@ -49,18 +48,14 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
-        manifest = squad_data.build_squad_records(
-            FLAGS.spiece_model, FLAGS.output_dir, train_file=FLAGS.train_file,
-            predict_file=FLAGS.predict_file, eval_split=FLAGS.eval_split,
-            max_seq_length=FLAGS.max_seq_length, doc_stride=FLAGS.doc_stride,
-            max_query_length=FLAGS.max_query_length,
-            version_2_with_negative=FLAGS.version_2_with_negative, uncased=FLAGS.uncased,
-            keep_accents=FLAGS.keep_accents, split_unknown=FLAGS.split_unknown,
-            seed=FLAGS.seed, log=lambda s: print(s, flush=True))
-    except ValueError as e:  # DataError, ManifestError, bad arguments: one line, no traceback
-        print(f"build_squad: error: {e}", file=sys.stderr)
-        return 1
+    manifest = squad_data.build_squad_records(
+        FLAGS.spiece_model, FLAGS.output_dir, train_file=FLAGS.train_file,
+        predict_file=FLAGS.predict_file, eval_split=FLAGS.eval_split,
+        max_seq_length=FLAGS.max_seq_length, doc_stride=FLAGS.doc_stride,
+        max_query_length=FLAGS.max_query_length,
+        version_2_with_negative=FLAGS.version_2_with_negative, uncased=FLAGS.uncased,
+        keep_accents=FLAGS.keep_accents, split_unknown=FLAGS.split_unknown,
+        seed=FLAGS.seed, log=lambda s: print(s, flush=True))
     print(f"SQuAD {manifest['version']}: max_seq_length {manifest['max_seq_length']}, "
           f"doc_stride {manifest['doc_stride']}, splits {', '.join(manifest['splits'])} in "
           f"{FLAGS.output_dir}")
@@ -69,4 +64,4 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main, errors=(ValueError,))  # BuildError, DataError, CorpusError, bad arguments: one line

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
-
-
 from typing import Dict, Iterator, Optional
 
 import numpy as np
@@ -22,7 +19,7 @@ from absl import app, flags
 
 from tfrecords import manifest as manifest_lib
 from tfrecords import permutation
-from xlnet_tf import tokenization
+from xlnet_tf import cli, tokenization
 
 FLAGS = flags.FLAGS
 
@@ -167,8 +164,7 @@ def main(argv):
             inspect(argv[1], FLAGS.index, FLAGS.max_examples or None, FLAGS.check,
                     FLAGS.spiece_model)
     except ValueError as e:
-        print(f"inspect_records: error: {e}", file=sys.stderr)
-        return 1
+        cli.report_user_error(e)
     return 0
 
 
@@ -177,4 +173,4 @@ if __name__ == "__main__":
     flags.DEFINE_integer("max_examples", 20000, "Records summarized (0 = all).", lower_bound=0)
     flags.DEFINE_bool("check", True, "Check the schema invariants of every record read.")
     flags.DEFINE_string("spiece_model", None, "Override the manifest's model path.")
-    app.run(main)
+    cli.run(main)

@@ -15,14 +15,11 @@ from __future__ import annotations
 import io
 import os
 import re
-import sys
-
-
 from typing import Iterator, Sequence
 
-from xlnet_tf import tokenization
-from xlnet_tf.errors import UserError
 from tfrecords import corpus
+from xlnet_tf import cli, tokenization
+from xlnet_tf.errors import UserError
 
 CONTROL_SYMBOLS = ("<cls>", "<sep>", "<pad>", "<mask>", "<eod>")
 USER_DEFINED_SYMBOLS = ("<eop>", ".", "(", ")", '"', "-", "\u2013", "\u00a3", "\u20ac")
@@ -118,12 +115,8 @@ def main(argv):
     FLAGS = flags.FLAGS
     if len(argv) > 1:
         raise ValueError(f"unexpected positional arguments: {argv[1:]}")
-    try:
-        files = corpus.expand_globs(FLAGS.input_glob)
-        path = _train_from_flags(FLAGS, files)
-    except ValueError as e:  # UserError, CorpusError: one line, no traceback
-        print(f"spm.py: error: {e}", file=sys.stderr)
-        sys.exit(2)
+    files = corpus.expand_globs(FLAGS.input_glob)
+    path = _train_from_flags(FLAGS, files)
     print(f"wrote {path} (vocab {FLAGS.vocab_size}, sha256 {tokenization.file_sha256(path)})")
 
 
@@ -156,7 +149,5 @@ def _define_flags():
 
 
 if __name__ == "__main__":
-    from absl import app
-
     _define_flags()
-    app.run(main)
+    cli.run(main, errors=(ValueError,))  # UserError, CorpusError: one line, no traceback

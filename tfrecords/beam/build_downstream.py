@@ -9,10 +9,9 @@ pipeline options go after `--`. Each job gives the files of the local CLI.
 
 from __future__ import annotations
 
-import sys
-
-
 from absl import app, flags
+
+from xlnet_tf import cli
 
 FLAGS = flags.FLAGS
 
@@ -38,11 +37,10 @@ def main(argv):
                                      num_processes=FLAGS.num_processes,
                                      log=lambda s: print(s, flush=True))
     except (OSError, ValueError, downstream_pipeline.JobError) as e:
-        print(f"build_downstream: error: {e}", file=sys.stderr)
-        return 1
+        cli.report_user_error(e)
     return 0
 
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main)

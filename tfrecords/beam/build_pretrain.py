@@ -20,12 +20,11 @@ A rerun skips finished shards. Needs `pip install -r requirements-beam.txt`.
 from __future__ import annotations
 
 import os
-import sys
-
 
 from absl import app, flags
 
 from tfrecords import build_pretrain as local_cli
+from xlnet_tf import cli
 
 FLAGS = flags.FLAGS
 
@@ -48,18 +47,14 @@ def main(argv):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from tfrecords.beam import pretrain_pipeline
 
-    try:
-        pretrain_pipeline.build_pretrain_records_beam(
-            FLAGS.input_glob, FLAGS.spiece_model, FLAGS.output_dir,
-            local_cli.config_from_flags(), runner=FLAGS.runner, beam_args=beam_args,
-            num_processes=FLAGS.num_processes, log_every_s=FLAGS.log_every_s,
-            log=lambda s: print(s, flush=True))
-    except ValueError as e:  # BuildError, CorpusError: a clear message, no traceback
-        print(f"build_pretrain (beam): error: {e}", file=sys.stderr)
-        return 1
+    pretrain_pipeline.build_pretrain_records_beam(
+        FLAGS.input_glob, FLAGS.spiece_model, FLAGS.output_dir,
+        local_cli.config_from_flags(), runner=FLAGS.runner, beam_args=beam_args,
+        num_processes=FLAGS.num_processes, log_every_s=FLAGS.log_every_s,
+        log=lambda s: print(s, flush=True))
     return 0
 
 
 if __name__ == "__main__":
     define_flags()
-    app.run(main)
+    cli.run(main, errors=(ValueError,))  # BuildError, DataError, CorpusError, bad arguments: one line
