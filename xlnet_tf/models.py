@@ -12,9 +12,12 @@ from typing import Union
 import keras
 import tensorflow as tf
 
-from xlnet_tf import initializers
+# `preprocessing` registers XLNetPreprocessor with Keras: a `.keras` classifier with its preprocessor then loads
+# after `import xlnet_tf.models` alone (what registers the task models themselves).
+from xlnet_tf import initializers, preprocessing  # noqa: F401
 from xlnet_tf.backbone import XLNetBackbone, cache_mems
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.errors import UserError
 from xlnet_tf.heads import LMHead, SequenceSummary, SquadHead
 from xlnet_tf.task import Task, combine_weights, global_weighted_mean
 
@@ -307,6 +310,22 @@ class _FineTuningModel(Task):
         return None  # variables are created in __init__
 
 
+def check_document_preprocessor(preprocessor, mem_len) -> None:
+    """A classifier's text preprocessor must agree with its memories: one that packs documents of several
+    segments needs `mem_len` (memories carry the earlier segments), and a model with `mem_len` (trained on
+    documents) needs one that packs several segments (else every text is cut to its first segment)."""
+    segments = getattr(preprocessor, "max_segments", None)
+    if segments is None:
+        return
+    if segments > 1 and not mem_len:
+        raise UserError(f"XLNetClassifier: the preprocessor packs documents of max_segments={segments} segments, "
+                        f"which are read with memories: build the model with mem_len (e.g. the trained one)")
+    if segments == 1 and mem_len:
+        raise UserError(f"XLNetClassifier: mem_len={mem_len} reads documents of several segments, but the "
+                        f"preprocessor packs one segment (longer texts would be cut to it): pass "
+                        f"XLNetPreprocessor(..., max_segments=S) with the trained S, or mem_len=None")
+
+
 @keras.saving.register_keras_serializable(package="xlnet_tf")
 class XLNetClassifier(_FineTuningModel):
     """Sequence classification (`num_labels` > 0) or regression (`regression=True`).
@@ -321,10 +340,13 @@ class XLNetClassifier(_FineTuningModel):
 
     Keras: `preprocessor=XLNetPreprocessor(...)` lets `fit`/`evaluate`/`predict` take raw text
     (`(text, label)`, `((text_a, text_b), label)`); `compile()` defaults to this loss and accuracy (MSE
-    for regression).
+    for regression). Labels are class ids in `[0, num_labels)` (integers; `Task` refuses others). A model
+    with `mem_len` reads documents: its preprocessor must pack several segments
+    (`XLNetPreprocessor(max_segments=S)`), and one that packs several segments needs `mem_len`.
     """
 
     takes_text = True
+    real_valued_labels_hint = "; for real-valued targets use XLNetClassifier(regression=True)"
 
     def __init__(self, config, num_labels: int = 2, regression: bool = False, task_name: str = "task",
                  summary_type: str = "last", use_proj: bool = True, mem_len=None, bptt_segments: int = 0,
@@ -341,6 +363,11 @@ class XLNetClassifier(_FineTuningModel):
                                         kernel_initializer=initializers.normal(self.config.initializer_range),
                                         name="logit", dtype=self.dtype_policy)
         self.logit.build((None, self.config.d_model))
+        check_document_preprocessor(self.preprocessor, self.mem_len)
+
+    @property
+    def num_classes(self):
+        return None if self.regression else self.num_labels
 
     def call(self, features, training=False):
         pooled = self.pooled(token_ids(features), features.get("segment_ids"),
@@ -416,6 +443,10 @@ class XLNetMultipleChoice(_FineTuningModel):
         self.scorer = keras.layers.Dense(1, kernel_initializer=initializers.normal(self.config.initializer_range),
                                          name="logits", dtype=self.dtype_policy)
         self.scorer.build((None, self.config.d_model))
+
+    @property
+    def num_classes(self):
+        return self.num_choices
 
     def call(self, features, training=False):
         ids = token_ids(features)

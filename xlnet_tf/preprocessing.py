@@ -10,6 +10,7 @@ A=0, B=1, CLS=2, pad=4, `attention_mask` 1 = real token; the longer segment is t
 from __future__ import annotations
 
 import functools
+import numbers
 import sys
 import unicodedata
 from typing import Optional, Tuple
@@ -204,6 +205,19 @@ def encode_and_pack(encoder: XLNetTextEncoder, text, text_b, max_seq_length: int
     return pack_pair(encoder.encode(text), ids_b, max_seq_length)
 
 
+def encode_and_pack_document(encoder: XLNetTextEncoder, text, text_b, max_seq_length: int,
+                             max_segments: int = 1):
+    """`encode_and_pack` for documents of `max_segments` S segments: the text packed with S *
+    `max_seq_length` positions (the record builder's packing: a longer text keeps its first tokens and its
+    `<sep> (B <sep>) <cls>` end, the whole left-padded), cut into S segments. Returns `input_ids`,
+    `segment_ids` int32 and `attention_mask` float32 (1 = real token) `[N, S, max_seq_length]`, or
+    `[N, max_seq_length]` when S = 1 (`encode_and_pack`'s)."""
+    packed = encode_and_pack(encoder, text, text_b, max_seq_length * max_segments)
+    if max_segments == 1:
+        return packed
+    return tuple(tf.reshape(t, [-1, max_segments, max_seq_length]) for t in packed)
+
+
 def _read_proto(spiece_model) -> bytes:
     """A SentencePiece model as bytes: `spiece_model` is the serialized model or a path to it."""
     if isinstance(spiece_model, bytes):
@@ -223,24 +237,33 @@ class XLNetPreprocessor(keras.layers.Layer):
     Args:
       spiece_model: path of the SentencePiece model (`spiece.model`) or its bytes; None only when the
         layer is restored from a `.keras` file (the model travels as an asset, `spiece.model`).
-      sequence_length: packed length L (`A <sep> B <sep> <cls>`, left-padded, longer pair truncated first).
+      sequence_length: packed length L (`A <sep> B <sep> <cls>`, left-padded, longer pair truncated first);
+        with several segments, the length of one segment.
       uncased, keep_accents: as `tokenization.XLNetTokenizer` (must match the pretrained model).
+      max_segments: S > 1 packs each text as a document of S segments of L, for a long-document classifier
+        (built with `mem_len`): the text packed with S * L positions, left-padded as a whole, then cut into
+        segments (the record builder's `max_segments` packing, and the exported `serving_default`'s).
 
     Call: `preprocessor(x, y=None, sample_weight=None)` with `x` a string tensor `[B]` (or a scalar string,
     e.g. mapped before batching), or a pair `(text_a, text_b)`; a dict that already holds `input_ids` is
     passed through. Returns `x` (or `(x, y)`, `(x, y, sample_weight)` when given) with `x = {"input_ids":
     [B, L] int32, "segment_ids": [B, L] int32 (0 A, 1 B, 2 CLS, 4 pad), "attention_mask": [B, L] float32
-    (1 = real token, 0 = padding)}` (`[L]` each for a scalar string).
+    (1 = real token, 0 = padding)}` (`[L]` each for a scalar string; `[B, S, L]` / `[S, L]` with
+    `max_segments` S > 1).
     """
 
     def __init__(self, spiece_model=None, sequence_length: int = 128, uncased: bool = False,
-                 keep_accents: bool = False, **kwargs):
+                 keep_accents: bool = False, max_segments: int = 1, **kwargs):
         kwargs.setdefault("trainable", False)
         super().__init__(**kwargs)
         if sequence_length < 3:
             raise ValueError(f"XLNetPreprocessor: sequence_length must be >= 3 (room for <sep> <sep> <cls>), "
                              f"got {sequence_length}")
+        if isinstance(max_segments, bool) or not isinstance(max_segments, numbers.Integral) or max_segments < 1:
+            raise ValueError(f"XLNetPreprocessor: max_segments must be an integer >= 1 (segments of "
+                             f"sequence_length per document), got {max_segments!r}")
         self.sequence_length = int(sequence_length)
+        self.max_segments = int(max_segments)
         self.uncased = uncased
         self.keep_accents = keep_accents
         self.encoder = None
@@ -288,11 +311,16 @@ class XLNetPreprocessor(keras.layers.Layer):
         if text.dtype != tf.string or (text_b is not None and text_b.dtype != tf.string):
             raise ValueError(f"{self.name}: expects string tensors, got {text.dtype}"
                              f"{'' if text_b is None else ' and ' + str(text_b.dtype)}")
+        for name, t in (("text", text), ("text_b", text_b)):
+            if t is not None and (t.shape.rank or 0) > 1:
+                raise ValueError(f"{self.name}: {name} must be a batch of strings [B] (or one string), got "
+                                 f"shape {t.shape}; a text pair is a tuple (texts_a, texts_b), not a 2-D array")
         scalar = text.shape.rank == 0
         if scalar:
             text = text[None]
             text_b = None if text_b is None else text_b[None]
-        ids, segs, mask = encode_and_pack(self.encoder, text, text_b, self.sequence_length)
+        ids, segs, mask = encode_and_pack_document(self.encoder, text, text_b, self.sequence_length,
+                                                   self.max_segments)
         features = {"input_ids": ids, "segment_ids": segs, "attention_mask": mask}
         if scalar:
             features = {k: v[0] for k, v in features.items()}
@@ -300,7 +328,8 @@ class XLNetPreprocessor(keras.layers.Layer):
 
     def compute_output_spec(self, x, y=None, sample_weight=None):  # noqa: D102 (symbolic shapes)
         lead = tuple(x.shape[:1]) if not isinstance(x, (tuple, list, dict)) else (None,)
-        spec = lambda dtype: keras.KerasTensor(lead + (self.sequence_length,), dtype)  # noqa: E731
+        segments = (self.max_segments,) if self.max_segments > 1 else ()
+        spec = lambda dtype: keras.KerasTensor(lead + segments + (self.sequence_length,), dtype)  # noqa: E731
         features = {"input_ids": spec("int32"), "segment_ids": spec("int32"), "attention_mask": spec("float32")}
         return keras.utils.pack_x_y_sample_weight(features, y, sample_weight)
 
@@ -314,5 +343,6 @@ class XLNetPreprocessor(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(sequence_length=self.sequence_length, uncased=self.uncased, keep_accents=self.keep_accents)
+        config.update(sequence_length=self.sequence_length, uncased=self.uncased, keep_accents=self.keep_accents,
+                      max_segments=self.max_segments)
         return config

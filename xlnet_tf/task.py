@@ -11,19 +11,36 @@ Backbone / Preprocessor / Task split).
   (target slots) divided by their global weight, so one replica gives the Trainer's loss curve.
 - `.keras` saving keeps the preprocessor (its SentencePiece model is an asset of the archive);
   `from_checkpoint` builds a task model from the original release, Hugging Face safetensors or one of our
-  checkpoint directories, with its config and SentencePiece model.
+  checkpoint directories, with its config and SentencePiece model (for a long-document run, a preprocessor
+  of its `max_segments`, so that `predict` reads whole texts as the exported model and the records do).
+
+Bad input is refused with one `UserError` naming it, never trained or scored silently:
+- labels of a classification task (`num_classes`) must be class ids: integers in `[0, num_classes)`.
+  Integer-valued floats (`1.0`, e.g. from pandas) are accepted; other floats are refused (real-valued
+  targets are a regression model's), as are strings (map them to ids with the label list). Arrays are
+  checked before `fit`/`evaluate` start; a `tf.data` dataset's label dtype is checked up front and its
+  values as each batch is read (the same error, raised when the batch is reached).
+- `fit`/`evaluate` on data without a single batch (an empty dataset or arrays) stop with "no batches";
+  so does `predict` on an empty dataset. `predict` on an empty list or array returns empty outputs of the
+  right shapes (`logits [0, num_labels]`), as the exported `serving_default` does for an empty request.
+- With a preprocessor, `x` is a batch: a list / array of strings `[N]`, or a pair `(texts_a, texts_b)`; a
+  lone string is refused (pass `[text]`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
 from collections.abc import Mapping
 from typing import Optional
 
 import keras
 import numpy as np
 import tensorflow as tf
+
+from xlnet_tf.errors import UserError
 
 AUTO = "auto"
 
@@ -74,6 +91,12 @@ class Task(keras.Model):
 
     label_key: Optional[str] = "label"
     default_learning_rate = 2e-5  # of compile(optimizer="auto"): Adam
+    real_valued_labels_hint = ""  # what to use instead when class-id labels are real-valued
+
+    @property
+    def num_classes(self) -> Optional[int]:
+        """The `label_key` labels are class ids in `[0, num_classes)`; None: real-valued (or no single label)."""
+        return None
 
     def __init__(self, preprocessor=None, **kwargs):
         super().__init__(**kwargs)
@@ -122,13 +145,18 @@ class Task(keras.Model):
                              f"attention_mask, ...), got {type(x).__name__}; for raw text build the model with "
                              f"preprocessor=XLNetPreprocessor(...) (or from_checkpoint with a spiece.model)")
         if y is None:
-            return x
-        if isinstance(y, Mapping):
-            return {**x, **y}
-        if self.label_key is None:
+            features = x
+        elif isinstance(y, Mapping):
+            features = {**x, **y}
+        elif self.label_key is None:
             raise ValueError(f"{type(self).__name__}: y must be a dict of label features, got "
                              f"{type(y).__name__}")
-        return {**x, self.label_key: y}
+        else:
+            features = {**x, self.label_key: y}
+        label = features.get(self.label_key) if self.label_key else None
+        if label is not None and hasattr(label, "dtype"):
+            self._check_label_dtype(label.dtype)
+        return features
 
     def outputs_for_loss(self, features, outputs):
         """The outputs the loss needs (a subclass may recompute them, e.g. SQuAD's teacher forcing)."""
@@ -152,8 +180,109 @@ class Task(keras.Model):
         y_true, y_hat, weights = self.keras_targets(features, self.outputs_for_loss(features, y_pred))
         return super().compute_metrics(x, y_true, y_hat, combine_weights(weights, sample_weight))
 
+    # --------------------------------------------------------------------------------------- labels
+    def _check_label_dtype(self, dtype) -> None:
+        """Labels must be numbers: strings (a TF, numpy or Keras string dtype) are refused; their dtype is known
+        before any batch is read."""
+        if _is_string_dtype(dtype):
+            raise UserError(self._string_labels_message())
+
+    def _string_labels_message(self) -> str:
+        name = type(self).__name__
+        if self.num_classes is None:
+            return f"{name}: the labels are strings; regression targets must be numbers"
+        return (f"{name}: the labels are strings; labels must be class ids, integers in [0, {self.num_classes}): "
+                f"map the names to ids with the label list (e.g. [label_list.index(name) for name in names]). "
+                f"A text pair with labels is ((texts_a, texts_b), labels)")
+
+    def _labels_in(self, x, y):
+        """The `label_key` labels among Keras's `x, y` (`y` itself, `y[label_key]` or `x[label_key]`), or None."""
+        if self.label_key is None:
+            return None
+        if isinstance(y, Mapping):
+            return y.get(self.label_key)
+        if y is not None:
+            return y
+        return x.get(self.label_key) if isinstance(x, Mapping) else None
+
+    def _check_labels(self, x, y) -> None:
+        """Labels in memory are checked here (`check_label_values`); a dataset's label dtype is checked up
+        front, its values as batches are read (`_with_label_checks`)."""
+        if isinstance(x, tf.data.Dataset):
+            label = self._labels_in(*keras.utils.unpack_x_y_sample_weight(x.element_spec)[:2])
+            if isinstance(label, tf.TensorSpec):
+                self._check_label_dtype(label.dtype)
+            return
+        labels = self._labels_in(x, y)
+        if labels is not None:
+            check_label_values(type(self).__name__, labels, self.num_classes, self.real_valued_labels_hint,
+                               self._string_labels_message())
+
+    def _with_label_checks(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """`dataset` with class-id labels asserted (integer-valued, in `[0, num_classes)`) as it is read."""
+        self._check_labels(dataset, None)
+        label = self._labels_in(*keras.utils.unpack_x_y_sample_weight(dataset.element_spec)[:2])
+        if self.num_classes is None or not isinstance(label, tf.TensorSpec):
+            return dataset
+        n = self.num_classes
+        message = self._dataset_labels_message()
+
+        def check(*data):
+            data = data[0] if len(data) == 1 else data
+            labels = self._labels_in(*keras.utils.unpack_x_y_sample_weight(data)[:2])
+            values = tf.cast(labels, tf.float64)
+            ok = tf.reduce_all((values >= 0) & (values < n) & tf.equal(values, tf.round(values)))
+            with tf.control_dependencies([tf.debugging.Assert(ok, [message, labels], summarize=8)]):
+                return tf.nest.map_structure(lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, data)
+
+        return dataset.map(check)
+
+    def _dataset_labels_message(self) -> str:
+        return (f"{type(self).__name__}: labels must be class ids, integers in [0, {self.num_classes})"
+                f"{self.real_valued_labels_hint}; got labels:")
+
+    @contextlib.contextmanager
+    def _label_errors(self):
+        """A failed label assertion of `_with_label_checks` (raised by TensorFlow as the batch is read) is
+        re-raised as the `UserError` arrays get, with the offending labels."""
+        try:
+            yield
+        except tf.errors.InvalidArgumentError as e:
+            message = self._dataset_labels_message() if self.num_classes is not None else None
+            found = message and re.search(re.escape(message) + r"\] \[([^\]]*)\]", e.message or "")
+            if not found:
+                raise
+            raise UserError(f"{message} [{found.group(1)}] (in a batch of the dataset)") from None
+
+    # ---------------------------------------------------------------------------------- empty data
+    def _no_batches(self, method: str) -> UserError:
+        return UserError(f"{type(self).__name__}.{method}: the data holds no batches (an empty dataset or "
+                         f"arrays, e.g. after take(0) or a filter that dropped every example); pass at least "
+                         f"one example")
+
+    def _refuse_empty(self, x, method: str) -> None:
+        """Data known to be empty (a dataset of cardinality 0, arrays of 0 rows) is refused up front."""
+        if isinstance(x, tf.data.Dataset):
+            empty = int(x.cardinality()) == 0
+        else:
+            empty = x is not None and num_rows(x) == 0
+        if empty:
+            raise self._no_batches(method)
+
     # --------------------------------------------------------------------------- fit/evaluate/predict
-    def _as_dataset(self, x, y, sample_weight, batch_size, shuffle=False):
+    def _text_batch(self, x, method: str):
+        """`x` of fit/evaluate/predict with a preprocessor: lists of texts become string arrays `[N]` (an
+        empty list too); a lone string is refused (a batch is a list)."""
+        if _is_one_text(x) or (isinstance(x, tuple) and any(_is_one_text(v) for v in x)):
+            raise UserError(f"{type(self).__name__}.{method}: x is one string; pass a list of strings (a batch, "
+                            f"e.g. [text]), or a pair of lists (texts_a, texts_b)")
+        if isinstance(x, list):  # a list is texts; a pair of text lists is a tuple
+            return _string_array(x)
+        if isinstance(x, tuple):
+            return tuple(_string_array(v) if isinstance(v, list) else v for v in x)
+        return x
+
+    def _as_dataset(self, x, y, sample_weight, batch_size, shuffle=False, method="fit"):
         """Raw inputs -> a batched, preprocessed `tf.data.Dataset` (only with a preprocessor)."""
         if isinstance(x, tf.data.Dataset):
             if y is not None or sample_weight is not None:
@@ -161,8 +290,8 @@ class Task(keras.Model):
             if batch_size is not None:
                 raise ValueError("batch_size must be None when x is a tf.data.Dataset (batch the dataset)")
             return x.map(self.preprocessor, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
-        if isinstance(x, list):  # a list is texts; a pair of text lists is a tuple
-            x = np.asarray(x)
+        x = self._text_batch(x, method)
+        self._refuse_empty(x, method)
         data = keras.utils.pack_x_y_sample_weight(x, y, sample_weight)
         ds = tf.data.Dataset.from_tensor_slices(data)
         if shuffle:
@@ -180,6 +309,9 @@ class Task(keras.Model):
 
     def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None, **kwargs):
         self._check_features(x)
+        self._check_labels(x, y)
+        if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
+            self._check_labels(*keras.utils.unpack_x_y_sample_weight(validation_data)[:2])
         if self.preprocessor is not None and x is not None:
             x = self._as_dataset(x, y, sample_weight, batch_size, shuffle=kwargs.pop("shuffle", True))
             y = sample_weight = batch_size = None
@@ -190,24 +322,66 @@ class Task(keras.Model):
             elif validation_data is not None:
                 validation_data = self._as_dataset(validation_data, None, None, None)
             kwargs.pop("validation_batch_size", None)
+        self._refuse_empty(x, "fit")
         if isinstance(x, tf.data.Dataset):
             kwargs.setdefault("shuffle", False)  # Keras ignores it for a dataset (and warns)
-        return super().fit(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
-                           validation_data=validation_data, **kwargs)
+            x = self._with_label_checks(x)
+        if isinstance(validation_data, tf.data.Dataset):
+            validation_data = self._with_label_checks(validation_data)
+        counter = _BatchCounter()
+        kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), counter)
+        with self._label_errors():
+            history = super().fit(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight,
+                                  validation_data=validation_data, **kwargs)
+        if counter.batches == 0 and kwargs.get("epochs", 1) > kwargs.get("initial_epoch", 0):
+            raise self._no_batches("fit")
+        return history
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        if kwargs.get("_use_cached_eval_dataset"):  # fit's validation: its data was prepared by fit
+            return super().evaluate(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
         self._check_features(x)
+        self._check_labels(x, y)
         if self.preprocessor is not None and x is not None:
-            x = self._as_dataset(x, y, sample_weight, batch_size)
+            x = self._as_dataset(x, y, sample_weight, batch_size, method="evaluate")
             y = sample_weight = batch_size = None
-        return super().evaluate(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
+        self._refuse_empty(x, "evaluate")
+        if isinstance(x, tf.data.Dataset):
+            x = self._with_label_checks(x)
+        counter = _BatchCounter()
+        kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), counter)
+        with self._label_errors():
+            result = super().evaluate(x=x, y=y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
+        if counter.batches == 0:
+            raise self._no_batches("evaluate")
+        return result
 
     def predict(self, x, batch_size=None, **kwargs):
+        """Keras's `predict`; with a preprocessor `x` may be texts (a list or array `[N]`, a pair of them, or
+        a `tf.data` dataset of them). Empty lists / arrays give empty outputs (e.g. `logits [0, C]`)."""
         self._check_features(x)
+        if self.preprocessor is not None and not isinstance(x, tf.data.Dataset):
+            x = self._text_batch(x, "predict")
+        if not isinstance(x, tf.data.Dataset) and num_rows(x) == 0:
+            return self._predict_empty(x)
         if self.preprocessor is not None:
-            x = self._as_dataset(x, None, None, batch_size)
+            x = self._as_dataset(x, None, None, batch_size, method="predict")
             batch_size = None
-        return super().predict(x, batch_size=batch_size, **kwargs)
+        self._refuse_empty(x, "predict")
+        counter = _BatchCounter()
+        kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), counter)
+        try:
+            return super().predict(x, batch_size=batch_size, **kwargs)
+        except UnboundLocalError:  # Keras's predict on data without a batch
+            if counter.batches:
+                raise
+            raise self._no_batches("predict") from None
+
+    def _predict_empty(self, x):
+        """The outputs for 0 examples, as numpy arrays with the right trailing shapes (the model run on an
+        empty batch)."""
+        features = self.preprocessor(x) if self.preprocessor is not None else x
+        return tf.nest.map_structure(np.asarray, self.predict_step(features))
 
     def train_step(self, data):
         """Keras's step, finished as `training.Trainer`'s (`training.apply_clipped_gradients`): the dense
@@ -270,7 +444,10 @@ class Task(keras.Model):
             Hugging Face `config.json`); default: `xlnet_config.json` or `config.json` next to the checkpoint.
           spiece_model: the SentencePiece model; default: `spiece.model` next to the checkpoint, or the one
             in `export_info.json` of a runner's model_dir. Text tasks without one take features only.
-          sequence_length, uncased: of the preprocessor; default: `export_info.json`'s, else 128 / False.
+          sequence_length, uncased: of the preprocessor; default: `export_info.json`'s, else 128 / False (its
+            `keep_accents` too: the normalization of the run's records). A long-document run's `max_segments`
+            (with its `mem_len` and `document_summary`) gives a preprocessor of that many segments: `predict`
+            reads the whole text as the run's records and its export do.
           config_overrides: run-time knobs on top of the config (e.g. `{"dropout": 0.0}`).
           require_heads: the checkpoint must hold the task head too (e.g. a fine-tuned model).
           **task_kwargs: the task's arguments (`num_labels`, ...); a runner's `export_info.json` supplies
@@ -291,9 +468,12 @@ class Task(keras.Model):
             spiece_model = spiece_model or _first_existing(os.path.join(directory, "spiece.model"),
                                                            info.get("spiece_model_file"))
             if spiece_model and "preprocessor" not in kwargs:
+                # a long-document run (export info's max_segments): documents of that many segments, as its
+                # records and its exported serving_default pack them
                 kwargs["preprocessor"] = XLNetPreprocessor(
                     spiece_model, sequence_length=sequence_length or info.get("max_seq_length") or 128,
-                    uncased=info.get("uncased", False) if uncased is None else uncased)
+                    uncased=info.get("uncased", False) if uncased is None else uncased,
+                    keep_accents=info.get("keep_accents", False), max_segments=info.get("max_segments") or 1)
         model = cls(config, **kwargs)
         checkpoints.load_init_checkpoint(model, weights, require_heads=require_heads)
         return model
@@ -305,6 +485,93 @@ class Task(keras.Model):
         """Task arguments recorded by a fine-tuning runner in `export_info.json` (default: none)."""
         del info
         return {}
+
+
+class _BatchCounter(keras.callbacks.Callback):
+    """Counts the batches a `fit` / `evaluate` / `predict` ran (0: the data held none)."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches += 1
+
+    on_test_batch_end = on_predict_batch_end = on_train_batch_end
+
+
+def _with_callback(callbacks, callback):
+    """The user's `callbacks` (None, a list or a `CallbackList`) plus `callback`."""
+    if isinstance(callbacks, keras.callbacks.CallbackList):
+        callbacks.append(callback)
+        return callbacks
+    return list(callbacks or []) + [callback]
+
+
+def num_rows(x) -> Optional[int]:
+    """The number of examples in array data `x` (an array, or a dict / tuple of them): the first dimension
+    shared by every array; None when unknown (other data, or arrays that disagree)."""
+    if x is None or isinstance(x, (str, bytes, list, tf.data.Dataset)):
+        return None
+    sizes = set()
+    for leaf in tf.nest.flatten(x):
+        shape = getattr(leaf, "shape", None)
+        if shape is None or len(shape) == 0 or shape[0] is None:
+            return None
+        sizes.add(int(shape[0]))
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def check_label_values(owner: str, labels, num_classes: Optional[int], real_valued_hint: str = "",
+                       strings_message: str = "") -> None:
+    """In-memory labels `[N]` (array, list, tensor) must be numbers and, with `num_classes`, class ids:
+    integer-valued (`1.0` is accepted) and in `[0, num_classes)`. Raises `UserError` naming them."""
+    values = np.asarray(labels.numpy() if isinstance(labels, (tf.Tensor, tf.Variable)) else labels)
+    if values.dtype.kind == "O":  # python objects: strings, or numbers that numpy did not type
+        if any(isinstance(v, (str, bytes)) for v in values.ravel()):
+            raise UserError(strings_message or f"{owner}: the labels are strings; labels must be numbers")
+        try:
+            values = values.astype(np.float64)
+        except (TypeError, ValueError):
+            raise UserError(f"{owner}: labels must be numbers, got {values.ravel()[:3].tolist()}") from None
+    if values.dtype.kind in "US":
+        raise UserError(strings_message or f"{owner}: the labels are strings; labels must be numbers")
+    if values.dtype.kind not in "biuf":
+        raise UserError(f"{owner}: labels must be numbers, got dtype {values.dtype}")
+    if num_classes is None:
+        return
+    if values.dtype.kind == "f":
+        real = values[~np.equal(values, np.round(values))]  # NaN included
+        if real.size:
+            raise UserError(f"{owner}: labels must be class ids, integers in [0, {num_classes}); got real values "
+                            f"such as {real.ravel()[:3].tolist()}{real_valued_hint}")
+    outside = values[(values < 0) | (values >= num_classes)]
+    if outside.size:
+        raise UserError(f"{owner}: labels must be class ids in [0, {num_classes}); got "
+                        f"{sorted(set(outside.ravel().tolist()))[:5]}")
+
+
+def _is_string_dtype(dtype) -> bool:
+    if isinstance(dtype, np.dtype):
+        return dtype.kind in ("U", "S")
+    try:
+        return tf.as_dtype(dtype) == tf.string
+    except TypeError:
+        return False
+
+
+def _is_one_text(value) -> bool:
+    """A single string (not a batch): `str`, `bytes`, or a 0-d string array / tensor."""
+    if isinstance(value, (str, bytes)):
+        return True
+    if isinstance(value, (np.ndarray, np.generic)):
+        return value.ndim == 0 and value.dtype.kind in ("U", "S", "O")
+    return isinstance(value, tf.Tensor) and value.dtype == tf.string and value.shape.rank == 0
+
+
+def _string_array(texts: list) -> np.ndarray:
+    """A list of texts as an array `[N]` (an empty list as an empty string array, not numpy's float64)."""
+    return np.asarray(texts) if len(texts) else np.zeros([0], dtype=str)
 
 
 def _is_text(value) -> bool:
