@@ -13,6 +13,7 @@ from tfrecords import corpus as corpus_lib
 from tfrecords import inspect_records
 from tfrecords import manifest as manifest_lib
 from tfrecords import pretrain_data as PD
+from xlnet_tf.text import layout
 from xlnet_tf.tokenization import CLS_ID, EOD_ID, SEP_ID
 
 S = F.SMALL
@@ -229,15 +230,8 @@ def test_split_a_and_b_matches_original_loops():
         assert got == original(sids, begin, tot_len, np.random.default_rng(seed)), trial
         if got is not None:
             assert (got[1] - got[0]) + (got[3] - got[2]) == tot_len
-    for la in range(0, 12):
-        for lb in range(0, 12):
-            a, b, t = la, lb, 7
-            while a + b > t:
-                if a > b:
-                    a -= 1
-                else:
-                    b -= 1
-            assert PD.trim_pair(la, lb, 7) == (a, b)
+    # the pair rule of the new part is the layout's (tests/test_text_packing.py checks it against the loop)
+    assert PD.shrink_pair is layout.shrink_pair
 
 
 def test_tokenize_documents_sentence_ids():

@@ -10,8 +10,9 @@ Packing (the original `classifier_utils.convert_single_example`), for `L = max_s
 LEFT padding with id 0 (`<unk>`, as the original) and segment id 4 (`SEG_ID_PAD`); `<cls>` is
 always the last position (the "last" summary reads it). Without B (`text_b` None, or B
 tokenizing to nothing, as the original's `if tokens_b:`) the `B <sep>` part is absent. Too
-long inputs: a pair is cut by `truncate_seq_pair(a, b, L - 3)` (pop from the end of the
-longer side, B on ties), a single text keeps its first `L - 2` ids.
+long inputs: a pair is cut by `shrink_pair(a, b, L - 3)` (pop from the end of the longer side, B on
+ties), a single text keeps its first `L - 2` ids. The packer is xlnet_tf/text/packing.py's `pack_pair`, the
+one serving and `XLNetPreprocessor` mirror in the graph.
 
 Examples come from a task processor (processors.py: GLUE, IMDB, Yelp, your own tsv/csv; `get_processor`).
 
@@ -39,7 +40,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -49,68 +50,19 @@ from tfrecords import records as records_lib
 from tfrecords.processors import InputExample, Processor, label_ids
 from tfrecords.records import DataError  # raised here; also caught as classifier_data.DataError
 from xlnet_tf import tokenization
-from xlnet_tf.tokenization import CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID
+from xlnet_tf.text import packing
 
 CLASSIFIER_KIND = "xlnet_classifier"
-PAD_TOKEN_ID = 0  # the original left-pads with id 0, not <pad>
 OUTPUT_NAMES = ("input_ids", "segment_ids", "attention_mask", "label", "is_real_example",
                 "example_index")
 
 
-# ---- packing --------------------------------------------------------------------------------
-
-def truncate_seq_pair(tokens_a: List[int], tokens_b: List[int], max_length: int) -> None:
-    """In place: pop from the end of the longer list (B on ties) until both fit
-    `max_length` (the original `_truncate_seq_pair`)."""
-    while len(tokens_a) + len(tokens_b) > max_length:
-        if len(tokens_a) > len(tokens_b):
-            tokens_a.pop()
-        else:
-            tokens_b.pop()
-
-
-def left_pad(tokens: List[int], segs: List[int], max_seq_length: int
-             ) -> Dict[str, np.ndarray]:
-    """Left-pad one packed sequence to `max_seq_length`: ids 0, segment 4, mask 0."""
-    n = len(tokens)
-    if n > max_seq_length:
-        raise ValueError(f"packed sequence of {n} tokens exceeds max_seq_length "
-                         f"{max_seq_length}")
-    pad = max_seq_length - n
-    ids = np.full([max_seq_length], PAD_TOKEN_ID, np.int32)
-    seg = np.full([max_seq_length], SEG_ID_PAD, np.int32)
-    mask = np.zeros([max_seq_length], np.float32)
-    ids[pad:] = tokens
-    seg[pad:] = segs
-    mask[pad:] = 1.0
-    return {"input_ids": ids, "segment_ids": seg, "attention_mask": mask}
-
+# ---- packing (the layout's one packer: xlnet_tf/text/packing.py) ----------------------------------------------
 
 def _check_length(max_seq_length: int, minimum: int = 3) -> None:
     if not isinstance(max_seq_length, (int, np.integer)) or max_seq_length < minimum:
         raise ValueError(f"max_seq_length must be an integer >= {minimum}, got "
                          f"{max_seq_length!r}")
-
-
-def _pack(ids_a: Sequence[int], ids_b: Optional[Sequence[int]], max_seq_length: int
-          ) -> Tuple[Dict[str, np.ndarray], bool]:
-    """`pack_ids` plus whether anything was cut (`max_seq_length` = S * L for documents)."""
-    tokens_a = list(ids_a)
-    tokens_b = list(ids_b) if ids_b is not None and len(ids_b) else None  # `if tokens_b:`
-    n_in = len(tokens_a) + (len(tokens_b) if tokens_b else 0)
-    if tokens_b:
-        truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
-    elif len(tokens_a) > max_seq_length - 2:
-        tokens_a = tokens_a[:max_seq_length - 2]
-    truncated = len(tokens_a) + (len(tokens_b) if tokens_b else 0) < n_in
-    tokens = tokens_a + [SEP_ID]
-    segs = [SEG_ID_A] * len(tokens)
-    if tokens_b:
-        tokens += tokens_b + [SEP_ID]
-        segs += [SEG_ID_B] * (len(tokens_b) + 1)
-    tokens.append(CLS_ID)
-    segs.append(SEG_ID_CLS)
-    return left_pad(tokens, segs, max_seq_length), truncated
 
 
 def pack_ids(ids_a: Sequence[int], ids_b: Optional[Sequence[int]], max_seq_length: int
@@ -121,7 +73,7 @@ def pack_ids(ids_a: Sequence[int], ids_b: Optional[Sequence[int]], max_seq_lengt
     `attention_mask` float32 [L] (1 = real token, 0 = padding).
     """
     _check_length(max_seq_length)
-    return _pack(ids_a, ids_b, max_seq_length)[0]
+    return packing.pack_pair(ids_a, ids_b, max_seq_length)[0]
 
 
 def pack_example(tokenizer: tokenization.XLNetTokenizer, text_a: str,
@@ -157,7 +109,7 @@ def convert_examples(tokenizer: tokenization.XLNetTokenizer,
     out = {"input_ids": np.zeros([n, L], np.int32), "segment_ids": np.zeros([n, L], np.int32),
            "attention_mask": np.zeros([n, L], np.float32), "truncated": np.zeros([n], bool)}
     for k in range(n):
-        feats, out["truncated"][k] = _pack(ids_a[k], ids_b[k], L)
+        feats, out["truncated"][k] = packing.pack_pair(ids_a[k], ids_b[k], L)
         for name, v in feats.items():
             out[name][k] = v
     real = out["attention_mask"].sum(1).astype(np.int64)

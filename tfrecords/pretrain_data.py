@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from xlnet_tf import tokenization
+from xlnet_tf.text.layout import shrink_pair
 from xlnet_tf.tokenization import CLS_ID, EOD_ID, MASK_ID, SEP_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS
 from tfrecords import corpus as corpus_lib
 from tfrecords import manifest as manifest_lib
@@ -257,17 +258,6 @@ def sentence_bounds(sids: np.ndarray) -> np.ndarray:
     return np.flatnonzero(sids[1:] != sids[:-1]) + 1
 
 
-def trim_pair(la: int, lb: int, tot_len: int) -> Tuple[int, int]:
-    """Closed form of the original loop `while la + lb > tot_len: shrink the longer
-    (B on ties)`."""
-    ex = la + lb - tot_len
-    if ex <= 0:
-        return la, lb
-    d = min(ex, max(0, la - lb)); la -= d; ex -= d
-    d = min(ex, max(0, lb - la)); lb -= d; ex -= d
-    return la - ex // 2, lb - (ex + 1) // 2
-
-
 def split_a_and_b_labeled(sids: np.ndarray, bounds: np.ndarray, begin: int, tot_len: int,
                   rng: np.random.Generator) -> Optional[Tuple[Tuple[int, int, int, int], int]]:
     """The original `_split_a_and_b` on one row, as index ranges.
@@ -301,7 +291,7 @@ def split_a_and_b_labeled(sids: np.ndarray, bounds: np.ndarray, begin: int, tot_
     else:
         a_end = int(cuts[rng.integers(cuts.size)])
         b_begin, b_end = a_end, end
-    la, lb = trim_pair(a_end - begin, b_end - b_begin, tot_len)
+    la, lb = shrink_pair(a_end - begin, b_end - b_begin, tot_len)
     a_end, b_end = begin + la, b_begin + lb
     if a_end >= n or b_end >= n:
         return None

@@ -39,10 +39,9 @@ import numpy as np
 from tfrecords import manifest as manifest_lib
 from tfrecords import record_inputs
 from tfrecords import records as records_lib
-from tfrecords.classifier_data import left_pad  # the classifier's padding rule: ids 0, segment 4, mask 0
 from tfrecords.records import DataError
 from xlnet_tf import tokenization
-from xlnet_tf.tokenization import CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEP_ID
+from xlnet_tf.text import packing
 
 RACE_KIND = "xlnet_race"
 NUM_CHOICES = 4
@@ -188,22 +187,6 @@ def _check_lengths(max_seq_length: int, max_qa_length: int, qa_truncation: str) 
                          f"{max_seq_length - 3}], got {max_qa_length}")
 
 
-def _pack_choice(context_ids: Sequence[int], qa_ids: Sequence[int], max_seq_length: int,
-                 max_qa_length: int, qa_truncation: str
-                 ) -> Tuple[Dict[str, np.ndarray], bool]:
-    qa = list(qa_ids)
-    if len(qa) > max_qa_length:
-        qa = qa[-max_qa_length:] if qa_truncation == "tail" else qa[:max_qa_length]
-    budget = max_seq_length - 3 - len(qa)
-    tokens = list(context_ids[:budget])  # a fresh list: never alias the article's ids
-    truncated = len(qa) < len(qa_ids) or len(tokens) < len(context_ids)
-    segs = [SEG_ID_A] * (len(tokens) + 1)
-    tokens.append(SEP_ID)
-    tokens += qa + [SEP_ID, CLS_ID]
-    segs += [SEG_ID_B] * (len(qa) + 1) + [SEG_ID_CLS]
-    return left_pad(tokens, segs, max_seq_length), truncated
-
-
 def pack_choice(context_ids: Sequence[int], qa_ids: Sequence[int], max_seq_length: int,
                 max_qa_length: int, qa_truncation: str = "tail") -> Dict[str, np.ndarray]:
     """One choice: `context <sep> qa <sep> <cls>`, left-padded (module docstring).
@@ -212,7 +195,7 @@ def pack_choice(context_ids: Sequence[int], qa_ids: Sequence[int], max_seq_lengt
     `attention_mask` float32 [L] (1 = real token). The inputs are not modified.
     """
     _check_lengths(max_seq_length, max_qa_length, qa_truncation)
-    return _pack_choice(context_ids, qa_ids, max_seq_length, max_qa_length, qa_truncation)[0]
+    return packing.pack_choice(context_ids, qa_ids, max_seq_length, max_qa_length, qa_truncation)[0]
 
 
 def pack_choices(context_ids: Sequence[int], qa_ids_list: Sequence[Sequence[int]],
@@ -220,7 +203,7 @@ def pack_choices(context_ids: Sequence[int], qa_ids_list: Sequence[Sequence[int]
                  ) -> Dict[str, np.ndarray]:
     """All choices of one question: the `pack_choice` arrays stacked to [C, L]."""
     _check_lengths(max_seq_length, max_qa_length, qa_truncation)
-    packed = [_pack_choice(context_ids, qa, max_seq_length, max_qa_length, qa_truncation)[0]
+    packed = [packing.pack_choice(context_ids, qa, max_seq_length, max_qa_length, qa_truncation)[0]
               for qa in qa_ids_list]
     return {k: np.stack([p[k] for p in packed]) for k in packed[0]}
 
@@ -252,7 +235,7 @@ def convert_race_examples(tokenizer: tokenization.XLNetTokenizer,
     for k, ex in enumerate(examples):
         ctx = ctx_ids[ex.context]
         for j in range(NUM_CHOICES):
-            f, cut = _pack_choice(ctx, qa_ids[k * NUM_CHOICES + j], L, max_qa_length,
+            f, cut = packing.pack_choice(ctx, qa_ids[k * NUM_CHOICES + j], L, max_qa_length,
                                   qa_truncation)
             for name, v in f.items():
                 out[name][k, j] = v

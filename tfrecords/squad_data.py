@@ -65,12 +65,10 @@ from tfrecords import records as records_lib
 from tfrecords.records import DataError
 from xlnet_tf import files as files_lib
 from xlnet_tf import tokenization
-from xlnet_tf.tokenization import (CLS_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID,
-                                   SPIECE_UNDERLINE, UNK_ID)
+from xlnet_tf.text import packing
+from xlnet_tf.tokenization import SPIECE_UNDERLINE, UNK_ID
 
 SQUAD_KIND = "xlnet_squad"
-PAD_TOKEN_ID = 0  # the original right-pads with id 0
-SEG_ID_P, SEG_ID_Q = SEG_ID_A, SEG_ID_B
 RECORD_NAMES = ("input_ids", "segment_ids", "attention_mask", "p_mask", "cls_index",
                 "start_positions", "end_positions", "is_impossible", "unique_id",
                 "is_real_example")
@@ -594,34 +592,6 @@ def max_context_span(spans: Sequence[Tuple[int, int]], num_tokens: int) -> np.nd
     return best
 
 
-def pack_feature(doc_ids: Sequence[int], query_ids: Sequence[int], max_seq_length: int
-                 ) -> Dict[str, np.ndarray]:
-    """`P <sep> Q <sep> <cls>`, right-padded: `input_ids`, `segment_ids` int32 [L],
-    `attention_mask` int32 [L] (1 = real token), `p_mask` int32 [L] (1 = cannot be in the
-    answer: <sep>, query, padding), `cls_index` (int)."""
-    n, q, L = len(doc_ids), len(query_ids), max_seq_length
-    total = n + q + 3
-    if total > L:
-        raise ValueError(f"{total} tokens do not fit max_seq_length {L}")
-    ids = np.full([L], PAD_TOKEN_ID, np.int32)
-    seg = np.full([L], SEG_ID_PAD, np.int32)
-    mask = np.zeros([L], np.int32)
-    p_mask = np.ones([L], np.int32)
-    ids[:n] = doc_ids
-    ids[n] = SEP_ID
-    ids[n + 1:n + 1 + q] = query_ids
-    ids[n + 1 + q] = SEP_ID
-    ids[n + 2 + q] = CLS_ID
-    seg[:n + 1] = SEG_ID_P
-    seg[n + 1:n + 2 + q] = SEG_ID_Q
-    seg[n + 2 + q] = SEG_ID_CLS
-    mask[:total] = 1
-    p_mask[:n] = 0
-    p_mask[n + 2 + q] = 0
-    return {"input_ids": ids, "segment_ids": seg, "attention_mask": mask, "p_mask": p_mask,
-            "cls_index": n + q + 2}
-
-
 def convert_example(example: SquadExample, example_index: int, para: ParagraphTokens,
                     query_ids: Sequence[int], cfg: SquadConfig, first_unique_id: int,
                     stats: Optional[SplitStats] = None) -> List[SquadFeature]:
@@ -642,7 +612,7 @@ def convert_example(example: SquadExample, example_index: int, para: ParagraphTo
                 stats.warn("answer_subword_boundary", example.qas_id)
     feats = []
     for k, (start, length) in enumerate(spans):
-        packed = pack_feature(para.ids[start:start + length], q, cfg.max_seq_length)
+        packed = packing.pack_squad_window(para.ids[start:start + length], q, cfg.max_seq_length)
         cls_index = packed["cls_index"]
         if gold is not None and start <= gold[0] and gold[1] < start + length:
             sp, ep, imp = gold[0] - start, gold[1] - start, 0
@@ -793,7 +763,7 @@ def _write_json(path: str, values: Dict[str, Any]) -> None:
 def dummy_record(max_seq_length: int) -> Dict[str, np.ndarray]:
     """The padding record of eval batches: `<sep> <sep> <cls>`, `unique_id` -1,
     `is_real_example` 0."""
-    p = pack_feature([], [], max_seq_length)
+    p = packing.pack_squad_window([], [], max_seq_length)
     c = p.pop("cls_index")
     return {**p, "cls_index": np.int64(c), "start_positions": np.int64(c),
             "end_positions": np.int64(c), "is_impossible": np.int64(0),
