@@ -215,13 +215,13 @@ def loop_config(FLAGS, seq_len: int):
 
 
 def dtype_policy(FLAGS) -> str:
-    from run import lifecycle
+    from xlnet_tf import training
 
-    return lifecycle.dtype_policy(FLAGS.mixed_precision)
+    return training.dtype_policy(FLAGS.mixed_precision)
 
 
 def micro_batch_size(FLAGS, num_replicas: int) -> int:
     """Global micro-batch (`--train_batch_size / --gradient_accumulation_steps`), checked to split evenly."""
-    from run import lifecycle
+    from xlnet_tf import training
 
-    return lifecycle.micro_batch_size(FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps, num_replicas)
+    return training.micro_batch_size(FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps, num_replicas)

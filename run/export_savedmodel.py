@@ -74,7 +74,7 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
 
     from xlnet_tf import checkpoints, export_info, finetuning, serving
     from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.models import XLNetClassifier, XLNetForSquad, XLNetMultipleChoice
+    from xlnet_tf.models import model_from_export_info
 
     check_destination(export_dir, version)
     if model_dir and not tf.io.gfile.isdir(model_dir):
@@ -93,15 +93,9 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
     if not max_seq_length:
         raise UserError("--export_max_seq_length is required (no export_info.json)")
     config = XLNetConfig.from_json_file(os.path.join(model_dir, "xlnet_config.json"), dropout=0.0, dropatt=0.0)
-    # the task model as the export info describes it (the same mapping `Task.from_checkpoint` uses); the
-    # head kind follows `task`, which may override the recorded one
-    if task in ("classifier", "regression", "embedding"):
-        model = XLNetClassifier(config, **{**XLNetClassifier.task_kwargs_from_export_info(info),
-                                           "regression": task == "regression"})
-    elif task == "race":
-        model = XLNetMultipleChoice(config, **XLNetMultipleChoice.task_kwargs_from_export_info(info))
-    else:
-        model = XLNetForSquad(config, **XLNetForSquad.task_kwargs_from_export_info(info))
+    # the task model as the export info describes it (the mapping `Task.from_checkpoint` uses too); the head
+    # kind follows `task`, which may override the recorded one
+    model = model_from_export_info(config, info, task)
     if checkpoint is None:
         found = finetuning.list_checkpoints(model_dir)
         if not found:

@@ -123,12 +123,13 @@ def _run_on_records(task: FineTuningTask, config: XLNetConfig, log: Callable[[st
     import keras
 
     from tfrecords import manifest as manifest_lib
-    from xlnet_tf import checkpoints, distribute, finetuning, model_dir, pretrain_info
+    from xlnet_tf import checkpoints, distribute, finetuning, model_dir, pretrain_info, training
     from xlnet_tf import results as eval_results
 
     s = task.settings
     strategy = distribute.get_strategy(s.strategy, s.tpu, s.num_cpu_replicas)
-    micro = micro_batch_size(s.train_batch_size, s.gradient_accumulation_steps, strategy.num_replicas_in_sync)
+    micro = training.micro_batch_size(s.train_batch_size, s.gradient_accumulation_steps,
+                                      strategy.num_replicas_in_sync)
     manifest_lib.check_vocab(task.manifest, config.n_token)
     info = model_dir.export_info(**task.export_info())
     if tf_exists(os.path.join(s.model_dir, pretrain_info.RUN_NAME)):
@@ -145,7 +146,7 @@ def _run_on_records(task: FineTuningTask, config: XLNetConfig, log: Callable[[st
 
     keras.utils.set_random_seed(s.seed)
     with strategy.scope():
-        model = task.build_model(config, dtype_policy(s.mixed_precision))
+        model = task.build_model(config, training.dtype_policy(s.mixed_precision))
         if s.init_checkpoint:
             report = checkpoints.load_init_checkpoint(model, s.init_checkpoint)
             log(f"Initialized {len(report['loaded'])} variables from {s.init_checkpoint}; "
@@ -225,18 +226,3 @@ def check_pretrained_weights(init_checkpoint: str, manifest: Dict[str, Any], con
                             f"{getattr(facts, field)} but the records ({manifest.get('_path', 'manifest.json')}) were "
                             f"built with {field}={manifest[field]}: rebuild the records with the pretraining's "
                             "tokenization")
-
-
-def micro_batch_size(train_batch_size: int, accumulation_steps: int, num_replicas: int) -> int:
-    """The global batch of one forward/backward pass (`--train_batch_size / --gradient_accumulation_steps`),
-    checked to split evenly over the accumulation steps and the replicas."""
-    k = max(1, int(accumulation_steps or 1))
-    if train_batch_size % (k * num_replicas):
-        raise UserError(f"--train_batch_size={train_batch_size} must be divisible by "
-                        f"--gradient_accumulation_steps={k} x {num_replicas} replicas")
-    return train_batch_size // k
-
-
-def dtype_policy(mixed_precision: str) -> str:
-    """Keras dtype policy of `--mixed_precision` (float32 | bfloat16 | float16)."""
-    return {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}[mixed_precision]

@@ -291,3 +291,14 @@ def test_a_keras_classifier_with_its_preprocessor_loads_after_importing_the_mode
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": REPO})
     assert proc.returncode == 0, proc.stderr[-3000:]
     np.testing.assert_allclose(np.load(out), model.predict(TEXTS, verbose=0)["logits"], atol=1e-6)
+
+
+def test_a_negative_bptt_segments_is_refused_by_the_model():
+    """The runner's flag is bounded at parse time; the library refuses it too (every backbone gradient was None
+    with a negative value: the backbone silently froze)."""
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.models import XLNetClassifier
+
+    config = XLNetConfig(n_token=50, n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32)
+    with pytest.raises(ValueError, match="bptt_segments must be an integer >= 0 .* got -1"):
+        XLNetClassifier(config, mem_len=8, bptt_segments=-1)

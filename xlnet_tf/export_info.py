@@ -100,7 +100,7 @@ class ExportInfo:
         if self.max_segments is not None and self.task not in ("classifier", "regression"):
             bad("max_segments", f"is for classifier/regression models, not {self.task!r}")
         if self.document_summary is not None:
-            from xlnet_tf.models import DOCUMENT_SUMMARIES
+            from xlnet_tf.heads import DOCUMENT_SUMMARIES
 
             if self.document_summary not in DOCUMENT_SUMMARIES:
                 bad("document_summary", f"is {self.document_summary!r}; one of {DOCUMENT_SUMMARIES}")

@@ -39,6 +39,9 @@ class LMHead(keras.layers.Layer):
 
 
 SUMMARY_TYPES = ("last", "first", "mean", "attn")
+# What the summary of a long document (several segments read with memories) reads: the last segment (which
+# sees the earlier ones through the memories) or every segment (models.XLNetClassifier's document_summary).
+DOCUMENT_SUMMARIES = ("last_segment", "all_segments")
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")

@@ -7,7 +7,7 @@ Loss names: `per_example_loss` / `per_token_loss` (unreduced), `task_loss(featur
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Optional, Union
 
 import keras
 import tensorflow as tf
@@ -18,11 +18,10 @@ from xlnet_tf import initializers, preprocessing  # noqa: F401
 from xlnet_tf.backbone import XLNetBackbone, cache_mems
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import UserError
-from xlnet_tf.heads import LMHead, SequenceSummary, SquadHead
+from xlnet_tf.heads import DOCUMENT_SUMMARIES, LMHead, SequenceSummary, SquadHead  # noqa: F401 (a models name too)
 from xlnet_tf.task import Task, combine_weights, global_weighted_mean
 
 # what the summary of a document of several segments reads (_FineTuningModel)
-DOCUMENT_SUMMARIES = ("last_segment", "all_segments")
 
 
 def masked_mean(values, weights):
@@ -225,6 +224,9 @@ class _FineTuningModel(Task):
             raise ValueError(f"document_summary='all_segments' needs summary_type 'mean' or 'attn' (a "
                              f"{summary_type!r} summary reads one position), got {summary_type!r}")
         self.document_summary = document_summary
+        if isinstance(bptt_segments, bool) or int(bptt_segments or 0) < 0:
+            raise ValueError(f"bptt_segments must be an integer >= 0 (segments before the last that the gradient "
+                             f"reaches), got {bptt_segments!r}: a negative value would freeze the backbone")
         self.bptt_segments = int(bptt_segments or 0)
         self.summary_rows_only = bool(summary_rows_only)
         self.config = config = finetuning_config(config).replace(mem_len=mem_len or None)
@@ -598,3 +600,22 @@ class XLNetForSquad(Task):
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(), "start_n_top": self.start_n_top,
                 "end_n_top": self.end_n_top, "use_answer_class": self.use_answer_class}
+
+
+# The one task -> model mapping of a run's export_info.json: the exporter (run/export_savedmodel.py) and
+# `Task.from_checkpoint` (through each class's `task_kwargs_from_export_info`) build the same model from it.
+TASK_MODELS = {"classifier": XLNetClassifier, "regression": XLNetClassifier, "embedding": XLNetClassifier,
+               "race": XLNetMultipleChoice, "squad": XLNetForSquad}
+
+
+def model_from_export_info(config: XLNetConfig, info: dict, task: Optional[str] = None, **overrides):
+    """The task model `info` (an export_info.json's fields) describes, for `task` (default: the recorded one;
+    "embedding" = the classifier's backbone and summary, any head), with `overrides` on top of its kwargs."""
+    task = task or info.get("task")
+    if task not in TASK_MODELS:
+        raise UserError(f"task is {task!r}; one of {sorted(TASK_MODELS)}")
+    cls = TASK_MODELS[task]
+    kwargs = cls.task_kwargs_from_export_info(info)
+    if cls is XLNetClassifier:
+        kwargs["regression"] = task == "regression"
+    return cls(config, **{**kwargs, **overrides})

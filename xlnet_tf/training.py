@@ -13,6 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf import checkpoints
+from xlnet_tf.errors import UserError
 
 
 CLIP_MODES = ("global", "per_replica")
@@ -390,3 +391,18 @@ def evaluate_plm(model, dataset, mem_len: int, max_batches: Optional[int] = None
         raise ValueError("evaluate_plm: the evaluation dataset yielded no target tokens")
     return {"loss": total_loss / total_count, "accuracy": total_correct / total_count,
             "num_tokens": total_count}
+
+
+def micro_batch_size(train_batch_size: int, accumulation_steps: int, num_replicas: int) -> int:
+    """The global batch of one forward/backward pass (`--train_batch_size / --gradient_accumulation_steps`),
+    checked to split evenly over the accumulation steps and the replicas."""
+    k = max(1, int(accumulation_steps or 1))
+    if train_batch_size % (k * num_replicas):
+        raise UserError(f"--train_batch_size={train_batch_size} must be divisible by "
+                        f"--gradient_accumulation_steps={k} x {num_replicas} replicas")
+    return train_batch_size // k
+
+
+def dtype_policy(mixed_precision: str) -> str:
+    """Keras dtype policy of `--mixed_precision` (float32 | bfloat16 | float16)."""
+    return {"float32": "float32", "bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}[mixed_precision]
