@@ -41,7 +41,7 @@ from tfrecords import record_inputs
 from tfrecords import records as records_lib
 from tfrecords.records import DataError
 from xlnet_tf import tokenization
-from xlnet_tf.text import packing
+from xlnet_tf.text import layout, packing
 
 RACE_KIND = "xlnet_race"
 NUM_CHOICES = 4
@@ -65,11 +65,7 @@ class RaceExample:
     source: str
 
 
-def make_qa(question: str, option: str) -> str:
-    """The original's choice text: cloze `_` filled by the option, else question + option."""
-    if "_" in question:
-        return question.replace("_", option)
-    return " ".join([question, option])
+make_qa = layout.choice_text  # the choice text: a cloze `_` filled by the option, else question + " " + option
 
 
 # ---- reading --------------------------------------------------------------------------------
@@ -166,7 +162,7 @@ def read_race_split(data_dir: str, split: str, levels: Optional[Sequence[str]] =
             for i, q in enumerate(obj["questions"]):
                 out.append(RaceExample(
                     guid=f"{prefix}{name}#{i}", context=obj["article"],
-                    qa_list=[make_qa(q, o) for o in obj["options"][i]],
+                    qa_list=[layout.choice_text(q, o) for o in obj["options"][i]],
                     label=None if answers is None else ord(answers[i]) - ord("A"),
                     level=level, source=f"{path}#question {i}"))
     if not out:

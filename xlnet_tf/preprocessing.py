@@ -3,60 +3,23 @@ normalization, SentencePiece pieces (digit-comma re-split included) and packing 
 and the record builders, so a SavedModel (and `XLNetPreprocessor` in a `tf.data` pipeline) takes raw UTF-8
 strings and produces exactly the training-time ids.
 
-Packing follows the fine-tuning records: `A <sep> B <sep> <cls>`, left-padded with id 0, segment ids
-A=0, B=1, CLS=2, pad=4, `attention_mask` 1 = real token; the longer segment is truncated first.
+The normalization and every packer are the in-graph twins in xlnet_tf/text/packing_tf.py (the layouts:
+xlnet_tf/text/layout.py); this module tokenizes (`XLNetTextEncoder`) and composes: `encode_and_pack`
+(classification, long documents), `encode_and_pack_choices` (multiple choice), `encode_and_pack_squad` (SQuAD's
+first window), and the Keras layer `XLNetPreprocessor`.
 """
 
 from __future__ import annotations
 
-import functools
 import numbers
-import sys
-import unicodedata
 from typing import Optional, Tuple
 
 import keras
 import tensorflow as tf
 
 from xlnet_tf import tokenization
-
-# Python's `str.split()` separators (what the original's whitespace collapsing splits on).
-_PY_SPACE = "[\\t\\n\\x0b\\x0c\\r\\x1c-\\x1f \\x{85}\\p{Z}]"
-
-
-@functools.lru_cache(maxsize=None)
-def combining_class_regex() -> str:
-    """An RE2 class of every code point with a non-zero canonical combining class, i.e. exactly what
-    `unicodedata.combining(c)` drops in the original's accent stripping (this Python's Unicode data)."""
-    ranges, start, prev = [], None, None
-    for cp in range(sys.maxunicode + 1):
-        if unicodedata.combining(chr(cp)):
-            if start is None:
-                start = cp
-            elif cp != prev + 1:
-                ranges.append((start, prev))
-                start = cp
-            prev = cp
-    if start is not None:
-        ranges.append((start, prev))
-    parts = [f"\\x{{{a:X}}}" if a == b else f"\\x{{{a:X}}}-\\x{{{b:X}}}" for a, b in ranges]
-    return "[" + "".join(parts) + "]"
-
-
-def normalize(text, lower: bool = False, keep_accents: bool = False):
-    """`tokenization.preprocess_text` on a string tensor (any shape)."""
-    import tensorflow_text as tf_text
-
-    text = tf.strings.regex_replace(text, f"{_PY_SPACE}+", " ")
-    text = tf.strings.regex_replace(text, "^ | $", "")
-    text = tf.strings.regex_replace(text, "``", '"')
-    text = tf.strings.regex_replace(text, "''", '"')
-    if not keep_accents:
-        text = tf_text.normalize_utf8(text, "NFKD")
-        text = tf.strings.regex_replace(text, combining_class_regex(), "")
-    if lower:
-        text = tf.strings.lower(text, encoding="utf-8")
-    return text
+from xlnet_tf.text import packing_tf
+from xlnet_tf.text.packing_tf import normalize  # noqa: F401  (the twin of tokenization.preprocess_text)
 
 
 class XLNetTextEncoder(tf.Module):
@@ -91,6 +54,28 @@ class XLNetTextEncoder(tf.Module):
         re-split share the span of the piece they came from)."""
         ids, source, begin, end = self._tokenize(normalized, with_offsets=True)
         return ids, begin, end
+
+    def encode_with_spans(self, text):
+        """`[N]` raw strings -> `(ids, begin, end)` RaggedTensors `[N, (tokens)]`: the text tokenized word by word
+        (words split at Python's whitespace, as `preprocess_text` collapses it; each normalized and encoded: the
+        ids of `encode`), `begin`/`end` int64 the byte span of each token in its raw string (the token's own piece
+        where normalization kept its word unchanged, else the whole word). SQuAD serving reads its answers out
+        of these spans. (tensorflow-text's `WhitespaceTokenizer`, used before, cut a multi-byte space such as
+        U+00A0 after its first byte, which then became an extra `<unk>`.)"""
+        import tensorflow_text as tf_text
+
+        words, w_begin, w_end = tf_text.regex_split_with_offsets(text, f"{packing_tf.PYTHON_SPACE}+")
+        flat = words.flat_values
+        norm = normalize(flat, self.uncased, self.keep_accents)
+        ids, p_begin, p_end = self.encode_normalized_with_offsets(norm)  # [words, (pieces)]
+        word_of = ids.value_rowids()
+        same = tf.gather(tf.equal(norm, flat), word_of)  # normalization kept the word: exact offsets
+        wb = tf.cast(tf.gather(w_begin.flat_values, word_of), tf.int64)
+        we = tf.cast(tf.gather(w_end.flat_values, word_of), tf.int64)
+        begin = tf.where(same, wb + tf.cast(p_begin.flat_values, tf.int64), wb)
+        end = tf.where(same, wb + tf.cast(p_end.flat_values, tf.int64), we)
+        per_text = tf.reduce_sum(tf.RaggedTensor.from_row_lengths(ids.row_lengths(), words.row_lengths()), 1)
+        return tuple(tf.RaggedTensor.from_row_lengths(v, per_text) for v in (ids.flat_values, begin, end))
 
     def _tokenize(self, normalized, with_offsets: bool = False):
         if with_offsets:
@@ -144,78 +129,45 @@ class XLNetTextEncoder(tf.Module):
                 source_lists.flat_values)
 
 
-def pair_lengths(len_a, len_b, budget):
-    """Lengths after the original `_truncate_seq_pair` (pop the longer, ties pop B) to `budget` tokens."""
-    over = len_a + len_b > budget
-    half = (budget + 1) // 2
-    new_a = tf.minimum(len_a, tf.maximum(half, budget - len_b))
-    new_a = tf.where(over, new_a, len_a)
-    new_b = tf.where(over, budget - new_a, len_b)
-    return new_a, new_b
-
-
-def pack_pair(ids_a, ids_b, max_seq_length: int) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Ragged ids A (and B, or None) -> `input_ids`, `segment_ids` int32 and `attention_mask` float32
-    `[N, max_seq_length]`: `A <sep> (B <sep>) <cls>`, left-padded (id 0, segment 4). A row whose B is
-    empty is packed as a single segment, as the record builder does."""
-    sep, cls = tokenization.SEP_ID, tokenization.CLS_ID
-    n = ids_a.nrows()
-    if ids_b is None:
-        ids_b = tf.RaggedTensor.from_row_lengths(tf.zeros([0], ids_a.dtype), tf.zeros([n], tf.int64))
-    len_a, len_b = ids_a.row_lengths(), ids_b.row_lengths()
-    has_b = len_b > 0
-    pair_a, pair_b = pair_lengths(len_a, len_b, tf.constant(max_seq_length - 3, tf.int64))
-    new_a = tf.where(has_b, pair_a, tf.minimum(len_a, max_seq_length - 2))
-    new_b = tf.where(has_b, pair_b, 0)
-    ids_a = tf.ragged.boolean_mask(ids_a, tf.ragged.range(len_a) < new_a[:, None])
-    ids_b = tf.ragged.boolean_mask(ids_b, tf.ragged.range(len_b) < new_b[:, None])
-    one = tf.ones([n], tf.int64)
-    sep_a = tf.RaggedTensor.from_row_lengths(tf.fill([n], sep), one)
-    sep_b = tf.RaggedTensor.from_row_lengths(tf.fill([tf.reduce_sum(tf.cast(has_b, tf.int32))], sep),
-                                             tf.cast(has_b, tf.int64))
-    cls_t = tf.RaggedTensor.from_row_lengths(tf.fill([n], cls), one)
-    tokens = tf.concat([ids_a, tf.cast(sep_a, ids_a.dtype), ids_b, tf.cast(sep_b, ids_a.dtype),
-                        tf.cast(cls_t, ids_a.dtype)], axis=1)
-    segs = tf.concat([tf.zeros_like(ids_a) + tokenization.SEG_ID_A, tf.zeros_like(sep_a) + tokenization.SEG_ID_A,
-                      tf.zeros_like(ids_b) + tokenization.SEG_ID_B, tf.zeros_like(sep_b) + tokenization.SEG_ID_B,
-                      tf.zeros_like(cls_t) + tokenization.SEG_ID_CLS], axis=1)
-    return left_pad(tokens, tf.cast(segs, tokens.dtype), max_seq_length)
-
-
-def left_pad(tokens, segs, max_seq_length: int):
-    """Ragged `[N, (<= L)]` tokens/segments -> dense left-padded `[N, L]` plus the attention mask."""
-    lengths = tokens.row_lengths()
-    pad = max_seq_length - lengths
-    pad_rows = tf.RaggedTensor.from_row_lengths(tf.zeros([tf.reduce_sum(pad)], tokens.dtype), pad)
-    seg_pad = tf.RaggedTensor.from_row_lengths(
-        tf.fill([tf.reduce_sum(pad)], tf.cast(tokenization.SEG_ID_PAD, segs.dtype)), pad)
-    mask = tf.concat([tf.RaggedTensor.from_row_lengths(tf.zeros([tf.reduce_sum(pad)]), pad),
-                      tf.ones_like(tokens, tf.float32)], axis=1)
-    input_ids = tf.concat([pad_rows, tokens], axis=1).to_tensor(shape=[None, max_seq_length])
-    segment_ids = tf.concat([seg_pad, segs], axis=1).to_tensor(shape=[None, max_seq_length])
-    return (tf.cast(input_ids, tf.int32), tf.cast(segment_ids, tf.int32),
-            mask.to_tensor(shape=[None, max_seq_length]))
-
-
-def encode_and_pack(encoder: XLNetTextEncoder, text, text_b, max_seq_length: int):
-    """Raw strings `[N]` (and `text_b [N]`, or None) -> `input_ids`, `segment_ids` int32 and
-    `attention_mask` float32 `[N, max_seq_length]` (1 = real token), left-padded: the one text-to-features
+def encode_and_pack(encoder: XLNetTextEncoder, text, text_b, max_seq_length: int, max_segments: int = 1
+                    ) -> packing_tf.Features:
+    """Raw strings `[N]` (and `text_b [N]`, or None) -> the classifier's features, as the classifier builder packs
+    them (`packing_tf.pack_document`, the twin of `packing.pack_pair`): `input_ids`, `segment_ids` int32 and
+    `attention_mask` float32 (1 = real token) `[N, max_seq_length]`, left-padded; for documents of S =
+    `max_segments` > 1 segments the text packed with S * `max_seq_length` positions (a longer text keeps its
+    first tokens and its `<sep> (B <sep>) <cls>` end), read as `[N, S, max_seq_length]`. The one text-to-features
     path of serving (`serving.ServingModule`) and Keras training (`XLNetPreprocessor`)."""
     ids_b = None if text_b is None else encoder.encode(text_b)
-    return pack_pair(encoder.encode(text), ids_b, max_seq_length)
+    return packing_tf.pack_document(encoder.encode(text), ids_b, max_seq_length, max_segments)[0]
 
 
-def encode_and_pack_document(encoder: XLNetTextEncoder, text, text_b, max_seq_length: int,
-                             max_segments: int = 1):
-    """`encode_and_pack` for documents of `max_segments` S segments: the text packed with S *
-    `max_seq_length` positions (the record builder's packing: a longer text keeps its first tokens and its
-    `<sep> (B <sep>) <cls>` end, the whole left-padded), cut into S segments. Returns `input_ids`,
-    `segment_ids` int32 and `attention_mask` float32 (1 = real token) `[N, S, max_seq_length]`, or
-    `[N, max_seq_length]` when S = 1 (`encode_and_pack`'s)."""
-    packed = encode_and_pack(encoder, text, text_b, max_seq_length * max_segments)
-    if max_segments == 1:
-        return packed
-    return tuple(tf.reshape(t, [-1, max_segments, max_seq_length]) for t in packed)
+def encode_and_pack_choices(encoder: XLNetTextEncoder, article, question, options, max_seq_length: int,
+                            max_qa_length: int, qa_truncation: str = "tail") -> packing_tf.Features:
+    """Multiple choice: `article`, `question` `[N]` and `options` `[N, C]` strings -> `input_ids`, `segment_ids`
+    int32 and `attention_mask` float32 `[N, C, max_seq_length]`, as the RACE builder packs them: each option's
+    text `packing_tf.choice_text` (twin of `layout.choice_text`), packed by `packing_tf.pack_choice`."""
+    choices = tf.shape(options, out_type=tf.int64)[1]
+    qa = encoder.encode(tf.reshape(packing_tf.choice_text(question, options), [-1]))  # [N*C, (q)]
+    qa = tf.RaggedTensor.from_uniform_row_length(qa, choices, nrows=tf.shape(options, out_type=tf.int64)[0])
+    return packing_tf.pack_choice(encoder.encode(article), qa, max_seq_length, max_qa_length, qa_truncation)[0]
+
+
+def encode_and_pack_squad(encoder: XLNetTextEncoder, question, context, max_seq_length: int,
+                          max_query_length: int) -> Tuple[packing_tf.Features, packing_tf.Features]:
+    """SQuAD, first window: `question`, `context` `[N]` strings -> (`features`, `spans`). `features`: the
+    question's first `max_query_length` ids and the context's tokens packed by `packing_tf.pack_squad_window`
+    (twin of `packing.pack_squad_window`: `input_ids`, `segment_ids` int32, `attention_mask`, `p_mask` float32
+    `[N, max_seq_length]`, `cls_index`, `paragraph_len` int32 [N]). The context is tokenized word by word
+    (`XLNetTextEncoder.encode_with_spans`); a longer context keeps its first window. `spans`: `begin`, `end` int64
+    `[N, max_seq_length]`, the byte span in `context` of the paragraph token at each position (-1 elsewhere)."""
+    ids, begin, end = encoder.encode_with_spans(context)
+    query = encoder.encode(question)[:, :max_query_length]
+    features = packing_tf.pack_squad_window(ids, query, max_seq_length)
+    keep = tf.ragged.range(ids.row_lengths()) < tf.cast(features["paragraph_len"], tf.int64)[:, None]
+    shape = [None, max_seq_length]
+    spans = {k: tf.ragged.boolean_mask(v, keep).to_tensor(tf.constant(-1, tf.int64), shape=shape)
+             for k, v in (("begin", begin), ("end", end))}
+    return features, spans
 
 
 def _read_proto(spiece_model) -> bytes:
@@ -319,9 +271,7 @@ class XLNetPreprocessor(keras.layers.Layer):
         if scalar:
             text = text[None]
             text_b = None if text_b is None else text_b[None]
-        ids, segs, mask = encode_and_pack_document(self.encoder, text, text_b, self.sequence_length,
-                                                   self.max_segments)
-        features = {"input_ids": ids, "segment_ids": segs, "attention_mask": mask}
+        features = encode_and_pack(self.encoder, text, text_b, self.sequence_length, self.max_segments)
         if scalar:
             features = {k: v[0] for k, v in features.items()}
         return keras.utils.pack_x_y_sample_weight(features, y, sample_weight)

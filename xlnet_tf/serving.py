@@ -19,6 +19,8 @@ Signatures (`serving_default` / `from_ids`), by task:
   segment with the model's memories, in the graph. Every request runs S segments (short texts lead with
   padding-only segments, masked). `from_ids` then takes `[B, s, max_seq_length]` with s <= S (leading
   padding segments added).
+Text is tokenized and packed by xlnet_tf/preprocessing.py with the in-graph twins of the builders' packers
+(xlnet_tf/text/packing_tf.py), so `serving_default` feeds the model what the records hold.
 `from_ids` takes `input_ids`, `segment_ids` int32 `[B, L]` and `attention_mask` float32 `[B, L]` (1 = real
 token; SQuAD adds `p_mask`, `cls_index`; RACE takes `[B, 4, L]`). Batch size and length are variable.
 
@@ -40,6 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf import preprocessing, tokenization
+from xlnet_tf.text import layout
 
 TASKS = ("classifier", "regression", "squad", "race", "embedding")
 WARMUP_FILE = "tf_serving_warmup_requests"
@@ -186,14 +189,10 @@ class ServingModule(tf.Module):
                 "label": tf.gather(self.labels, label_id)}
 
     def _pack_texts(self, text, text_b=None):
-        """Texts -> `[N, L]` inputs, or for a long-document model `[N, S, L]`: the text packed with S * L
-        positions (the record builder's packing: a longer document keeps its first tokens and its
-        `<sep> (B <sep>) <cls>` end), cut into S segments."""
-        width = self.max_seq_length * self.max_segments
-        packed = preprocessing.encode_and_pack(self.encoder, text, text_b, width)
-        if self.max_segments == 1:
-            return packed
-        return tuple(tf.reshape(t, [-1, self.max_segments, self.max_seq_length]) for t in packed)
+        """Texts -> `(input_ids, segment_ids, attention_mask)` `[N, L]`, or for a long-document model `[N, S, L]`
+        (`preprocessing.encode_and_pack`: the classifier builder's packing)."""
+        f = preprocessing.encode_and_pack(self.encoder, text, text_b, self.max_seq_length, self.max_segments)
+        return f["input_ids"], f["segment_ids"], f["attention_mask"]
 
     def _full_document(self, input_ids, segment_ids, attention_mask):
         """`[N, s, L]` (s <= max_segments) -> `[N, max_segments, L]`: leading segments of padding added
@@ -201,34 +200,17 @@ class ServingModule(tf.Module):
         missing = self.max_segments - tf.shape(input_ids)[1]
         pad = [[0, 0], [missing, 0], [0, 0]]
         return (tf.ensure_shape(tf.pad(input_ids, pad), [None, self.max_segments, self.max_seq_length]),
-                tf.ensure_shape(tf.pad(segment_ids, pad, constant_values=tokenization.SEG_ID_PAD),
+                tf.ensure_shape(tf.pad(segment_ids, pad, constant_values=layout.SEG_ID_PAD),
                                 [None, self.max_segments, self.max_seq_length]),
                 tf.ensure_shape(tf.pad(attention_mask, pad), [None, self.max_segments, self.max_seq_length]))
 
     # ------------------------------------------------------------------------------------------ RACE
-    def _race_qa(self, question, options):
-        """The builders' choice text: a cloze `_` filled by the option, else `question option`."""
-        q = tf.repeat(question, tf.shape(options)[1])
-        o = tf.reshape(options, [-1])
-        parts = tf.strings.split(q, "_")
-        after = parts[:, 1:]
-        filled = tf.strings.join([after.with_flat_values(tf.repeat(o, after.row_lengths())), after])
-        rest = tf.strings.reduce_join(filled, axis=1)
-        cloze = tf.strings.join([parts[:, 0], rest])
-        plain = tf.strings.join([q, o], separator=" ")
-        return tf.where(tf.strings.regex_full_match(q, ".*_.*"), cloze, plain)
-
     def _race_pack(self, article, question, options):
-        n_choices = tf.shape(options)[1]
-        qa = self.encoder.encode(self._race_qa(question, options))  # [B*C, (q)]
-        qa = qa[:, -self.max_qa_length:]  # keep the tail, as the builder's default
-        ctx = self.encoder.encode(article)
-        ctx = tf.gather(ctx, tf.repeat(tf.range(tf.shape(article)[0]), n_choices))
-        budget = self.max_seq_length - 3 - qa.row_lengths()
-        ctx = tf.ragged.boolean_mask(ctx, tf.ragged.range(ctx.row_lengths()) < budget[:, None])
-        ids, segs, mask = preprocessing.pack_pair(ctx, qa, self.max_seq_length)
-        shape = tf.stack([-1, n_choices, self.max_seq_length])
-        return tf.reshape(ids, shape), tf.reshape(segs, shape), tf.reshape(mask, shape)
+        """`preprocessing.encode_and_pack_choices` (the RACE builder's packing, the question+option text's tail
+        kept, the builder's default)."""
+        f = preprocessing.encode_and_pack_choices(self.encoder, article, question, options, self.max_seq_length,
+                                                  self.max_qa_length)
+        return f["input_ids"], f["segment_ids"], f["attention_mask"]
 
     def _race(self, input_ids, segment_ids, attention_mask, options=None):
         b, c, length = tf.shape(input_ids)[0], tf.shape(input_ids)[1], tf.shape(input_ids)[2]
@@ -245,43 +227,11 @@ class ServingModule(tf.Module):
 
     # ----------------------------------------------------------------------------------------- SQuAD
     def _squad_pack(self, question, context):
-        import tensorflow_text as tf_text
-
-        words, w_begin, w_end = tf_text.WhitespaceTokenizer().tokenize_with_offsets(context)
-        flat = words.flat_values
-        norm = preprocessing.normalize(flat, self.encoder.uncased, self.encoder.keep_accents)
-        ids, p_begin, p_end = self.encoder.encode_normalized_with_offsets(norm)  # [words, (pieces)]
-        word_of = ids.value_rowids()
-        same = tf.gather(tf.equal(norm, flat), word_of)  # normalization kept the word: exact offsets
-        wb = tf.cast(tf.gather(w_begin.flat_values, word_of), tf.int64)
-        we = tf.cast(tf.gather(w_end.flat_values, word_of), tf.int64)
-        begin = tf.where(same, wb + tf.cast(p_begin.flat_values, tf.int64), wb)
-        end = tf.where(same, wb + tf.cast(p_end.flat_values, tf.int64), we)
-        per_ctx = tf.reduce_sum(tf.RaggedTensor.from_row_lengths(ids.row_lengths(), words.row_lengths()), 1)
-        doc = tf.RaggedTensor.from_row_lengths(ids.flat_values, per_ctx)
-        doc_begin = tf.RaggedTensor.from_row_lengths(begin, per_ctx)
-        doc_end = tf.RaggedTensor.from_row_lengths(end, per_ctx)
-        query = self.encoder.encode(question)[:, :self.max_query_length]
-        q_len = query.row_lengths()
-        p_len = tf.minimum(doc.row_lengths(), self.max_seq_length - 3 - q_len)
-        keep = tf.ragged.range(doc.row_lengths()) < p_len[:, None]
-        doc, doc_begin, doc_end = (tf.ragged.boolean_mask(x, keep) for x in (doc, doc_begin, doc_end))
-        n = tf.shape(question, out_type=tf.int64)[0]
-        one = lambda v: tf.RaggedTensor.from_row_lengths(tf.fill([n], v), tf.ones([n], tf.int64))  # noqa: E731
-        tokens = tf.concat([tf.cast(doc, tf.int32), one(tokenization.SEP_ID), tf.cast(query, tf.int32),
-                            one(tokenization.SEP_ID), one(tokenization.CLS_ID)], axis=1)
-        segs = tf.concat([tf.zeros_like(doc, tf.int32), one(0), tf.ones_like(query, tf.int32), one(1), one(2)], 1)
-        p_mask = tf.concat([tf.zeros_like(doc, tf.float32), one(1.0), tf.ones_like(query, tf.float32),
-                            one(1.0), one(0.0)], 1)
-        shape = [None, self.max_seq_length]
-        features = {"input_ids": tokens.to_tensor(0, shape=shape),
-                    "segment_ids": segs.to_tensor(tokenization.SEG_ID_PAD, shape=shape),
-                    "attention_mask": tf.ones_like(tokens, tf.float32).to_tensor(0.0, shape=shape),
-                    "p_mask": p_mask.to_tensor(1.0, shape=shape),
-                    "cls_index": tf.cast(p_len + q_len + 2, tf.int32)}
-        spans = {"begin": doc_begin.to_tensor(tf.constant(-1, tf.int64), shape=shape),
-                 "end": doc_end.to_tensor(tf.constant(-1, tf.int64), shape=shape),
-                 "p_len": tf.cast(p_len, tf.int32)}
+        """`preprocessing.encode_and_pack_squad` (the builder's first window): the model's features, and the
+        byte spans of the paragraph tokens plus the paragraph length the answer is read from."""
+        features, spans = preprocessing.encode_and_pack_squad(self.encoder, question, context, self.max_seq_length,
+                                                              self.max_query_length)
+        spans["p_len"] = features.pop("paragraph_len")
         return features, spans
 
     def _squad(self, features):

@@ -12,7 +12,7 @@ The layouts (L = the sequence length):
 |---|---|---|---|
 | classification, regression (`pack_pair`) | `A <sep> [B <sep>] <cls>` | left | pair: `shrink_pair(L - 3)`; single: `A[:L - 2]` |
 | long document of S segments | the same over `S * L` tokens, read as `[S, L]` | left (as a whole) | as above at `S * L` |
-| multiple choice, each choice (`pack_choice`) | `context <sep> qa <sep> <cls>` | left | qa to `max_qa_length` (its tail or head), context to what is left |
+| multiple choice, each choice (`pack_choice`; qa = `choice_text`) | `context <sep> qa <sep> <cls>` | left | qa to `max_qa_length` (its tail or head), context to what is left |
 | SQuAD window (`pack_squad_window`) | `P <sep> Q <sep> <cls>` | right | the caller's windows (doc stride) |
 | pretraining row | `reuse part, A <sep> B <sep> <cls>` | none | `shrink_pair` on the new part |
 
@@ -57,3 +57,11 @@ def shrink_pair(len_a: int, len_b: int, budget: int) -> Tuple[int, int]:
     d = min(excess, max(0, len_b - len_a))
     len_b, excess = len_b - d, excess - d
     return len_a - excess // 2, len_b - (excess + 1) // 2
+
+
+def choice_text(question: str, option: str) -> str:
+    """The text of one multiple-choice option (the original `run_race.py`): a cloze question's every `_` filled
+    by the option, else `question + " " + option`. Its in-graph twin is `packing_tf.choice_text`."""
+    if "_" in question:
+        return question.replace("_", option)
+    return " ".join([question, option])
