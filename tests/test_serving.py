@@ -149,9 +149,10 @@ def test_saved_model_cli_warmup_and_bad_requests(classifier_export, tmp_path):
     loaded = tf.saved_model.load(path)
     with pytest.raises((TypeError, ValueError, tf.errors.InvalidArgumentError)):
         loaded.signatures["serving_default"](text=tf.constant([1, 2]), text_b=tf.constant([3, 4]))
-    with pytest.raises(FileExistsError):
-        from run import export_savedmodel
+    from run import export_savedmodel
+    from xlnet_tf.errors import UserError
 
+    with pytest.raises(UserError, match=f"{path} exists: choose another --version"):  # checked before building
         export_savedmodel.export_from_model_dir(os.path.dirname(os.path.dirname(path)) + "/m",
                                                 os.path.dirname(path), version=3)
 
@@ -224,3 +225,35 @@ def test_served_features_are_the_records_features_for_every_normalization(tmp_pa
     served = _reload_in_subprocess(path, {"text": {"signature": "serving_default", "args": {
         "text": [rows[i][1] for i in order], "text_b": [rows[i][2] for i in order]}}}, tmp_path)
     np.testing.assert_allclose(served["text/logits"], expected, atol=1e-5)
+
+
+def test_race_export_serves_raw_text_as_the_builder_packs_it(tmp_path):
+    """The multiple-choice export (raw article, question, options) reloads in a fresh process and scores each
+    question's choices as the trained model scores the RACE builder's packing of the same text; a request with
+    fewer options than the model's 4 gets one score per option it sent. (The raw-text signature could not be
+    traced before: a ragged index in the choice text, then an unknown sequence length in the model.)"""
+    from tfrecords import race_data
+    from xlnet_tf import serving, tokenization
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.models import XLNetMultipleChoice
+
+    model = XLNetMultipleChoice(XLNetConfig(n_layer=1, d_model=32, n_head=2, d_head=16, d_inner=64,
+                                            n_token=data_fixtures.TINY_VOCAB, initializer_range=0.3))
+    path = serving.export(model, "race", data_fixtures.tiny_spm(), str(tmp_path / "export"), 1, 48,
+                          max_qa_length=16)
+    articles = ["The whale swam in the cold sea for many days.", "A king ruled the northern lands long ago."]
+    questions = ["Where did the _ swim?", "Who ruled the lands?"]
+    options = [["whale", "bird", "king", "sea"], ["a king", "a whale", "nobody", "the sea"]]
+    tokenizer = tokenization.XLNetTokenizer(data_fixtures.tiny_spm())
+    packed = [race_data.pack_race_example(tokenizer, a, [race_data.make_qa(q, o) for o in opts], 48, 16)
+              for a, q, opts in zip(articles, questions, options)]
+    features = {k: np.stack([p[k] for p in packed]) for k in packed[0]}
+    expected = model(features)["logits"].numpy()
+    out = _reload_in_subprocess(path, {
+        "four": {"signature": "serving_default",
+                 "args": {"article": articles, "question": questions, "options": options}},
+        "two": {"signature": "serving_default",
+                "args": {"article": articles, "question": questions, "options": [o[:2] for o in options]}},
+    }, tmp_path)
+    np.testing.assert_allclose(out["four/logits"], expected, atol=1e-5)
+    np.testing.assert_allclose(out["two/logits"], expected[:, :2], atol=1e-5)

@@ -451,13 +451,13 @@ class XLNetMultipleChoice(_FineTuningModel):
         return self.num_choices
 
     def call(self, features, training=False):
-        ids = token_ids(features)
-        length = ids.shape[-1]
+        ids = token_ids(features)  # [B, C, L]; C may be below num_choices in a serving request
+        length = ids.shape[-1] if ids.shape[-1] is not None else tf.shape(ids)[-1]  # unknown when serving
         flat = lambda x: None if x is None else tf.reshape(x, [-1, length])  # noqa: E731
         pooled = self.pooled(flat(ids), flat(features.get("segment_ids")),
                              flat(features.get("attention_mask")), training)
         scores = tf.cast(self.scorer(pooled), tf.float32)
-        return {"logits": tf.reshape(scores, [-1, self.num_choices])}
+        return {"logits": tf.reshape(scores, tf.shape(ids)[:-1])}  # [B, C]: each question's own choices
 
     def per_example_loss(self, features, outputs):
         return tf.nn.sparse_softmax_cross_entropy_with_logits(
