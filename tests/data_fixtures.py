@@ -85,3 +85,14 @@ def run_with_flags(module, args):
         return module.run()
     finally:
         fv.unparse_flags()
+
+
+def snapshot(directory) -> dict:
+    """{relative path: bytes} of every file under `directory` (what "nothing changed on disk" compares)."""
+    out = {}
+    for root, _, files in os.walk(directory):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as f:
+                out[os.path.relpath(path, directory)] = f.read()
+    return out

@@ -23,15 +23,7 @@ TINY = ["--n_layer=1", "--d_model=32", "--n_head=2", "--d_head=16", "--d_inner=6
 _run = data_fixtures.run_with_flags
 
 
-def _snapshot(directory):
-    """{relative path: bytes} of every file under `directory`."""
-    out = {}
-    for root, _, files in os.walk(directory):
-        for name in files:
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, directory)] = f.read()
-    return out
+_snapshot = data_fixtures.snapshot
 
 
 @pytest.fixture(scope="module")

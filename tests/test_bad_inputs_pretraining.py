@@ -26,15 +26,7 @@ PRETRAIN = ["--n_layer=1", "--d_model=32", "--n_head=2", "--d_head=16", "--d_inn
 SOTU = os.path.join(data_fixtures.CORPUS_DIR, "sotu_slice.txt")
 
 
-def _snapshot(directory):
-    """{relative path: bytes} of every file under `directory`."""
-    out = {}
-    for root, _, files in os.walk(directory):
-        for name in files:
-            path = os.path.join(root, name)
-            with open(path, "rb") as f:
-                out[os.path.relpath(path, directory)] = f.read()
-    return out
+_snapshot = data_fixtures.snapshot
 
 
 def _records(name, **overrides):

@@ -206,12 +206,10 @@ def build_classifier_records(processor: Processor, data_dir: str, spiece_model: 
         },
         "packing": "A <sep> (B <sep>) <cls>, truncate_seq_pair(L-3) / A[:L-2], left padding",
     }
-    # refuse a build the records already there conflict with before converting anything
-    records_lib.merged_manifest(output_dir, CLASSIFIER_KIND, {**header, "splits": {}}, CLASSIFIER_BUILD_KEYS)
-    os.makedirs(output_dir, exist_ok=True)
     dummy = padding_features(pack_ids([], None, max_seq_length * max_segments), 1, is_regression)
     float_keys = ("label",) if is_regression else ()
-    with records_lib.StagedFiles(output_dir) as staged:
+    # a build the records already there conflict with is refused here, before anything is converted
+    with records_lib.StagedFiles(output_dir, CLASSIFIER_KIND, header, CLASSIFIER_BUILD_KEYS) as staged:
         split_entries = {}
         for s in splits:
             exs = examples[s]
@@ -262,7 +260,7 @@ def build_classifier_records(processor: Processor, data_dir: str, spiece_model: 
                 log(f"{s}: {n} examples (+{n_pad} padding), {stats['truncated']} truncated{segs}"
                     f"{skipped} -> "
                     f"{os.path.join(output_dir, entry['file'])}")
-        manifest = staged.commit(CLASSIFIER_KIND, {**header, "splits": split_entries}, CLASSIFIER_BUILD_KEYS)
+        manifest = staged.commit(split_entries)
     if log:
         log(f"manifest.json written ({time.time() - t0:.1f} s)")
     return manifest

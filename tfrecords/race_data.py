@@ -305,11 +305,9 @@ def build_race_records(data_dir: str, spiece_model: str, output_dir: str, *,
             "example_index": "int64[1] line of the guids file; -1 padding",
         },
     }
-    # refuse a build the records already there conflict with before converting anything
-    records_lib.merged_manifest(output_dir, RACE_KIND, {**header, "splits": {}}, RACE_BUILD_KEYS)
-    os.makedirs(output_dir, exist_ok=True)
     dummy = padding_example(max_seq_length)
-    with records_lib.StagedFiles(output_dir) as staged:
+    # a build the records already there conflict with is refused here, before anything is converted
+    with records_lib.StagedFiles(output_dir, RACE_KIND, header, RACE_BUILD_KEYS) as staged:
         entries = {}
         for s in splits:
             exs = examples[s]
@@ -354,7 +352,7 @@ def build_race_records(data_dir: str, spiece_model: str, output_dir: str, *,
             if log:
                 log(f"{s}: {n} questions (+{n_pad} padding), {stats['truncated']} truncated -> "
                     f"{os.path.join(output_dir, entry['file'])}")
-        manifest = staged.commit(RACE_KIND, {**header, "splits": entries}, RACE_BUILD_KEYS)
+        manifest = staged.commit(entries)
     if log:
         log(f"manifest.json written ({time.time() - t0:.1f} s)")
     return manifest

@@ -74,15 +74,19 @@ class StagedFiles:
     """The files of one build, written under temporary names beside their final ones and swapped in only by
     `commit`, after every check has passed: a refused or failed build leaves every file as it was.
 
-    Use as a context manager: leaving the block by an exception (or without `commit`) removes the temporary
-    files. `path(name)` is where to write `<output_dir>/<name>`. `commit(kind, manifest, build_keys)` checks
-    the manifest against the one already there (`merged_manifest`), then first writes the old manifest
-    without the splits being replaced (a build killed while swapping leaves them absent, so they are rebuilt,
-    never read with another build's manifest), swaps every file in, and writes the merged manifest.
+    `header` is the build's manifest without its splits, `kind` and `build_keys` as `merged_manifest` takes
+    them: the records already in `output_dir` are checked against it when the build starts (a conflicting build
+    is refused before anything is converted), then `output_dir` is created. Use as a context manager: leaving
+    the block by an exception (or without `commit`) removes the temporary files. `path(name)` is where to write
+    `<output_dir>/<name>`. `commit(splits)` checks the manifest again (`merged_manifest`), then first writes the
+    old manifest without the splits being replaced (a build killed while swapping leaves them absent, so they are
+    rebuilt, never read with another build's manifest), swaps every file in, and writes the merged manifest.
     """
 
-    def __init__(self, output_dir: str):
-        self.output_dir = output_dir
+    def __init__(self, output_dir: str, kind: str, header: Dict[str, Any], build_keys: Sequence[str]):
+        self.output_dir, self.kind, self.header, self.build_keys = output_dir, kind, header, build_keys
+        merged_manifest(output_dir, kind, {**header, "splits": {}}, build_keys)
+        os.makedirs(output_dir, exist_ok=True)
         self.pending: Dict[str, str] = {}  # final path -> temporary path
 
     def path(self, name: str) -> str:
@@ -95,11 +99,13 @@ class StagedFiles:
         self.pending[final] = tmp
         return tmp
 
-    def commit(self, kind: str, manifest: Dict[str, Any], build_keys: Sequence[str]) -> Dict[str, Any]:
-        merged = merged_manifest(self.output_dir, kind, manifest, build_keys)  # refuses before any swap
+    def commit(self, splits: Dict[str, Any]) -> Dict[str, Any]:
+        """Swaps the build's files in and writes its manifest (`header` with `splits`); returns the merged one."""
+        manifest = {**self.header, "splits": splits}
+        merged = merged_manifest(self.output_dir, self.kind, manifest, self.build_keys)  # refuses before any swap
         path = os.path.join(self.output_dir, manifest_lib.MANIFEST_NAME)
         if os.path.isfile(path):
-            old = manifest_lib.read_manifest(self.output_dir, kind=kind)
+            old = manifest_lib.read_manifest(self.output_dir, kind=self.kind)
             kept = {k: v for k, v in old.get("splits", {}).items() if k not in manifest["splits"]}
             manifest_lib.write_manifest(self.output_dir, {**old, "splits": kept})
         for final, tmp in self.pending.items():

@@ -846,10 +846,8 @@ def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optio
             "is_real_example": "int64[1] 0 for reader-side padding records",
         },
     }
-    # refuse a build the records already there conflict with before converting anything
-    records_lib.merged_manifest(output_dir, SQUAD_KIND, {**header, "splits": {}}, SQUAD_BUILD_KEYS)
-    os.makedirs(output_dir, exist_ok=True)
-    with records_lib.StagedFiles(output_dir) as staged:
+    # a build the records already there conflict with is refused here, before anything is converted
+    with records_lib.StagedFiles(output_dir, SQUAD_KIND, header, SQUAD_BUILD_KEYS) as staged:
         entries = {}
         for split, path in files.items():
             t1 = time.time()
@@ -911,7 +909,7 @@ def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optio
                 log(f"{split}: {stats.counts['num_questions_read']} questions -> "
                     f"{stats.counts['num_examples']} examples -> {n} features "
                     f"({time.time() - t1:.1f} s); skipped: {sk} -> {rec_path}")
-        manifest = staged.commit(SQUAD_KIND, {**header, "splits": entries}, SQUAD_BUILD_KEYS)
+        manifest = staged.commit(entries)
     if log:
         log(f"manifest.json written ({time.time() - t0:.1f} s)")
     return manifest
