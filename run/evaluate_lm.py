@@ -51,7 +51,7 @@ def read_inputs(input_glob: str, tokenizer, skip_invalid_utf8: bool = False):
     naming it (tfrecords.corpus.read_text_file)."""
     from tfrecords import corpus
     from xlnet_tf import lm_eval
-    from xlnet_tf.tokenization import EOD_ID
+    from xlnet_tf.text.tokenization import EOD_ID
 
     source = f"--input_glob={input_glob}"
     try:
@@ -107,7 +107,7 @@ def run():
     from xlnet_tf import lm_eval
     from xlnet_tf import files as files_lib
     from xlnet_tf.models import XLNetPretrainer
-    from xlnet_tf.tokenization import XLNetTokenizer, file_sha256
+    from xlnet_tf.text.tokenization import XLNetTokenizer, file_sha256
 
     common_flags.require(FLAGS, "checkpoint", "spiece_model", "input_glob")
     if not os.path.isfile(FLAGS.spiece_model):

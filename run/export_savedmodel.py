@@ -55,7 +55,7 @@ def check_spiece_model(spiece_model: str, info: dict, weights: str) -> None:
     """The SentencePiece model served with must be the one the weights were trained with: the checksum in
     export_info.json (fine-tuning) or in a pretraining run's facts (`pretrain_info`)."""
     from xlnet_tf import pretrain_info
-    from xlnet_tf.tokenization import file_sha256
+    from xlnet_tf.text.tokenization import file_sha256
 
     sha = file_sha256(spiece_model)
     recorded = info.get("spiece_sha256")

@@ -43,7 +43,7 @@ def tiny_spm(uncased: bool = False) -> str:
 
 @functools.lru_cache(maxsize=None)
 def tiny_tokenizer():
-    from xlnet_tf.tokenization import XLNetTokenizer
+    from xlnet_tf.text.tokenization import XLNetTokenizer
 
     return XLNetTokenizer(tiny_spm())
 

@@ -736,7 +736,7 @@ def test_inspect_records_names_a_damaged_record_file(tmp_path):
 
 def test_an_unusable_sentencepiece_model_is_named(tmp_path):
     from xlnet_tf.errors import UserError
-    from xlnet_tf.tokenization import XLNetTokenizer
+    from xlnet_tf.text.tokenization import XLNetTokenizer
 
     bad = tmp_path / "spiece.model"
     bad.write_bytes(b"\x00not a model" * 20)

@@ -20,7 +20,7 @@ from xlnet_tf import checkpoints
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import UserError
 from xlnet_tf.models import XLNetClassifier
-from xlnet_tf.preprocessing import XLNetPreprocessor
+from xlnet_tf.text.preprocessing import XLNetPreprocessor
 
 REPO = data_fixtures.REPO_ROOT
 TINY = XLNetConfig(n_token=data_fixtures.TINY_VOCAB, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32,
@@ -93,7 +93,7 @@ def _record_features(texts, max_segments, keep_accents=False):
     """The record builder's features for `texts` (tfrecords/classifier_data.py), `[N, S, 16]` or `[N, 16]`."""
     from tfrecords import classifier_data as cd
     from tfrecords.processors import InputExample
-    from xlnet_tf.tokenization import XLNetTokenizer
+    from xlnet_tf.text.tokenization import XLNetTokenizer
 
     examples = [InputExample(str(k), t, None, None) for k, t in enumerate(texts)]
     tokenizer = XLNetTokenizer(data_fixtures.tiny_spm(), keep_accents=keep_accents)

@@ -81,7 +81,7 @@ def _copy_run(pretrained, tmp_path):
 def test_the_run_and_its_final_weights_record_their_facts(pretrained):
     from tfrecords import manifest as manifest_lib
     from xlnet_tf import pretrain_info
-    from xlnet_tf.tokenization import file_sha256
+    from xlnet_tf.text.tokenization import file_sha256
 
     run = pretrain_info.read_run(str(pretrained / "m" / "pretrain_run.json"))
     records = manifest_lib.read_manifest(_records("plm"))
@@ -197,7 +197,7 @@ def test_evaluate_lm_reads_a_final_with_its_own_sentencepiece_model(pretrained, 
 
 def test_another_sentencepiece_model_of_the_same_size_is_refused(pretrained, capsys):
     from run import evaluate_lm
-    from xlnet_tf.tokenization import XLNetTokenizer, file_sha256
+    from xlnet_tf.text.tokenization import XLNetTokenizer, file_sha256
 
     other = data_fixtures.tiny_spm(uncased=True)
     assert XLNetTokenizer(other).vocab_size == data_fixtures.TINY_VOCAB  # the size alone cannot tell

@@ -12,7 +12,7 @@ from tests import data_fixtures as F
 from tfrecords import classifier_data as cd
 from tfrecords import manifest as manifest_lib
 from tfrecords import processors
-from xlnet_tf.tokenization import CLS_ID, SEP_ID, XLNetTokenizer
+from xlnet_tf.text.tokenization import CLS_ID, SEP_ID, XLNetTokenizer
 
 GLUE = os.path.join(F.DATA_DIR, "glue")
 TOPIC = os.path.join(F.DATA_DIR, "labeled", "topic")

@@ -17,7 +17,7 @@ from tests import data_fixtures, tie_safe
 from xlnet_tf import checkpoints, finetuning, optimization, training
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.models import XLNetClassifier, XLNetForSquad, XLNetMultipleChoice, XLNetPretrainer
-from xlnet_tf.preprocessing import XLNetPreprocessor
+from xlnet_tf.text.preprocessing import XLNetPreprocessor
 
 REPO = data_fixtures.REPO_ROOT
 TOPIC = os.path.join(REPO, "data", "finetune", "topic")
@@ -248,7 +248,7 @@ def test_clear_errors():
 
 def test_preprocessor_packs_as_the_records_and_serving():
     from tfrecords import classifier_data
-    from xlnet_tf import tokenization
+    from xlnet_tf.text import tokenization
 
     tokenizer = tokenization.XLNetTokenizer(data_fixtures.tiny_spm())
     preprocessor = XLNetPreprocessor(data_fixtures.tiny_spm(), sequence_length=24)

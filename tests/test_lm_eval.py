@@ -51,7 +51,7 @@ def test_reading_is_causal_and_memories_matter():
 
 def test_compare_reports_perplexity_and_bits_per_character():
     from xlnet_tf import lm_eval
-    from xlnet_tf.tokenization import EOD_ID
+    from xlnet_tf.text.tokenization import EOD_ID
 
     tok = data_fixtures.tiny_tokenizer()
     ids = lm_eval.read_stream([f"{data_fixtures.CORPUS_DIR}/sotu_slice.txt"], tok, EOD_ID)[:200]

@@ -11,7 +11,7 @@ import tensorflow as tf
 from tests import data_fixtures
 from tfrecords import pretrain_data
 from tfrecords.manifest import ManifestError, read_manifest
-from xlnet_tf.tokenization import CLS_ID, MASK_ID, SEP_ID, SPECIAL_SYMBOLS
+from xlnet_tf.text.tokenization import CLS_ID, MASK_ID, SEP_ID, SPECIAL_SYMBOLS
 
 DATA = dict(seq_len=64, reuse_len=32, num_predict=12, perm_size=16, global_batch_size=8)
 

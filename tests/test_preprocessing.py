@@ -8,7 +8,7 @@ import tensorflow as tf
 from tests import data_fixtures
 from tfrecords import classifier_data
 from tfrecords import spm as spm_lib
-from xlnet_tf import preprocessing, tokenization
+from xlnet_tf.text import preprocessing, tokenization
 from xlnet_tf.text import packing_tf
 
 TRICKY = [

@@ -12,7 +12,7 @@ import pytest
 from tests import data_fixtures as F
 from tfrecords import manifest as manifest_lib
 from tfrecords import race_data as rd
-from xlnet_tf.tokenization import CLS_ID, SEP_ID
+from xlnet_tf.text.tokenization import CLS_ID, SEP_ID
 
 MC = os.path.join(F.DATA_DIR, "mc_wordnet")
 

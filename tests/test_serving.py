@@ -76,7 +76,8 @@ def _pairs(n=12):
 
 def test_classifier_export_matches_in_process_model(classifier_export, tmp_path):
     from tfrecords import classifier_data
-    from xlnet_tf import checkpoints, finetuning, tokenization
+    from xlnet_tf import checkpoints, finetuning
+    from xlnet_tf.text import tokenization
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetClassifier
 
@@ -111,13 +112,13 @@ def test_classifier_export_matches_in_process_model(classifier_export, tmp_path)
 
 def test_in_graph_packing_equals_the_builder(classifier_export):
     from tfrecords import classifier_data
-    from xlnet_tf import tokenization
+    from xlnet_tf.text import tokenization
     from xlnet_tf.serving import ServingModule
 
     root, _ = classifier_export
     tokenizer = tokenization.XLNetTokenizer(data_fixtures.tiny_spm())
     module = ServingModule.__new__(ServingModule)  # only the encoder and packing are used here
-    from xlnet_tf.preprocessing import XLNetTextEncoder
+    from xlnet_tf.text.preprocessing import XLNetTextEncoder
 
     module.encoder = XLNetTextEncoder(open(data_fixtures.tiny_spm(), "rb").read())
     module.max_seq_length, module.max_segments = 64, 1
@@ -191,7 +192,8 @@ def test_served_features_are_the_records_features_for_every_normalization(tmp_pa
     text_pair): the served logits equal the trained model's on the records' features."""
     from run import export_savedmodel, run_classifier
     from tfrecords import classifier_data, processors
-    from xlnet_tf import checkpoints, finetuning, tokenization
+    from xlnet_tf import checkpoints, finetuning
+    from xlnet_tf.text import tokenization
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetClassifier
 
@@ -233,7 +235,8 @@ def test_race_export_serves_raw_text_as_the_builder_packs_it(tmp_path):
     fewer options than the model's 4 gets one score per option it sent. (The raw-text signature could not be
     traced before: a ragged index in the choice text, then an unknown sequence length in the model.)"""
     from tfrecords import race_data
-    from xlnet_tf import serving, tokenization
+    from xlnet_tf import serving
+    from xlnet_tf.text import tokenization
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetMultipleChoice
 

@@ -19,7 +19,7 @@ from tests import data_fixtures as F
 from tfrecords import squad_data as sd
 from tfrecords.manifest import ManifestError
 from xlnet_tf import squad_postprocess as pp
-from xlnet_tf import tokenization as T
+from xlnet_tf.text import tokenization as T
 
 SQUAD_DIR = os.path.join(F.DATA_DIR, "squad")
 FIXTURES = ("train-v1.1.json", "dev-v1.1.json", "train-v2.0.json", "dev-v2.0.json")

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from tests import data_fixtures
 from tfrecords import classifier_data, processors, race_data, squad_data
-from xlnet_tf import preprocessing, tokenization
+from xlnet_tf.text import preprocessing, tokenization
 from xlnet_tf.serving import ServingModule
 from xlnet_tf.text import layout, packing, packing_tf
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests import data_fixtures  # noqa: F401
 from tfrecords import permutation as P
-from xlnet_tf.tokenization import CLS_ID, SEP_ID
+from xlnet_tf.text.tokenization import CLS_ID, SEP_ID
 
 
 # ---- the original, transcribed ----------------------------------------------------------------

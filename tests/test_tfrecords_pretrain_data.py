@@ -14,7 +14,7 @@ from tfrecords import inspect_records
 from tfrecords import manifest as manifest_lib
 from tfrecords import pretrain_data as PD
 from xlnet_tf.text import layout
-from xlnet_tf.tokenization import CLS_ID, EOD_ID, SEP_ID
+from xlnet_tf.text.tokenization import CLS_ID, EOD_ID, SEP_ID
 
 S = F.SMALL
 READ = dict(seq_len=S["seq_len"], reuse_len=S["reuse_len"], num_predict=S["num_predict"],

@@ -10,7 +10,7 @@ import sentencepiece as spm
 from tests import data_fixtures
 from tfrecords import corpus
 from tfrecords import spm as spm_lib
-from xlnet_tf import tokenization as T
+from xlnet_tf.text import tokenization as T
 
 
 def test_trained_model_has_released_id_layout():

@@ -1,9 +1,9 @@
-"""xlnet_tf.tokenization: normalization, digit-comma split, special ids, batch encoding."""
+"""xlnet_tf.text.tokenization: normalization, digit-comma split, special ids, batch encoding."""
 
 import pytest
 
 from tests import data_fixtures
-from xlnet_tf import tokenization as T
+from xlnet_tf.text import tokenization as T
 
 
 def test_special_ids_and_segments():

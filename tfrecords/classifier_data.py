@@ -49,7 +49,7 @@ from tfrecords import record_inputs
 from tfrecords import records as records_lib
 from tfrecords.processors import InputExample, Processor, label_ids
 from tfrecords.records import DataError  # raised here; also caught as classifier_data.DataError
-from xlnet_tf import tokenization
+from xlnet_tf.text import tokenization
 from xlnet_tf.text import packing
 
 CLASSIFIER_KIND = "xlnet_classifier"

@@ -19,7 +19,8 @@ from absl import app, flags
 
 from tfrecords import manifest as manifest_lib
 from tfrecords import permutation
-from xlnet_tf import cli, tokenization
+from xlnet_tf import cli
+from xlnet_tf.text import tokenization
 
 FLAGS = flags.FLAGS
 

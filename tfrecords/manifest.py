@@ -185,7 +185,7 @@ def validate_pretrain_manifest(manifest: Dict[str, Any], *, seq_len: int, reuse_
                   " (bi_data rows are [forward; backward] per replica; rebuild the records)")
     sha = manifest["spiece_model"]["sha256"]
     if spiece_model is not None:
-        from xlnet_tf.tokenization import file_sha256
+        from xlnet_tf.text.tokenization import file_sha256
 
         if not os.path.isfile(spiece_model):
             raise ManifestError(f"SentencePiece model not found: {spiece_model}")

@@ -33,7 +33,7 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 
-from xlnet_tf.tokenization import CLS_ID, SEP_ID
+from xlnet_tf.text.tokenization import CLS_ID, SEP_ID
 
 MAX_GRAM = 5
 

@@ -31,9 +31,9 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import numpy as np
 
-from xlnet_tf import tokenization
+from xlnet_tf.text import tokenization
 from xlnet_tf.text.layout import shrink_pair
-from xlnet_tf.tokenization import CLS_ID, EOD_ID, MASK_ID, SEP_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS
+from xlnet_tf.text.tokenization import CLS_ID, EOD_ID, MASK_ID, SEP_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS
 from tfrecords import corpus as corpus_lib
 from tfrecords import manifest as manifest_lib
 from tfrecords import permutation

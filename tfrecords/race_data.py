@@ -40,7 +40,7 @@ from tfrecords import manifest as manifest_lib
 from tfrecords import record_inputs
 from tfrecords import records as records_lib
 from tfrecords.records import DataError
-from xlnet_tf import tokenization
+from xlnet_tf.text import tokenization
 from xlnet_tf.text import layout, packing
 
 RACE_KIND = "xlnet_race"

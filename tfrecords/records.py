@@ -33,7 +33,7 @@ from xlnet_tf import files
 from xlnet_tf.errors import UserError
 
 if TYPE_CHECKING:
-    from xlnet_tf.tokenization import XLNetTokenizer
+    from xlnet_tf.text.tokenization import XLNetTokenizer
 
 CONVERT_CHUNK = 4096  # examples tokenized and packed at a time while writing
 

@@ -3,7 +3,7 @@
 Ids follow the released `spiece.model` layout: `<unk>`0 `<s>`1 `</s>`2 `<cls>`3 `<sep>`4
 `<pad>`5 `<mask>`6 `<eod>`7 `<eop>`8, then the other user-defined symbols of the original
 recipe (`. ( ) " - – £ €`). The training text goes through the same normalization as the
-builders (`xlnet_tf.tokenization.preprocess_text`, lowercased when `uncased`).
+builders (`xlnet_tf.text.tokenization.preprocess_text`, lowercased when `uncased`).
 
 CLI:
   python tfrecords/spm.py --input_glob='corpus/*.txt' --model_prefix=out/spiece \
@@ -18,7 +18,8 @@ import re
 from typing import Iterator, Sequence
 
 from tfrecords import corpus
-from xlnet_tf import cli, tokenization
+from xlnet_tf import cli
+from xlnet_tf.text import tokenization
 from xlnet_tf.errors import UserError
 
 CONTROL_SYMBOLS = ("<cls>", "<sep>", "<pad>", "<mask>", "<eod>")

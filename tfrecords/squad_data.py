@@ -64,9 +64,9 @@ from tfrecords import manifest as manifest_lib
 from tfrecords import records as records_lib
 from tfrecords.records import DataError
 from xlnet_tf import files as files_lib
-from xlnet_tf import tokenization
+from xlnet_tf.text import tokenization
 from xlnet_tf.text import packing
-from xlnet_tf.tokenization import SPIECE_UNDERLINE, UNK_ID
+from xlnet_tf.text.tokenization import SPIECE_UNDERLINE, UNK_ID
 
 SQUAD_KIND = "xlnet_squad"
 RECORD_NAMES = ("input_ids", "segment_ids", "attention_mask", "p_mask", "cls_index",

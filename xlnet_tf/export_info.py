@@ -139,7 +139,7 @@ class ExportInfo:
         directory) and its checksum (`spiece_sha256`, compared on reruns)."""
         spm = values.get("spiece_model_file")
         if spm:
-            from xlnet_tf.tokenization import file_sha256
+            from xlnet_tf.text.tokenization import file_sha256
 
             values["spiece_model_file"] = os.path.abspath(spm)
             values["spiece_sha256"] = file_sha256(spm) if os.path.isfile(spm) else None

@@ -119,7 +119,7 @@ def summarize(nll: np.ndarray, mask: np.ndarray, rows: np.ndarray, piece_chars: 
 
 def piece_char_counts(tokenizer) -> np.ndarray:
     """Characters each piece id stands for (`▁` = one space; special symbols 0)."""
-    from xlnet_tf.tokenization import SPECIAL_SYMBOLS
+    from xlnet_tf.text.tokenization import SPECIAL_SYMBOLS
 
     special = set(SPECIAL_SYMBOLS.values())
     return np.array([0 if i in special else len(tokenizer.sp.IdToPiece(i)) for i in range(tokenizer.vocab_size)],
@@ -130,7 +130,7 @@ def compare(model, ids: Sequence[int], seg_len: int, tokenizer, batch_size: int 
             special_ids: Optional[Sequence[int]] = None) -> Dict[str, Dict[str, float]]:
     """Perplexity and bits per character of the stream `ids` with and without memories, on the tokens both
     readings score (each segment's first token excluded), plus the memory reading on all its tokens."""
-    from xlnet_tf.tokenization import SPECIAL_SYMBOLS
+    from xlnet_tf.text.tokenization import SPECIAL_SYMBOLS
 
     special = list(SPECIAL_SYMBOLS.values()) if special_ids is None else list(special_ids)
     rows = stream_rows(ids, seg_len, batch_size)

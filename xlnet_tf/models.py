@@ -14,7 +14,8 @@ import tensorflow as tf
 
 # `preprocessing` registers XLNetPreprocessor with Keras: a `.keras` classifier with its preprocessor then loads
 # after `import xlnet_tf.models` alone (what registers the task models themselves).
-from xlnet_tf import initializers, preprocessing  # noqa: F401
+from xlnet_tf import initializers
+from xlnet_tf.text import preprocessing  # noqa: F401  (registers XLNetPreprocessor for .keras loading)
 from xlnet_tf.backbone import XLNetBackbone, cache_mems
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import UserError

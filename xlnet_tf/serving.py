@@ -19,7 +19,7 @@ Signatures (`serving_default` / `from_ids`), by task:
   segment with the model's memories, in the graph. Every request runs S segments (short texts lead with
   padding-only segments, masked). `from_ids` then takes `[B, s, max_seq_length]` with s <= S (leading
   padding segments added).
-Text is tokenized and packed by xlnet_tf/preprocessing.py with the in-graph twins of the builders' packers
+Text is tokenized and packed by xlnet_tf/text/preprocessing.py with the in-graph twins of the builders' packers
 (xlnet_tf/text/packing_tf.py), so `serving_default` feeds the model what the records hold.
 `from_ids` takes `input_ids`, `segment_ids` int32 `[B, L]` and `attention_mask` float32 `[B, L]` (1 = real
 token; SQuAD adds `p_mask`, `cls_index`; RACE takes `[B, 4, L]`). Batch size and length are variable.
@@ -41,7 +41,7 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf import preprocessing, tokenization
+from xlnet_tf.text import preprocessing, tokenization
 from xlnet_tf.text import layout
 
 TASKS = ("classifier", "regression", "squad", "race", "embedding")

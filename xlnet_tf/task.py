@@ -456,7 +456,7 @@ class Task(keras.Model):
         model); backbone names and shapes are checked as `checkpoints.load_init_checkpoint` does.
         """
         from xlnet_tf import checkpoints, export_info
-        from xlnet_tf.preprocessing import XLNetPreprocessor
+        from xlnet_tf.text.preprocessing import XLNetPreprocessor
 
         weights = resolve_weights(checkpoint)
         directory = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)

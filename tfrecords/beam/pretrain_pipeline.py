@@ -57,7 +57,7 @@ from tfrecords import manifest as manifest_lib
 from tfrecords import pretrain_data as PD
 from tfrecords import record_inputs
 from tfrecords.beam import fs
-from xlnet_tf import tokenization
+from xlnet_tf.text import tokenization
 
 _LOG = logging.getLogger(__name__)
 _METRICS = "xlnet_pretrain"

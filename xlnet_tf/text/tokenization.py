@@ -26,16 +26,10 @@ import numpy as np
 from xlnet_tf import files
 from xlnet_tf.errors import UserError
 
-# ---- special ids: the released spiece.model layout -------------------------------------
-UNK_ID = 0
-S_ID = 1  # <s>
-S_END_ID = 2  # </s>
-CLS_ID = 3
-SEP_ID = 4
-PAD_ID = 5
-MASK_ID = 6
-EOD_ID = 7
-EOP_ID = 8
+# ---- special and segment ids: defined once, in the layout (re-exported here) ------------------
+from xlnet_tf.text.layout import (  # noqa: E402,F401
+    CLS_ID, EOD_ID, EOP_ID, MASK_ID, PAD_ID, S_END_ID, S_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD,
+    SEG_ID_SEP, SEP_ID, UNK_ID)
 
 SPECIAL_SYMBOLS = {
     "<unk>": UNK_ID,
@@ -50,13 +44,6 @@ SPECIAL_SYMBOLS = {
 }
 # Tokens that take part in the factorization order but are never prediction targets.
 FUNCTIONAL_IDS = (SEP_ID, CLS_ID)
-
-# ---- segment ids (the original SEG_ID_*) -------------------------------------------------
-SEG_ID_A = 0
-SEG_ID_B = 1
-SEG_ID_CLS = 2
-SEG_ID_SEP = 3  # defined by the original, unused
-SEG_ID_PAD = 4
 
 SPIECE_UNDERLINE = "\u2581"  # "▁"
 

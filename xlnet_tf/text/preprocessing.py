@@ -1,5 +1,5 @@
 """In-graph (TensorFlow + tensorflow-text) XLNet preprocessing for serving and Keras training: the same
-normalization, SentencePiece pieces (digit-comma re-split included) and packing as `xlnet_tf.tokenization`
+normalization, SentencePiece pieces (digit-comma re-split included) and packing as `xlnet_tf.text.tokenization`
 and the record builders, so a SavedModel (and `XLNetPreprocessor` in a `tf.data` pipeline) takes raw UTF-8
 strings and produces exactly the training-time ids.
 
@@ -17,7 +17,7 @@ from typing import Optional, Tuple
 import keras
 import tensorflow as tf
 
-from xlnet_tf import tokenization
+from xlnet_tf.text import tokenization
 from xlnet_tf.text import packing_tf
 from xlnet_tf.text.packing_tf import normalize  # noqa: F401  (the twin of tokenization.preprocess_text)
 
