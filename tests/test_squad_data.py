@@ -1,4 +1,5 @@
-"""SQuAD data: offset alignment, features, records, readers, CLI, bad input (tfrecords/squad_data.py).
+"""SQuAD data: offset alignment (xlnet_tf/text/offsets.py), examples (tfrecords/squad_examples.py), features,
+records, readers, CLI, bad input (tfrecords/squad_data.py).
 
 The round trips feed the gold answer of every answerable question back as one-hot log-probs at its
 gold start / end (in the feature where the start has its maximal context) and require
@@ -17,8 +18,10 @@ import pytest
 
 from tests import data_fixtures as F
 from tfrecords import squad_data as sd
+from tfrecords import squad_examples as se
 from tfrecords.manifest import ManifestError
 from xlnet_tf import squad_postprocess as pp
+from xlnet_tf.text import offsets
 from xlnet_tf.text import tokenization as T
 
 SQUAD_DIR = os.path.join(F.DATA_DIR, "squad")
@@ -100,7 +103,7 @@ def test_normalize_with_offsets_equals_preprocess_text(lower, keep_accents):
     pool = list("ab Zé\u0301\u00a0\u200b`'\"ñ,1 \t\n東ﬁ½İΣ\u00a8")
     texts = UNICODE_TEXTS + ["".join(rng.choice(pool, size=rng.randint(0, 30))) for _ in range(300)]
     for text in texts:
-        norm, st, en = sd.normalize_with_offsets(text, lower=lower, keep_accents=keep_accents)
+        norm, st, en = offsets.normalize_with_offsets(text, lower=lower, keep_accents=keep_accents)
         ref = T.preprocess_text(text, lower=lower, keep_accents=keep_accents)
         assert norm == ref, repr(text)
         assert len(st) == len(en) == len(norm)
@@ -119,9 +122,9 @@ def test_token_spans_cover_the_original_text_and_ids_match_encode():
     contexts = [p["context"] for name in FIXTURES for a in _load(name)["data"]
                 for p in a["paragraphs"]]
     for text in contexts + UNICODE_TEXTS:
-        plain = sd.tokenize_with_offsets(tok, text, split_unknown=False)
+        plain = offsets.tokenize_with_offsets(tok, text, split_unknown=False)
         assert plain.ids.tolist() == tok.encode(text), repr(text)
-        p = sd.tokenize_with_offsets(tok, text)
+        p = offsets.tokenize_with_offsets(tok, text)
         unk_free = T.UNK_ID not in plain.ids.tolist()
         if unk_free:
             assert p.ids.tolist() == plain.ids.tolist()
@@ -130,7 +133,7 @@ def test_token_spans_cover_the_original_text_and_ids_match_encode():
         assert (np.diff(p.char_start) >= 0).all() and (np.diff(p.char_end) >= 0).all()
         for t in np.flatnonzero(own):  # spans are trimmed of invisible characters
             piece = text[p.char_start[t]:p.char_end[t]]
-            assert not sd._is_blank(piece[0]) and not sd._is_blank(piece[-1])
+            assert not offsets._is_blank(piece[0]) and not offsets._is_blank(piece[-1])
         if unk_free and text.isascii():  # visible characters are covered, in order
             covered = "".join(text[a:b] for a, b, o in zip(p.char_start, p.char_end, own) if o)
             assert covered == "".join(c for c in text if not c.isspace())
@@ -177,7 +180,7 @@ def test_digit_comma_resplit_keeps_ids_and_offsets():
     text = "In 2,000,000 years, 1,234 stars and 7, or 12,5 formed by 1990, 3,"
     glued = tok.sp.EncodeAsPieces(T.preprocess_text(text))
     assert any(T._needs_digit_comma_split(p) for p in glued)  # the wrapper does glue
-    p = sd.tokenize_with_offsets(tok, text)
+    p = offsets.tokenize_with_offsets(tok, text)
     assert p.ids.tolist() == T.encode_ids(tok.sp, T.preprocess_text(text))
     for ans in ("2,000,000", "1,234", "7", "12,5", "1990", "3"):
         a = text.index(ans)
@@ -191,8 +194,8 @@ def test_digit_comma_resplit_keeps_ids_and_offsets():
 def test_round_trip_fixtures_with_doc_stride(name):
     dataset = _load(name)
     v2 = "v2.0" in name
-    stats = sd.SplitStats()
-    examples = sd.read_squad_examples(dataset, False, v2, stats)
+    stats = se.SplitStats()
+    examples = se.read_squad_examples(dataset, False, v2, stats)
     assert len(examples) == 40 and not stats.skipped
     kept, feats = sd.convert_examples(_tok(), examples, _cfg(v2), False, stats)
     assert len(kept) == 40
@@ -205,7 +208,7 @@ def test_round_trip_fixtures_with_doc_stride(name):
 @pytest.mark.parametrize("name", ["train-v1.1.json", "train-v2.0.json"])
 def test_training_labels_point_at_the_gold_text(name):
     v2 = "v2.0" in name
-    examples = sd.read_squad_examples(_load(name), True, v2)
+    examples = se.read_squad_examples(_load(name), True, v2)
     kept, feats = sd.convert_examples(_tok(), examples, _cfg(v2), True)
     answered = set()
     for f in feats:
@@ -255,8 +258,8 @@ def _unicode_dataset():
 @pytest.mark.parametrize("uncased", [False, True])
 @pytest.mark.parametrize("max_seq_length", [40, 96])
 def test_unicode_round_trip(uncased, max_seq_length):
-    stats = sd.SplitStats()
-    examples = sd.read_squad_examples(_unicode_dataset(), True, True, stats)
+    stats = se.SplitStats()
+    examples = se.read_squad_examples(_unicode_dataset(), True, True, stats)
     kept, feats = sd.convert_examples(
         _tok(uncased), examples,
         _cfg(True, max_seq_length=max_seq_length, doc_stride=6, max_query_length=8), True, stats)
@@ -270,8 +273,8 @@ def test_answer_inside_a_token_is_widened_and_counted():
     context = "The bookshelves were full."
     ds = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": [
         {"id": "q", "question": "Which?", "answers": [{"text": "shel", "answer_start": 8}]}]}]}]}
-    stats = sd.SplitStats()
-    kept, feats = sd.convert_examples(_tok(), sd.read_squad_examples(ds, True, False, stats),
+    stats = se.SplitStats()
+    kept, feats = sd.convert_examples(_tok(), se.read_squad_examples(ds, True, False, stats),
                                       _cfg(False), True, stats)
     f = feats[0]
     text = context[f.tok_start_to_orig[f.start_position]:f.tok_end_to_orig[f.end_position]]
@@ -432,7 +435,7 @@ def test_records_readers_and_side_files(tmp_path):
         got = np.concatenate([b[key] for b in batches])[real == 1]
         np.testing.assert_array_equal(got, side.features[key])
     # the round trip through the written side files
-    examples = [sd.SquadExample(e["id"], e["question"], e["context"], e["answers"],
+    examples = [se.SquadExample(e["id"], e["question"], e["context"], e["answers"],
                                 e["is_impossible"]) for e in side.examples]
     preds = pp.compute_predictions(side, _gold_results(side), max_answer_length=L)
     for ex in examples:

@@ -1,5 +1,7 @@
-"""tfrecords/pretrain_data.py + manifest.py: builder, stream layout, reader, validation."""
+"""tfrecords/pretrain_data.py (with pretrain_config, pretrain_rows, pretrain_examples, pretrain_reader) and
+manifest.py: builder, stream layout, reader, validation."""
 
+import dataclasses
 import filecmp
 import json
 import os
@@ -13,6 +15,11 @@ from tfrecords import corpus as corpus_lib
 from tfrecords import inspect_records
 from tfrecords import manifest as manifest_lib
 from tfrecords import pretrain_data as PD
+from tfrecords import pretrain_rows
+from tfrecords.pretrain_config import BuildError, PretrainConfig, record_file_name
+from tfrecords.pretrain_examples import iter_steps
+from tfrecords.pretrain_reader import (COMPACT_NAMES, OUTPUT_NAMES, decode_compact, make_pretrain_dataset_fn,
+                                       pretrain_dataset)
 from xlnet_tf.text import layout
 from xlnet_tf.text.tokenization import CLS_ID, EOD_ID, SEP_ID
 
@@ -48,7 +55,7 @@ def same_dirs(a, b):
 def test_manifest_and_files():
     d = F.built_records()
     m = manifest_lib.read_manifest(d)
-    assert m["params"] == {**PD.dataclasses.asdict(PD.PretrainConfig()), **S}
+    assert m["params"] == {**dataclasses.asdict(PretrainConfig()), **S}
     names = [e["name"] for e in m["files"]]
     assert names == [f"train-{p}-{s:05d}-of-00003.tfrecord" for p in range(2) for s in range(3)]
     assert m["spiece_model"]["sha256"] == F.tiny_tokenizer().sha256
@@ -65,10 +72,9 @@ def test_manifest_and_files():
 
 def test_record_invariants_over_all_records():
     d = F.built_records()
-    ds = PD.pretrain_dataset(d, num_replicas=2, **READ)
-    L, R, P = S["seq_len"], S["reuse_len"], S["num_predict"]
+    ds = pretrain_dataset(d, num_replicas=2, **READ)
+    L, R = S["seq_len"], S["reuse_len"]
     n = 0
-    part = np.arange(L) >= R
     for x in ds.as_numpy_iterator():
         ids, pm, tm = x["input_ids"], x["perm_mask"], x["target_mapping"]
         tmask, q = x["target_mask"], x["input_q"]
@@ -120,11 +126,11 @@ def test_record_invariants_over_all_records():
 
 def test_padding_only_when_functional_tokens_were_drawn():
     cfg = F.small_config()
-    data, sids, _ = PD.load_shard_rows(F.CORPUS_GLOB, F.tiny_spm(), cfg, 0, 0)
+    data, sids, _ = pretrain_rows.load_shard_rows(F.CORPUS_GLOB, F.tiny_spm(), cfg, 0, 0)
     ws = F.tiny_tokenizer().word_start_table()
     rng = np.random.default_rng(0)
     n = 0
-    for step in PD.iter_steps(data, sids, cfg, ws, rng):
+    for step in iter_steps(data, sids, cfg, ws, rng):
         for ex in step:
             func = (ex.input_ids == SEP_ID) | (ex.input_ids == CLS_ID)
             assert ex.is_masked.sum() == cfg.num_predict
@@ -142,12 +148,12 @@ def test_stream_continuity_and_row_layout(bi_data):
     B, R, L = cfg.global_batch_size, cfg.reuse_len, cfg.seq_len
     bc = B // cfg.num_replicas
     for shard in range(cfg.num_shards):
-        name = PD.record_file_name("train", 0, shard, cfg.num_shards)
+        name = record_file_name("train", 0, shard, cfg.num_shards)
         rec = file_records(d, name, L, cfg.num_predict)
         steps = rec["input_ids"].shape[0] // B
         ids = rec["input_ids"].reshape(steps, B, L)
         seg = rec["segment_ids"].reshape(steps, B, L)
-        rows, _, stream = PD.load_shard_rows(F.CORPUS_GLOB, F.tiny_spm(), cfg, 0, shard)
+        rows, _, stream = pretrain_rows.load_shard_rows(F.CORPUS_GLOB, F.tiny_spm(), cfg, 0, shard)
         assert rows.shape[0] == B and 0 < steps <= (rows.shape[1] - L) // R + 1
         for t in range(steps):
             for r in range(B):
@@ -176,13 +182,13 @@ def test_stream_continuity_and_row_layout(bi_data):
 def test_make_rows_layout_small():
     ids = np.arange(48)
     sids = (ids // 5) % 2 == 0
-    rows, rs = PD.make_rows(ids, sids, global_batch_size=8, num_replicas=2, bi_data=True)
+    rows, rs = pretrain_rows.make_rows(ids, sids, global_batch_size=8, num_replicas=2, bi_data=True)
     # 4 chunks of 12; replica 0: chunks 0,1 then reversed; replica 1: chunks 2,3 then reversed
     expect = [ids[0:12], ids[12:24], ids[0:12][::-1], ids[12:24][::-1],
               ids[24:36], ids[36:48], ids[24:36][::-1], ids[36:48][::-1]]
     np.testing.assert_array_equal(rows, np.stack(expect))
     np.testing.assert_array_equal(rs[2], sids[0:12][::-1])
-    rows, _ = PD.make_rows(ids, sids, global_batch_size=4, num_replicas=2, bi_data=False)
+    rows, _ = pretrain_rows.make_rows(ids, sids, global_batch_size=4, num_replicas=2, bi_data=False)
     np.testing.assert_array_equal(rows, ids.reshape(4, 12))
 
 
@@ -225,18 +231,18 @@ def test_split_a_and_b_matches_original_loops():
         sids = np.cumsum(gen.random(n) < gen.choice([0.02, 0.1, 0.4])) % 2 == 0
         begin, tot_len = int(gen.integers(0, n // 2)), int(gen.integers(2, 60))
         seed = int(gen.integers(1 << 30))
-        got = PD.split_a_and_b(sids, PD.sentence_bounds(sids), begin, tot_len,
+        got = pretrain_rows.split_a_and_b(sids, pretrain_rows.sentence_bounds(sids), begin, tot_len,
                                np.random.default_rng(seed))
         assert got == original(sids, begin, tot_len, np.random.default_rng(seed)), trial
         if got is not None:
             assert (got[1] - got[0]) + (got[3] - got[2]) == tot_len
     # the pair rule of the new part is the layout's (tests/test_text_packing.py checks it against the loop)
-    assert PD.shrink_pair is layout.shrink_pair
+    assert pretrain_rows.shrink_pair is layout.shrink_pair
 
 
 def test_tokenize_documents_sentence_ids():
     tok = F.tiny_tokenizer()
-    ids, sids = PD.tokenize_documents(tok, [["the nation", "a war"], ["peace"]])
+    ids, sids = pretrain_rows.tokenize_documents(tok, [["the nation", "a war"], ["peace"]])
     n1, n2, n3 = (len(tok.encode(s)) for s in ("the nation", "a war", "peace"))
     assert ids.tolist() == (tok.encode("the nation") + tok.encode("a war") + [EOD_ID]
                             + tok.encode("peace") + [EOD_ID])
@@ -250,7 +256,8 @@ def test_a_line_that_encodes_to_nothing_still_flips_the_sentence_id():
     tok = F.tiny_tokenizer()
     empty = "\u0301"  # a lone combining accent: removed by the normalization, no pieces
     assert tok.encode(empty) == []
-    ids, sids = PD.tokenize_documents(tok, [["the nation", "a war", empty, "peace"], ["war", empty]])
+    ids, sids = pretrain_rows.tokenize_documents(tok, [["the nation", "a war", empty, "peace"],
+                                                       ["war", empty]])
     n = [len(tok.encode(s)) for s in ("the nation", "a war", "peace", "war")]
     assert ids.tolist() == (tok.encode("the nation") + tok.encode("a war") + tok.encode("peace") + [EOD_ID]
                             + tok.encode("war") + [EOD_ID])
@@ -263,7 +270,7 @@ def test_records_are_compact_and_old_ones_are_refused(tmp_path):
     """perm_rank is stored + 1 (0 = context): at seq 512 a record is <= 2.5 KB (it was ~6 KB with -1
     varints), decoding is unchanged (the decode tests above), and format-1 records get a clear error."""
     out = str(tmp_path / "r512")
-    cfg = PD.PretrainConfig(seq_len=512, reuse_len=256, num_predict=85, perm_size=256, global_batch_size=2,
+    cfg = PretrainConfig(seq_len=512, reuse_len=256, num_predict=85, perm_size=256, global_batch_size=2,
                             num_replicas=1, bi_data=False, seed=1)
     m = PD.build_pretrain_records(F.CORPUS_GLOB, F.tiny_spm(), out, cfg, log=None)
     per_example = m["totals"]["num_bytes"] / m["totals"]["num_examples"]
@@ -316,7 +323,7 @@ def test_resume_skips_finished_shards(tmp_path):
     assert os.stat(keep).st_mtime_ns == mtime
     same_dirs(ref, out)
     assert not os.path.exists(victim + ".tmp-99999")
-    with pytest.raises(PD.BuildError, match="already holds records built from other parameters"):
+    with pytest.raises(BuildError, match="already holds records built from other parameters"):
         PD.build_pretrain_records(F.CORPUS_GLOB, F.tiny_spm(), out, F.small_config(seed=1),
                                   log=None)
 
@@ -326,9 +333,9 @@ def test_resume_skips_finished_shards(tmp_path):
 def test_reader_outputs_static_shapes_and_names():
     import tensorflow as tf
 
-    ds = PD.pretrain_dataset(F.built_records(), num_replicas=2, **READ)
+    ds = pretrain_dataset(F.built_records(), num_replicas=2, **READ)
     spec = ds.element_spec
-    assert tuple(sorted(spec)) == tuple(sorted(PD.OUTPUT_NAMES))
+    assert tuple(sorted(spec)) == tuple(sorted(OUTPUT_NAMES))
     b, L, P = 4, S["seq_len"], S["num_predict"]
     shapes = {"input_ids": [b, L], "segment_ids": [b, L], "perm_mask": [b, L, L],
               "target_mapping": [b, P, L], "target_mask": [b, P], "target_ids": [b, P],
@@ -343,13 +350,13 @@ def test_reader_compact_mode_decodes_identically():
     import tensorflow as tf
 
     d = F.built_records()
-    dense = PD.pretrain_dataset(d, num_replicas=2, **READ).take(4)
-    compact = PD.pretrain_dataset(d, num_replicas=2, decode=False, **READ).take(4)
-    assert tuple(sorted(compact.element_spec)) == tuple(sorted(PD.COMPACT_NAMES))
-    decode = tf.function(lambda f: PD.decode_compact(f, S["reuse_len"]))
+    dense = pretrain_dataset(d, num_replicas=2, **READ).take(4)
+    compact = pretrain_dataset(d, num_replicas=2, decode=False, **READ).take(4)
+    assert tuple(sorted(compact.element_spec)) == tuple(sorted(COMPACT_NAMES))
+    decode = tf.function(lambda f: decode_compact(f, S["reuse_len"]))
     for a, b in zip(dense.as_numpy_iterator(), compact):
         b = decode(b)
-        for k in PD.OUTPUT_NAMES:
+        for k in OUTPUT_NAMES:
             np.testing.assert_array_equal(a[k], b[k].numpy(), err_msg=k)
 
 
@@ -359,15 +366,15 @@ def test_reader_per_replica_sharding_keeps_stream_order():
     d = F.built_records()
     _, raw = raw_records(d)
     B = S["global_batch_size"]
-    both = list(PD.pretrain_dataset(d, num_replicas=2, **READ).take(6).as_numpy_iterator())
-    r0 = list(PD.pretrain_dataset(d, replica_id=0, num_replicas=2, **READ).take(3)
+    both = list(pretrain_dataset(d, num_replicas=2, **READ).take(6).as_numpy_iterator())
+    r0 = list(pretrain_dataset(d, replica_id=0, num_replicas=2, **READ).take(3)
               .as_numpy_iterator())
     ctx1 = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1,
                                       num_replicas_in_sync=2)
-    r1 = list(PD.make_pretrain_dataset_fn(d, **READ)(ctx1).take(3).as_numpy_iterator())
+    r1 = list(make_pretrain_dataset_fn(d, **READ)(ctx1).take(3).as_numpy_iterator())
     ctx = tf.distribute.InputContext(num_input_pipelines=1, input_pipeline_id=0,
                                      num_replicas_in_sync=2)
-    interleaved = list(PD.make_pretrain_dataset_fn(d, **READ)(ctx).take(6).as_numpy_iterator())
+    interleaved = list(make_pretrain_dataset_fn(d, **READ)(ctx).take(6).as_numpy_iterator())
     for t in range(3):
         for k, rep in ((0, r0), (1, r1)):
             # replica k at step t gets rows [4k, 4k+4) of step t, in order
@@ -377,20 +384,20 @@ def test_reader_per_replica_sharding_keeps_stream_order():
             np.testing.assert_array_equal(interleaved[2 * t + k]["perm_mask"],
                                           both[2 * t + k]["perm_mask"])
     with pytest.raises(ValueError, match="num_replicas"):
-        PD.pretrain_dataset(d, num_replicas=3, input_context=ctx, **READ)
+        pretrain_dataset(d, num_replicas=3, input_context=ctx, **READ)
 
 
 def test_reader_repeat_and_no_shuffle_with_mems():
     d = F.built_records(bi_data=False, num_replicas=1, num_passes=1)
     total = manifest_lib.read_manifest(d)["totals"]["num_steps"]
-    ds = PD.pretrain_dataset(d, repeat=True, **READ)
+    ds = pretrain_dataset(d, repeat=True, **READ)
     assert len(list(ds.take(total + 2).as_numpy_iterator())) == total + 2
     with pytest.raises(ValueError, match="stream order"):
-        PD.pretrain_dataset(d, shuffle_buffer=8, **READ)
-    shuffled = PD.pretrain_dataset(d, shuffle_buffer=8, uses_mems=False, seed=1, **READ)
+        pretrain_dataset(d, shuffle_buffer=8, **READ)
+    shuffled = pretrain_dataset(d, shuffle_buffer=8, uses_mems=False, seed=1, **READ)
     assert len(list(shuffled.as_numpy_iterator())) == total
     # records without bi_data can be read with any replica count dividing the batch
-    assert len(list(PD.pretrain_dataset(d, num_replicas=4, **READ).as_numpy_iterator())) \
+    assert len(list(pretrain_dataset(d, num_replicas=4, **READ).as_numpy_iterator())) \
         == 4 * total
 
 
@@ -401,14 +408,14 @@ def test_manifest_validation_names_the_field(tmp_path):
                        ("global_batch_size", 16), ("num_replicas", 1)):
         kw = dict(good, **{field: bad})
         with pytest.raises(manifest_lib.ManifestError, match=f"'{field}'"):
-            PD.pretrain_dataset(d, **kw)
+            pretrain_dataset(d, **kw)
     other = tmp_path / "other.model"
     other.write_bytes(b"not the same model")
     with pytest.raises(manifest_lib.ManifestError, match="spiece_model.sha256"):
-        PD.pretrain_dataset(d, spiece_model=str(other), **good)
+        pretrain_dataset(d, spiece_model=str(other), **good)
     with pytest.raises(manifest_lib.ManifestError, match="'perm_size'"):
-        PD.pretrain_dataset(d, perm_size=8, **good)
-    PD.pretrain_dataset(d, spiece_model=F.tiny_spm(), perm_size=16, bi_data=True, **good)
+        pretrain_dataset(d, perm_size=8, **good)
+    pretrain_dataset(d, spiece_model=F.tiny_spm(), perm_size=16, bi_data=True, **good)
 
 
 def test_reader_errors_on_missing_empty_truncated_corrupt(tmp_path):
@@ -416,10 +423,10 @@ def test_reader_errors_on_missing_empty_truncated_corrupt(tmp_path):
 
     good = dict(READ, num_replicas=2)
     with pytest.raises(manifest_lib.ManifestError, match="does not exist"):
-        PD.pretrain_dataset(str(tmp_path / "nope"), **good)
+        pretrain_dataset(str(tmp_path / "nope"), **good)
     (tmp_path / "empty").mkdir()
     with pytest.raises(manifest_lib.ManifestError, match="is empty"):
-        PD.pretrain_dataset(str(tmp_path / "empty"), **good)
+        pretrain_dataset(str(tmp_path / "empty"), **good)
     d = str(tmp_path / "copy")
     shutil.copytree(F.built_records(), d)
     name = os.path.join(d, "train-0-00001-of-00003.tfrecord")
@@ -427,26 +434,26 @@ def test_reader_errors_on_missing_empty_truncated_corrupt(tmp_path):
     with open(name, "wb") as f:
         f.write(data[:-100])
     with pytest.raises(manifest_lib.ManifestError, match="truncated"):
-        PD.pretrain_dataset(d, **good)
+        pretrain_dataset(d, **good)
     corrupt = bytearray(data)
     corrupt[len(data) // 2:len(data) // 2 + 8] = b"\x00" * 8
     with open(name, "wb") as f:
         f.write(bytes(corrupt))
-    ds = PD.pretrain_dataset(d, **good)
+    ds = pretrain_dataset(d, **good)
     with pytest.raises((tf.errors.DataLossError, tf.errors.InvalidArgumentError)):
         for _ in ds:
             pass
     os.remove(name)
     with pytest.raises(manifest_lib.ManifestError, match="missing"):
-        PD.pretrain_dataset(d, **good)
+        pretrain_dataset(d, **good)
     m = json.load(open(os.path.join(d, "manifest.json")))
     m["files"] = []
     json.dump(m, open(os.path.join(d, "manifest.json"), "w"))
     with pytest.raises(manifest_lib.ManifestError, match="no examples"):
-        PD.pretrain_dataset(d, **good)
+        pretrain_dataset(d, **good)
     os.remove(os.path.join(d, "manifest.json"))
     with pytest.raises(manifest_lib.ManifestError, match="unfinished"):
-        PD.pretrain_dataset(d, **good)
+        pretrain_dataset(d, **good)
 
 
 # ---- bad builder input -------------------------------------------------------------------------
@@ -475,10 +482,10 @@ def test_bad_corpus_inputs(tmp_path):
     assert m["inputs"]["num_invalid_lines"] == 1 and m["totals"]["num_invalid_lines"] == 1
     short = tmp_path / "short.txt"
     short.write_text("A short document.\n\nAnother one.\n", encoding="utf-8")
-    with pytest.raises(PD.BuildError, match="fewer than one step"):
+    with pytest.raises(BuildError, match="fewer than one step"):
         PD.build_pretrain_records(str(short), F.tiny_spm(), str(tmp_path / "o2"),
                                   F.small_config(num_shards=1), log=None)
-    with pytest.raises(PD.BuildError, match="num_shards"):
+    with pytest.raises(BuildError, match="num_shards"):
         PD.build_pretrain_records(str(short), F.tiny_spm(), str(tmp_path / "o3"),
                                   F.small_config(num_shards=3), log=None)
 
@@ -493,7 +500,7 @@ def test_bad_corpus_inputs(tmp_path):
     (dict(num_predict=0), "num_predict"),
 ])
 def test_bad_parameters(tmp_path, overrides, match):
-    with pytest.raises(PD.BuildError, match=match):
+    with pytest.raises(BuildError, match=match):
         _build(tmp_path, F.CORPUS_GLOB, **overrides)
     assert not os.path.exists(tmp_path / "out")  # refused before any work
 
@@ -532,17 +539,17 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 sys.path.insert(0, sys.argv[1])
-from tfrecords import pretrain_data as PD
+from tfrecords.pretrain_reader import make_pretrain_dataset_fn, pretrain_dataset
 d = sys.argv[2]
 kw = dict(seq_len=64, reuse_len=32, num_predict=10, global_batch_size=8)
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-dist = strategy.distribute_datasets_from_function(PD.make_pretrain_dataset_fn(d, **kw))
+dist = strategy.distribute_datasets_from_function(make_pretrain_dataset_fn(d, **kw))
 it = iter(dist)
 for t in range(3):
     x = next(it)
     got = strategy.experimental_local_results(x["input_ids"])
     for k in range(2):
-        ds = PD.pretrain_dataset(d, replica_id=k, num_replicas=2, **kw)
+        ds = pretrain_dataset(d, replica_id=k, num_replicas=2, **kw)
         want = next(iter(ds.skip(t)))["input_ids"].numpy()
         assert np.array_equal(got[k].numpy(), want), (t, k)
     assert strategy.experimental_local_results(x["perm_mask"])[1].shape == (4, 64, 64)

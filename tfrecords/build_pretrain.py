@@ -17,6 +17,7 @@ import os
 from absl import app, flags
 
 from tfrecords import pretrain_data
+from tfrecords.pretrain_config import PretrainConfig
 from xlnet_tf import cli
 
 FLAGS = flags.FLAGS
@@ -65,8 +66,8 @@ def define_flags():
     flags.mark_flags_as_required(["input_glob", "spiece_model", "output_dir"])
 
 
-def config_from_flags() -> pretrain_data.PretrainConfig:
-    return pretrain_data.PretrainConfig(
+def config_from_flags() -> PretrainConfig:
+    return PretrainConfig(
         seq_len=FLAGS.seq_len, reuse_len=FLAGS.reuse_len, num_predict=FLAGS.num_predict,
         perm_size=FLAGS.perm_size, mask_alpha=FLAGS.mask_alpha, mask_beta=FLAGS.mask_beta,
         max_gram=FLAGS.max_gram, bi_data=FLAGS.bi_data,

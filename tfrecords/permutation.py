@@ -10,7 +10,7 @@ ordered independently, and the whole reuse part comes before the new part.
 Compact encoding of one example (DESIGN §4):
   perm_rank    int [L]  rank within its part for masked-or-functional tokens
                         (`<sep>`/`<cls>` always), -1 for plain context tokens (the record
-                        files store rank + 1, see `pretrain_data.STORED_RANK_OFFSET`).
+                        files store rank + 1, see `pretrain_examples.STORED_RANK_OFFSET`).
   target_index int [P]  positions of the prediction slots, position order, -1 padded.
   target_ids   int [P]  input_ids at those positions, 0 padded.
 

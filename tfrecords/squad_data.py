@@ -1,18 +1,9 @@
-"""SQuAD v1.1 / v2.0 span QA: JSON -> examples -> features, records, side files, reader.
+"""SQuAD v1.1 / v2.0 span QA: examples -> features -> records, side files, reader.
 
-Alignment by offsets (the original's banded-LCS alignment is replaced, #7.22): the paragraph is
-normalized exactly as `tokenization.preprocess_text` (whitespace collapsed, ``` `` ```/`''` -> `"`,
-accents stripped by NFKD + dropping combining marks, lowercased when uncased) while every output
-character keeps its `[start, end)` span in the ORIGINAL paragraph (`normalize_with_offsets`); the
-normalized text is encoded by SentencePiece with its own offsets (which cover SentencePiece's
-internal NFKC too), and the original's digit-comma re-split is applied piece by piece
-(`tokenize_with_offsets`). Each paragraph token thus maps to a character span of the original
-text, trimmed of whitespace and zero-width (Cf) characters; the ids equal
-`encode_ids(sp, preprocess_text(paragraph))` except that a multi-character `<unk>` piece (e.g. a
-run of CJK characters unknown to the vocabulary) is split into one `<unk>` per character
-(`split_unknown`, default on) so that answers inside it stay reachable. A normalization that does
-not reproduce `preprocess_text` is counted and the example skipped: a span is never silently
-shifted.
+Examples come from `squad_examples.py` (JSON -> `SquadExample`, skips counted by reason); each paragraph is
+tokenized once with character offsets into the ORIGINAL context (`xlnet_tf.text.offsets`: XLNet's
+normalization and SentencePiece with every token's source span, so answers map to tokens and back
+without shifting).
 
 Features (the original `run_squad.py`, P first then Q), for `L = max_seq_length`:
 
@@ -42,9 +33,9 @@ sha256, uncased, counts, skipped-by-reason). Record schema: int64 `input_ids`, `
 `unique_id` (= feature index = row of the side file), `is_real_example` [1].
 
 Bad input (a question whose `answer_start` does not match its text, empty contexts, missing or
-duplicate ids, lone surrogates, ...) is counted by reason in the split's stats (and the manifest)
-and skipped, never a crash mid-run. Reader: `squad_dataset`. No absl flags here (CLI:
-`tfrecords/build_squad.py`).
+duplicate ids, lone surrogates, ...) is counted by reason (`squad_examples.SKIP_REASONS`, `WARNINGS`)
+in the split's stats (and the manifest) and skipped, never a crash mid-run. Reader: `squad_dataset`.
+No absl flags here (CLI: `tfrecords/build_squad.py`).
 """
 
 from __future__ import annotations
@@ -52,10 +43,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import io
-import json
 import os
 import time
-import unicodedata
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -63,10 +52,11 @@ import numpy as np
 from tfrecords import manifest as manifest_lib
 from tfrecords import records as records_lib
 from tfrecords.records import DataError
+from tfrecords.squad_examples import (SplitStats, SquadExample, detect_version_2, load_squad_json,
+                                      read_squad_examples)
 from xlnet_tf import files as files_lib
-from xlnet_tf.text import tokenization
-from xlnet_tf.text import packing
-from xlnet_tf.text.tokenization import SPIECE_UNDERLINE, UNK_ID
+from xlnet_tf.text import packing, tokenization
+from xlnet_tf.text.offsets import ParagraphTokens, tokenize_with_offsets
 
 SQUAD_KIND = "xlnet_squad"
 RECORD_NAMES = ("input_ids", "segment_ids", "attention_mask", "p_mask", "cls_index",
@@ -74,435 +64,6 @@ RECORD_NAMES = ("input_ids", "segment_ids", "attention_mask", "p_mask", "cls_ind
                 "is_real_example")
 SEQUENCE_NAMES = ("input_ids", "segment_ids", "attention_mask", "p_mask")
 TRAIN_SPLIT = "train"
-
-# skip reasons (the example is dropped) and warnings (kept), counted per split
-SKIP_REASONS = (
-    "invalid_structure",      # a paragraph / question / answer that is not a JSON object
-    "context_not_string", "empty_context", "empty_paragraph_tokens",
-    "missing_id", "duplicate_id", "question_not_string", "empty_question",
-    "invalid_unicode",        # lone surrogates (not encodable as UTF-8)
-    "normalization_mismatch", "tokenization_error",
-    "impossible_in_v1",       # is_impossible questions in a v1.1 build
-    "no_answer",              # training: an answerable question without an answer
-    "answer_mismatch",        # training: context[answer_start:+len(text)] != text
-    "empty_answer", "answer_not_aligned",
-)
-WARNINGS = (
-    "query_truncated",          # more than max_query_length question tokens (first kept)
-    "eval_answer_mismatch",     # eval: a gold answer's answer_start does not match its text
-    "answer_subword_boundary",  # the answer starts/ends inside a token (token span is wider)
-    "missing_is_impossible",    # v2 question without is_impossible: taken as `not answers`
-    "eval_answer_not_aligned",  # eval: the first gold answer covers no visible token (CLS labels)
-)
-
-
-# ---- normalization with offsets --------------------------------------------------------------
-
-def _is_blank(c: str) -> bool:
-    """Whitespace or an invisible format character (zero-width space, joiners, BOM, ...)."""
-    return c.isspace() or unicodedata.category(c) == "Cf"
-
-
-def normalize_with_offsets(text: str, lower: bool = False, keep_accents: bool = False
-                           ) -> Tuple[str, np.ndarray, np.ndarray]:
-    """`preprocess_text(text, lower, keep_accents=...)` and each output character's source span.
-
-    Returns `(norm, starts, ends)`: `norm` equals `tokenization.preprocess_text(text, lower=lower,
-    keep_accents=keep_accents)`; `starts`, `ends` int32 [len(norm)]: output character k comes
-    from `text[starts[k]:ends[k]]` (a collapsed space covers its whitespace run, a `"` from
-    ``` `` ``` covers both characters, a character expanded by NFKD repeats its span, and dropped
-    combining marks extend the span of the character before them).
-    """
-    chars: List[str] = []
-    st: List[int] = []
-    en: List[int] = []
-    space_from = -1
-    for i, c in enumerate(text):  # 1. " ".join(text.strip().split())
-        if c.isspace():
-            if chars and space_from < 0:
-                space_from = i
-            continue
-        if space_from >= 0:
-            chars.append(" ")
-            st.append(space_from)
-            en.append(i)
-            space_from = -1
-        chars.append(c)
-        st.append(i)
-        en.append(i + 1)
-    for pair in ("``", "''"):  # 2. quotes, left to right as str.replace
-        if pair not in "".join(chars):
-            continue
-        c2, s2, e2 = [], [], []
-        k = 0
-        while k < len(chars):
-            if k + 1 < len(chars) and chars[k] == pair[0] and chars[k + 1] == pair[1]:
-                c2.append('"')
-                s2.append(st[k])
-                e2.append(en[k + 1])
-                k += 2
-            else:
-                c2.append(chars[k])
-                s2.append(st[k])
-                e2.append(en[k])
-                k += 1
-        chars, st, en = c2, s2, e2
-    if not keep_accents and not all(c.isascii() for c in chars):  # 3. NFKD, drop combining
-        c2, s2, e2 = [], [], []
-        lead = None  # start of dropped marks before any output character
-        for c, s, e in zip(chars, st, en):
-            if c.isascii():
-                kept = c
-            else:
-                kept = "".join(x for x in unicodedata.normalize("NFKD", c)
-                               if not unicodedata.combining(x))
-            if not kept:
-                if e2:
-                    e2[-1] = max(e2[-1], e)
-                elif lead is None:
-                    lead = s
-                continue
-            for x in kept:
-                c2.append(x)
-                s2.append(s if lead is None else min(s, lead))
-                e2.append(e)
-            lead = None
-        chars, st, en = c2, s2, e2
-    if lower:  # 4. lowercase (per character when it changes the length, e.g. U+0130)
-        joined = "".join(chars)
-        low = joined.lower()
-        if len(low) == len(joined):
-            chars = list(low)
-        else:
-            c2, s2, e2 = [], [], []
-            for c, s, e in zip(chars, st, en):
-                for x in c.lower():
-                    c2.append(x)
-                    s2.append(s)
-                    e2.append(e)
-            if len(c2) == len(low):  # context-dependent forms (final sigma) keep the length
-                c2 = list(low)
-            chars, st, en = c2, s2, e2
-    return "".join(chars), np.asarray(st, np.int32), np.asarray(en, np.int32)
-
-
-# ---- tokenization with offsets ---------------------------------------------------------------
-
-def _sp_encode_offsets(sp, text: str) -> Tuple[List[str], List[int], List[Tuple[int, int]]]:
-    """SentencePiece pieces, ids and `[begin, end)` CHARACTER offsets into `text`."""
-    try:
-        r = sp.encode(text, return_type="offset_mapping")
-        return list(r["pieces"]), [int(i) for i in r["ids"]], [tuple(o) for o in r["offsets"]]
-    except (TypeError, ValueError):  # sentencepiece < 0.2.1: byte offsets of immutable_proto
-        pass
-    proto = sp.encode(text, out_type="immutable_proto")
-    b2c = np.zeros(len(text.encode("utf-8")) + 1, np.int64)
-    pos = 0
-    for k, c in enumerate(text):
-        n = len(c.encode("utf-8"))
-        b2c[pos:pos + n] = k
-        pos += n
-    b2c[pos] = len(text)
-    pieces = list(proto.pieces)
-    return ([p.piece for p in pieces], [int(p.id) for p in pieces],
-            [(int(b2c[p.begin]), int(b2c[p.end])) for p in pieces])
-
-
-@dataclasses.dataclass
-class ParagraphTokens:
-    """A paragraph's tokens and their character spans in the ORIGINAL paragraph text.
-
-    `ids` int32 [T]; `pieces` [T]; `char_start`, `char_end` int32 [T]: token t stands for
-    `text[char_start[t]:char_end[t]]` (trimmed of whitespace / zero-width characters; a token
-    without visible characters of its own, e.g. a lone `▁`, borrows the span of the next token);
-    `has_own_span` bool [T]: the token covers visible characters itself (gold answer boundaries
-    are only put on these).
-    """
-
-    ids: np.ndarray
-    pieces: List[str]
-    char_start: np.ndarray
-    char_end: np.ndarray
-    has_own_span: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def char_span_to_tokens(self, start: int, end: int) -> Optional[Tuple[int, int]]:
-        """First and last token (inclusive) whose own span overlaps `[start, end)`; None if none."""
-        hit = self.has_own_span & (self.char_end > start) & (self.char_start < end)
-        idx = np.flatnonzero(hit)
-        if not len(idx):
-            return None
-        return int(idx[0]), int(idx[-1])
-
-
-def tokenize_with_offsets(tokenizer: tokenization.XLNetTokenizer, text: str,
-                          split_unknown: bool = True) -> ParagraphTokens:
-    """Tokenize raw `text` as `tokenizer.encode` does, with original-text spans (see the module
-    docstring). Raises ValueError if the tracked normalization differs from `preprocess_text`."""
-    sp = tokenizer.sp
-    norm, n_st, n_en = normalize_with_offsets(text, lower=tokenizer.uncased,
-                                              keep_accents=tokenizer.keep_accents)
-    ref = tokenization.preprocess_text(text, lower=tokenizer.uncased,
-                                       keep_accents=tokenizer.keep_accents)
-    if norm != ref:
-        raise ValueError("normalization with offsets differs from preprocess_text")
-    pieces, ids, offs = _sp_encode_offsets(sp, norm) if norm else ([], [], [])
-    toks: List[Tuple[str, int, int, int]] = []  # piece, id, [i, j) in norm
-    for piece, pid, (i, j) in zip(pieces, ids, offs):
-        if tokenization._needs_digit_comma_split(piece):  # the original encode_pieces
-            sub = piece[:-1].replace(SPIECE_UNDERLINE, "")
-            cur, _, sub_offs = _sp_encode_offsets(sp, sub)
-            cur, sub_offs = list(cur), list(sub_offs)
-            if piece[0] != SPIECE_UNDERLINE and cur and cur[0][0] == SPIECE_UNDERLINE:
-                if len(cur[0]) == 1:
-                    cur, sub_offs = cur[1:], sub_offs[1:]
-                else:
-                    cur[0] = cur[0][1:]
-            comma = j - 1 if j > i and norm[j - 1] == "," else None
-            body_end = comma if comma is not None else j
-            base = i
-            while base < body_end and norm[base] == " ":
-                base += 1
-            exact = norm[base:body_end] == sub
-            for p, (a, b) in zip(cur, sub_offs):
-                span = (base + a, base + b) if exact else (i, body_end)
-                toks.append((p, sp.PieceToId(p), *span))
-            toks.append((piece[-1], sp.PieceToId(piece[-1]),
-                         *((comma, j) if comma is not None else (i, j))))
-        elif split_unknown and pid == UNK_ID and j - i > 1:
-            for k in range(i, j):
-                if norm[k] != " ":
-                    toks.append((norm[k], UNK_ID, k, k + 1))
-        else:
-            toks.append((piece, pid, i, j))
-    n = len(toks)
-    cs = np.zeros([n], np.int32)
-    ce = np.zeros([n], np.int32)
-    own = np.zeros([n], bool)
-    for t, (_, _, i, j) in enumerate(toks):
-        while i < j and _is_blank(norm[i]):
-            i += 1
-        while j > i and _is_blank(norm[j - 1]):
-            j -= 1
-        if i < j:
-            cs[t], ce[t], own[t] = n_st[i], n_en[j - 1], True
-    # tokens without a visible span of their own borrow the next (else the previous) one's
-    nxt = -1
-    trailing = np.zeros([n], bool)
-    for t in range(n - 1, -1, -1):
-        if own[t]:
-            nxt = t
-        elif nxt >= 0:
-            cs[t], ce[t] = cs[nxt], ce[nxt]
-        else:
-            trailing[t] = True
-    prev = -1
-    for t in range(n):
-        if own[t]:
-            prev = t
-        elif trailing[t] and prev >= 0:
-            cs[t], ce[t] = cs[prev], ce[prev]
-    return ParagraphTokens(np.asarray([x[1] for x in toks], np.int32), [x[0] for x in toks],
-                           cs, ce, own)
-
-
-# ---- examples --------------------------------------------------------------------------------
-
-@dataclasses.dataclass
-class SquadExample:
-    """One question. `answers`: the gold answers as in the JSON (`text`, `answer_start`);
-    `answer_span`: `[start, end)` characters of the first answer in `context` (None when
-    impossible, or when the gold answer does not match the context at eval time)."""
-
-    qas_id: str
-    question: str
-    context: str
-    answers: List[Dict[str, Any]]
-    is_impossible: bool
-    answer_span: Optional[Tuple[int, int]] = None
-    title: str = ""
-    paragraph_index: int = 0  # examples of one paragraph share its tokens
-
-
-class SplitStats:
-    """Counts of one split: `counts` (num_questions_read, num_examples, num_features, ...),
-    `skipped[reason]` (dropped questions; an article or paragraph that is not a JSON object
-    counts once), `warnings[reason]` (kept questions), and `samples[reason]` (the first few
-    question ids, for the manifest)."""
-
-    def __init__(self):
-        self.skipped: collections.Counter = collections.Counter()
-        self.warnings: collections.Counter = collections.Counter()
-        self.samples: Dict[str, List[str]] = collections.defaultdict(list)
-        self.counts: collections.Counter = collections.Counter()
-
-    def skip(self, reason: str, what: str = "") -> None:
-        self.skipped[reason] += 1
-        if len(self.samples[reason]) < 5:
-            self.samples[reason].append(what)
-
-    def warn(self, reason: str, what: str = "") -> None:
-        self.warnings[reason] += 1
-        if len(self.samples[reason]) < 5:
-            self.samples[reason].append(what)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {**{k: int(v) for k, v in sorted(self.counts.items())},
-                "skipped": {k: int(v) for k, v in sorted(self.skipped.items())},
-                "num_skipped": int(sum(self.skipped.values())),
-                "warnings": {k: int(v) for k, v in sorted(self.warnings.items())},
-                "samples": {k: v for k, v in sorted(self.samples.items())}}
-
-
-def _utf8_ok(s: str) -> bool:
-    try:
-        s.encode("utf-8")
-        return True
-    except UnicodeEncodeError:
-        return False
-
-
-def load_squad_json(path: str) -> Dict[str, Any]:
-    """Read a SQuAD JSON file; DataError (naming the file) if it is missing, not JSON, or has
-    no `data` list."""
-    if not os.path.isfile(path):
-        raise DataError(f"{path}: file not found")
-    try:
-        with open(path, "rb") as f:
-            obj = json.loads(f.read().decode("utf-8-sig"))
-    except (UnicodeDecodeError, ValueError) as e:
-        raise DataError(f"{path}: not a UTF-8 JSON file ({e})") from None
-    if not isinstance(obj, dict) or not isinstance(obj.get("data"), list):
-        raise DataError(f"{path}: not a SQuAD file (expected an object with a 'data' list)")
-    return obj
-
-
-def detect_version_2(dataset: Dict[str, Any]) -> bool:
-    """True for a SQuAD 2.0 file: `version` "v2.0"/"2.0", or any question with
-    `is_impossible`."""
-    v = str(dataset.get("version", "")).lstrip("vV")
-    if v.startswith("2"):
-        return True
-    for article in dataset["data"]:
-        for para in (article.get("paragraphs") or []) if isinstance(article, dict) else []:
-            for qa in (para.get("qas") or []) if isinstance(para, dict) else []:
-                if isinstance(qa, dict) and "is_impossible" in qa:
-                    return True
-    return False
-
-
-def read_squad_examples(dataset: Dict[str, Any], is_training: bool,
-                        version_2_with_negative: bool, stats: Optional[SplitStats] = None
-                        ) -> List[SquadExample]:
-    """SQuAD JSON (as loaded) -> examples, in file order; bad questions are skipped and counted
-    in `stats` (see SKIP_REASONS), never raised.
-
-    Training keeps the first answer of an answerable question and requires it to match the
-    context at `answer_start`. Eval keeps every question that can be featurized (gold answers
-    are only used by the evaluation). A v1.1 build drops `is_impossible` questions.
-    """
-    stats = stats if stats is not None else SplitStats()
-    out: List[SquadExample] = []
-    seen = set()
-    para_index = -1
-    for article in dataset["data"]:
-        if not isinstance(article, dict) or not isinstance(article.get("paragraphs", []), list):
-            stats.skip("invalid_structure", "article")
-            continue
-        title = article.get("title", "")
-        title = title if isinstance(title, str) else str(title)
-        for para in article.get("paragraphs", []):
-            if not isinstance(para, dict) or not isinstance(para.get("qas", []), list):
-                stats.skip("invalid_structure", f"paragraph in {title!r}")
-                continue
-            para_index += 1
-            context = para.get("context")
-            qas = para.get("qas", [])
-            for qa in qas:
-                stats.counts["num_questions_read"] += 1
-                if not isinstance(qa, dict):
-                    stats.skip("invalid_structure", f"question in {title!r}")
-                    continue
-                ex = _read_question(qa, context, title, para_index, is_training,
-                                    version_2_with_negative, stats, seen)
-                if ex is not None:
-                    out.append(ex)
-    stats.counts["num_examples"] = len(out)
-    stats.counts["num_impossible"] = sum(ex.is_impossible for ex in out)
-    return out
-
-
-def _read_question(qa, context, title, para_index, is_training, v2, stats, seen
-                   ) -> Optional[SquadExample]:
-    qid = qa.get("id")
-    if qid is None or (isinstance(qid, str) and not qid.strip()):
-        stats.skip("missing_id", f"question {qa.get('question')!r:.60}")
-        return None
-    qid = str(qid)
-    if qid in seen:
-        stats.skip("duplicate_id", qid)
-        return None
-    seen.add(qid)
-    if not isinstance(context, str):
-        stats.skip("context_not_string", qid)
-        return None
-    if not context.strip():
-        stats.skip("empty_context", qid)
-        return None
-    question = qa.get("question")
-    if not isinstance(question, str):
-        stats.skip("question_not_string", qid)
-        return None
-    if not question.strip():
-        stats.skip("empty_question", qid)
-        return None
-    answers = qa.get("answers") or []
-    if not isinstance(answers, list) or not all(
-            isinstance(a, dict) and isinstance(a.get("text"), str) for a in answers):
-        stats.skip("invalid_structure", qid)
-        return None
-    if not all(_utf8_ok(s) for s in [context, question] + [a["text"] for a in answers]):
-        stats.skip("invalid_unicode", qid)
-        return None
-    if "is_impossible" in qa:
-        impossible = bool(qa["is_impossible"])
-    else:
-        impossible = v2 and not answers
-        if v2:
-            stats.warn("missing_is_impossible", qid)
-    if impossible and not v2:
-        stats.skip("impossible_in_v1", qid)
-        return None
-    ex = SquadExample(qid, question, context, [dict(a) for a in answers], impossible,
-                      title=title, paragraph_index=para_index)
-    if impossible:
-        return ex
-    if not answers:
-        if is_training or not v2:
-            stats.skip("no_answer", qid)
-            return None
-        return ex
-    spans = []
-    for a in answers:
-        s = a.get("answer_start")
-        text = a["text"]
-        ok = (isinstance(s, int) and not isinstance(s, bool) and 0 <= s
-              and context[s:s + len(text)] == text and text.strip())
-        spans.append((s, s + len(text)) if ok else None)
-    first = answers[0]
-    if is_training:
-        if not first["text"].strip():
-            stats.skip("empty_answer", qid)
-            return None
-        if spans[0] is None:
-            stats.skip("answer_mismatch", qid)
-            return None
-    elif any(sp is None for sp in spans):
-        stats.warn("eval_answer_mismatch", qid)
-    ex.answer_span = spans[0]
-    return ex
 
 
 # ---- features --------------------------------------------------------------------------------
@@ -773,8 +334,6 @@ def dummy_record(max_seq_length: int) -> Dict[str, np.ndarray]:
 SQUAD_BUILD_KEYS = ("max_seq_length", "doc_stride", "max_query_length",
                     "version_2_with_negative", "uncased", "keep_accents", "split_unknown",
                     "spiece_model_sha256")
-
-
 
 
 def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optional[str] = None,

@@ -6,7 +6,7 @@ parallelism is the local builder's: one (pass, shard) task.
 
     files ──Reshuffle──> IndexFile (corpus.index_documents, one file per call)
           ──ToList──> DocumentIndex (files in sorted order, as corpus.index_documents)
-          ──FlatMap──> ShardTasks (pretrain_data.plan_pass + _shard_task, per pass)
+          ──FlatMap──> ShardTasks (pretrain_rows.plan_pass + shard_task, per pass)
           ──Reshuffle──> BuildShard (pretrain_data.build_shard: read + tokenize the shard's
                           documents into ONE stream, make_rows, iter_steps, serialize, write
                           `<split>-<pass>-<shard>-of-<n>.tfrecord` + `.json` under a
@@ -54,7 +54,9 @@ from apache_beam.options.pipeline_options import (DirectOptions, PipelineOptions
 
 from tfrecords import corpus as corpus_lib
 from tfrecords import manifest as manifest_lib
-from tfrecords import pretrain_data as PD
+from tfrecords import pretrain_data as PD  # the builder's steps, called as PD.build_shard (tests patch it)
+from tfrecords.pretrain_config import BuildError, PretrainConfig, record_file_name
+from tfrecords.pretrain_rows import ShardTask, plan_pass, shard_task
 from tfrecords import record_inputs
 from tfrecords.beam import fs
 from xlnet_tf.text import tokenization
@@ -68,7 +70,7 @@ DIRECT_RUNNERS = ("directrunner", "direct")
 class BuildSpec:
     """What the launcher resolved once and every worker needs (small, picklable)."""
 
-    cfg: PD.PretrainConfig
+    cfg: PretrainConfig
     input_glob: str
     files: Tuple[str, ...]
     file_sizes: Tuple[int, ...]
@@ -91,7 +93,7 @@ class BuildSpec:
 
     def shard_names(self) -> List[str]:
         c = self.cfg
-        return [PD.record_file_name(c.split, p, s, c.num_shards)
+        return [record_file_name(c.split, p, s, c.num_shards)
                 for p in range(c.num_passes) for s in range(c.num_shards)]
 
 
@@ -143,10 +145,10 @@ def assemble_index(parts: Iterable[Tuple], spec: BuildSpec) -> corpus_lib.Docume
     """The per-file results -> the `DocumentIndex` `corpus.index_documents(files)` gives."""
     parts = sorted(parts, key=lambda t: t[0])
     if [t[0] for t in parts] != list(range(len(spec.files))):
-        raise PD.BuildError(f"indexed {len(parts)} of {len(spec.files)} input files")
+        raise BuildError(f"indexed {len(parts)} of {len(spec.files)} input files")
     for k, _, _, _, size in parts:
         if size != spec.file_sizes[k]:
-            raise PD.BuildError(f"{spec.files[k]} changed during the build ({size} bytes "
+            raise BuildError(f"{spec.files[k]} changed during the build ({size} bytes "
                                 f"now, {spec.file_sizes[k]} when the build started)")
     file_idx = np.concatenate([np.full(len(t[1]), t[0], np.int64) for t in parts])
     if not file_idx.shape[0]:
@@ -161,14 +163,14 @@ def assemble_index(parts: Iterable[Tuple], spec: BuildSpec) -> corpus_lib.Docume
         int(sum(t[3] for t in parts)), [int(t[4]) for t in parts])
 
 
-def plan_tasks(index: corpus_lib.DocumentIndex, spec: BuildSpec) -> Iterable[PD.ShardTask]:
+def plan_tasks(index: corpus_lib.DocumentIndex, spec: BuildSpec) -> Iterable[ShardTask]:
     """Every (pass, shard) task, as the local builder plans them (`files` left out: the
     workers have them in `spec`)."""
     cfg = spec.cfg
     for p in range(cfg.num_passes):
-        for s, docs in enumerate(PD.plan_pass(index.doc_bytes, cfg.num_shards, cfg.seed, p)):
-            task = PD._shard_task(cfg, p, s, index, docs, spec.spiece_model, spec.output_dir,
-                                  spec.fingerprint, spec.log_every_s)
+        for s, docs in enumerate(plan_pass(index.doc_bytes, cfg.num_shards, cfg.seed, p)):
+            task = shard_task(cfg, p, s, index, docs, spec.spiece_model, spec.output_dir,
+                              spec.fingerprint, spec.log_every_s)
             yield dataclasses.replace(task, files=[])
 
 
@@ -181,7 +183,7 @@ def assign_documents(index: corpus_lib.DocumentIndex, spec: BuildSpec
     for p in range(cfg.num_passes):
         shard_of = np.full(index.num_docs, -1, np.int32)
         position = np.full(index.num_docs, -1, np.int64)
-        for s, docs in enumerate(PD.plan_pass(index.doc_bytes, cfg.num_shards, cfg.seed, p)):
+        for s, docs in enumerate(plan_pass(index.doc_bytes, cfg.num_shards, cfg.seed, p)):
             shard_of[docs] = s
             position[docs] = np.arange(docs.shape[0])
         out.append((shard_of, position))
@@ -205,7 +207,7 @@ class DistributeFn(beam.DoFn):
                 f.seek(start)
                 data = f.read(n)
                 if len(data) != n:
-                    raise PD.BuildError(f"{path}: short read at byte {start} ({len(data)} "
+                    raise BuildError(f"{path}: short read at byte {start} ({len(data)} "
                                         f"of {n} bytes); was the file changed?")
                 for p, (shard_of, position) in enumerate(assignment):
                     yield (p, int(shard_of[d])), (int(position[d]), data)
@@ -226,7 +228,7 @@ def finished_stats(output_dir: str, name: str, fingerprint: str) -> Optional[Dic
     except (OSError, ValueError):
         return None
     if stats.get("fingerprint") != fingerprint:
-        raise PD.BuildError(f"{output_dir} holds {name} built with different parameters or "
+        raise BuildError(f"{output_dir} holds {name} built with different parameters or "
                             "inputs; use a new output_dir")
     if stats.get("num_bytes") != fs.size(final):
         return None
@@ -250,7 +252,7 @@ class BuildShardFn(beam.DoFn):
             fs.download(spm, self._spm)
             sha = tokenization.file_sha256(self._spm)
             if sha != self._spec.spiece_sha256:
-                raise PD.BuildError(f"{spm} changed during the build (sha256 {sha})")
+                raise BuildError(f"{spm} changed during the build (sha256 {sha})")
 
     def teardown(self):
         shutil.rmtree(getattr(self, "_tmp", ""), ignore_errors=True)
@@ -260,11 +262,11 @@ class BuildShardFn(beam.DoFn):
         "docs": [(position, bytes), ...]})` from the CoGroupByKey (remote inputs)."""
         spec = self._spec
         docs = None
-        if not isinstance(element, PD.ShardTask):
+        if not isinstance(element, ShardTask):
             key, grouped = element
             tasks = list(grouped["task"])
             if len(tasks) != 1:
-                raise PD.BuildError(f"shard {key}: {len(tasks)} tasks (documents of a shard "
+                raise BuildError(f"shard {key}: {len(tasks)} tasks (documents of a shard "
                                     "that was not planned?)")
             element, docs = tasks[0], grouped["docs"]
         task = dataclasses.replace(element, files=list(spec.files), spiece_model=self._spm)
@@ -283,7 +285,7 @@ class BuildShardFn(beam.DoFn):
                   stats["num_steps"])
         yield stats
 
-    def _build_staged(self, task: PD.ShardTask, docs) -> Dict[str, Any]:
+    def _build_staged(self, task: ShardTask, docs) -> Dict[str, Any]:
         spec = self._spec
         work = tempfile.mkdtemp(prefix=f"{task.name}-", dir=self._tmp)
         try:
@@ -296,15 +298,15 @@ class BuildShardFn(beam.DoFn):
                 with open(path, "wb") as f:
                     for i, data in docs:
                         if start[i] >= 0:
-                            raise PD.BuildError(f"shard {task.name}: document {i} twice")
+                            raise BuildError(f"shard {task.name}: document {i} twice")
                         f.write(data)
                         start[i], end[i] = pos, pos + len(data)
                         pos += len(data)
                 if (start < 0).any():
-                    raise PD.BuildError(f"shard {task.name}: {int((start < 0).sum())} of {n} "
+                    raise BuildError(f"shard {task.name}: {int((start < 0).sum())} of {n} "
                                         "documents did not arrive")
                 if not np.array_equal(end - start, task.end - task.start):
-                    raise PD.BuildError(f"shard {task.name}: documents changed size")
+                    raise BuildError(f"shard {task.name}: documents changed size")
                 task = dataclasses.replace(task, files=[path], start=start, end=end,
                                            file_idx=np.zeros_like(task.file_idx))
             out = spec.output_dir if not spec.stage_outputs else work
@@ -328,12 +330,12 @@ def write_manifest(stats: Iterable[Dict[str, Any]], index: corpus_lib.DocumentIn
     for st in stats:
         old = by_name.setdefault(st["name"], st)
         if _content(old) != _content(st):  # a duplicate (a retry) must describe the same file
-            raise PD.BuildError(f"two different results for shard {st['name']}")
+            raise BuildError(f"two different results for shard {st['name']}")
     names = spec.shard_names()
     missing = [n for n in names if n not in by_name]
     extra = sorted(set(by_name) - set(names))
     if missing or extra:
-        raise PD.BuildError(
+        raise BuildError(
             f"{len(missing)} of {len(names)} shard(s) missing ({', '.join(missing[:5])})"
             + (f"; unexpected: {extra}" if extra else "") + "; manifest.json not written")
     tok = _TokenizerInfo(spec.spiece_sha256, spec.vocab_size)
@@ -390,7 +392,7 @@ class BuildPretrainRecords(beam.PTransform):
 
 # ---- launcher --------------------------------------------------------------------------------
 
-def make_spec(input_glob: str, spiece_model: str, output_dir: str, cfg: PD.PretrainConfig,
+def make_spec(input_glob: str, spiece_model: str, output_dir: str, cfg: PretrainConfig,
               log_every_s: float = 30.0, stage_io: bool = False) -> BuildSpec:
     """Validate the parameters and resolve the inputs (as `build_pretrain_records` does
     before building): files and sizes, SentencePiece checksum, fingerprint, and the
@@ -398,13 +400,13 @@ def make_spec(input_glob: str, spiece_model: str, output_dir: str, cfg: PD.Pretr
     cfg.validate()
     if fs.is_local(spiece_model):
         if not os.path.isfile(spiece_model):
-            raise PD.BuildError(f"SentencePiece model not found: {spiece_model}")
+            raise BuildError(f"SentencePiece model not found: {spiece_model}")
         spiece_model = os.path.abspath(spiece_model)
         tok = tokenization.XLNetTokenizer(spiece_model, uncased=cfg.uncased,
                                           keep_accents=cfg.keep_accents)
     else:
         if not fs.exists(spiece_model):
-            raise PD.BuildError(f"SentencePiece model not found: {spiece_model}")
+            raise BuildError(f"SentencePiece model not found: {spiece_model}")
         tok = tokenization.XLNetTokenizer(model_proto=fs.read_bytes(spiece_model),
                                           uncased=cfg.uncased, keep_accents=cfg.keep_accents)
     files, sizes = fs.expand_globs(input_glob)
@@ -468,7 +470,7 @@ def export_repo_path() -> None:
 
 
 def build_pretrain_records_beam(input_glob: str, spiece_model: str, output_dir: str,
-                                cfg: PD.PretrainConfig, *, runner: str = "DirectRunner",
+                                cfg: PretrainConfig, *, runner: str = "DirectRunner",
                                 beam_args: Sequence[str] = (),
                                 options: Optional[PipelineOptions] = None,
                                 num_processes: int = 1,
@@ -497,7 +499,7 @@ def build_pretrain_records_beam(input_glob: str, spiece_model: str, output_dir: 
         return result
     state = result.wait_until_finish()
     if state is not None and str(state).upper().rsplit(".", 1)[-1] not in ("DONE",):
-        raise PD.BuildError(f"pipeline ended in state {state}")
+        raise BuildError(f"pipeline ended in state {state}")
     manifest = fs.read_json(fs.join(spec.output_dir, manifest_lib.MANIFEST_NAME))
     tot = manifest["totals"]
     el = max(time.time() - t0, 1e-9)
