@@ -42,8 +42,8 @@ CORPUS_FILES = ("sotu.txt", "austen.txt", "moby_dick.txt", "brown.txt", "wiki.tx
 DATA_FLAGS = ("seq_len", "reuse_len", "num_predict", "perm_size", "bi_data")
 
 
-class Task:
-    """One fine-tuning task: its runner, flag file, data arguments and headline metrics."""
+class TransferSet:
+    """One labeled set of the transfer table: its runner, flag file, data arguments and headline metrics."""
 
     def __init__(self, name, runner, data_args, metrics, primary):
         self.name, self.runner, self.data_args, self.metrics, self.primary = (
@@ -56,16 +56,16 @@ class Task:
         return os.path.join(REPO, "run", "flags", f"transfer_{self.name}.flags")
 
 
-def tasks(labeled: str) -> Dict[str, Task]:
+def tasks(labeled: str) -> Dict[str, TransferSet]:
     sq = os.path.join(labeled, "squad_wordnet")
     return {t.name: t for t in (
-        Task("topic", "run_classifier.py", [f"--data_dir={labeled}/topic"], ("accuracy", "macro_f1"), "accuracy"),
-        Task("paraphrase", "run_classifier.py", [f"--data_dir={labeled}/paraphrase"], ("accuracy", "f1"),
+        TransferSet("topic", "run_classifier.py", [f"--data_dir={labeled}/topic"], ("accuracy", "macro_f1"), "accuracy"),
+        TransferSet("paraphrase", "run_classifier.py", [f"--data_dir={labeled}/paraphrase"], ("accuracy", "f1"),
              "accuracy"),
-        Task("mc_wordnet", "run_race.py", [f"--data_dir={labeled}/mc_wordnet"], ("accuracy",), "accuracy"),
-        Task("squad_v1", "run_squad.py", [f"--train_file={sq}/train-v1.1.json", f"--predict_file={sq}/dev-v1.1.json"],
+        TransferSet("mc_wordnet", "run_race.py", [f"--data_dir={labeled}/mc_wordnet"], ("accuracy",), "accuracy"),
+        TransferSet("squad_v1", "run_squad.py", [f"--train_file={sq}/train-v1.1.json", f"--predict_file={sq}/dev-v1.1.json"],
              ("exact_match", "f1"), "f1"),
-        Task("squad_v2", "run_squad.py", [f"--train_file={sq}/train-v2.0.json", f"--predict_file={sq}/dev-v2.0.json"],
+        TransferSet("squad_v2", "run_squad.py", [f"--train_file={sq}/train-v2.0.json", f"--predict_file={sq}/dev-v2.0.json"],
              ("exact", "f1", "best_f1"), "f1"),
     )}
 
@@ -216,7 +216,7 @@ def run_dir(work: str, task: str, init: str, lr: str, seed: str) -> str:
     return os.path.join(work, "finetune", task, init, f"lr{lr}-seed{seed}")
 
 
-def read_score(path: str, task: Task) -> Optional[Dict[str, float]]:
+def read_score(path: str, task: TransferSet) -> Optional[Dict[str, float]]:
     """The run's metrics at its last evaluation (eval_results.json, any runner)."""
     from xlnet_tf import results
 
@@ -227,7 +227,7 @@ def read_score(path: str, task: Task) -> Optional[Dict[str, float]]:
     return {m: float(res[m]) * task.to_percent for m in task.metrics if m in res}
 
 
-def finetune(work: str, task: Task, init: str, lr: str, seed: str, extra: str) -> Dict[str, float]:
+def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra: str) -> Dict[str, float]:
     out = run_dir(work, task.name, init, lr, seed)
     score = read_score(out, task)
     if score is not None:
@@ -256,13 +256,13 @@ LR_LADDER = ("1e-5", "3e-5", "1e-4", "3e-4", "1e-3", "3e-3", "1e-2")
 Grids = Dict[tuple, Dict[str, Dict[str, float]]]  # (task, init) -> {lr: {metric: score}}
 
 
-def seed0_grid(work: str, task: Task, init: str, carried: Optional[Grids] = None) -> Dict[str, Dict[str, float]]:
+def seed0_grid(work: str, task: TransferSet, init: str, carried: Optional[Grids] = None) -> Dict[str, Dict[str, float]]:
     """Scores of the seed-0 runs of every learning rate on the ladder: the finished runs of this work_dir,
     then those `carried` from an earlier report (see `carried_grids`) for the rates not run here."""
     return with_carried(finished_seed0_runs(work, task, init), carried, task.name, init)
 
 
-def finished_seed0_runs(work: str, task: Task, init: str) -> Dict[str, Dict[str, float]]:
+def finished_seed0_runs(work: str, task: TransferSet, init: str) -> Dict[str, Dict[str, float]]:
     """Scores of this work_dir's finished seed-0 runs, by learning rate."""
     scores = {lr: read_score(run_dir(work, task.name, init, lr, "0"), task) for lr in LR_LADDER}
     return {lr: s for lr, s in scores.items() if s is not None}
@@ -275,7 +275,7 @@ def with_carried(here: Dict[str, Dict[str, float]], carried: Optional[Grids], ta
     return {lr: out[lr] for lr in LR_LADDER if lr in out}
 
 
-def seed0_run(work: str, task: Task, init: str, lr: str, carried: Optional[Grids]) -> Dict[str, float]:
+def seed0_run(work: str, task: TransferSet, init: str, lr: str, carried: Optional[Grids]) -> Dict[str, float]:
     """The seed-0 run of one rate: carried from the earlier report when this work_dir has not run it."""
     here = read_score(run_dir(work, task.name, init, lr, "0"), task)
     if here is None and lr in (carried or {}).get((task.name, init), {}):
@@ -283,7 +283,7 @@ def seed0_run(work: str, task: Task, init: str, lr: str, carried: Optional[Grids
     return finetune(work, task, init, lr, "0", FLAGS.extra_finetune_flags)
 
 
-def stage_finetune(work: str, task_map: Dict[str, Task], carried: Optional[Grids] = None) -> None:
+def stage_finetune(work: str, task_map: Dict[str, TransferSet], carried: Optional[Grids] = None) -> None:
     """The grid with seed 0, extended one ladder step while an init's best rate is at the grid's edge
     (at most `--max_grid_extensions` times, the same rule for every init), then the seeds at the best.
     Seed-0 runs `carried` from an earlier report are not run again."""
@@ -319,7 +319,7 @@ def stage_finetune(work: str, task_map: Dict[str, Task], carried: Optional[Grids
 
 # ---- report -----------------------------------------------------------------------------------------------
 
-def collect(work: str, task_map: Dict[str, Task], carried: Optional[Grids] = None,
+def collect(work: str, task_map: Dict[str, TransferSet], carried: Optional[Grids] = None,
             source: Optional[str] = None) -> List[Dict]:
     """Report rows: per task and metric, each init's mean and std over the seeds at its best seed-0 rate.
     A cell whose seed-0 grid includes runs `carried` from the report at `source` gets `<init>_from`."""

@@ -76,7 +76,7 @@ def check_checkpoint(checkpoint: str, spiece_model: str, tokenizer_sha256: str):
     a pretrained left-to-right-readable LM: a fine-tuning model_dir, weights without the LM head, another
     SentencePiece model, a masked-LM (MLM) model."""
     from xlnet_tf import checkpoints, export_info, pretrain_info
-    from xlnet_tf.task import resolve_weights
+    from xlnet_tf.checkpoints import resolve_weights
 
     where = f"--checkpoint={checkpoint}"
     if not os.path.exists(checkpoint) and not os.path.exists(checkpoint + ".index"):

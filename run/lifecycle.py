@@ -1,7 +1,7 @@
 """The fine-tuning lifecycle, once, for every task: records -> model_dir -> model -> train -> evaluate ->
 predict.
 
-A runner (run/run_classifier.py, run_race.py, run_squad.py) is a `FineTuningTask` (what is specific to
+A runner (run/run_classifier.py, run_race.py, run_squad.py) is a `FineTuningJob` (what is specific to
 its task: records, model, metrics, prediction file, export info) plus its flags; `run(task, settings,
 config)` does the rest the same way for all of them:
 
@@ -35,8 +35,11 @@ from xlnet_tf.errors import UserError
 Outputs = Dict[str, Any]  # numpy arrays from finetuning.predict: the model's outputs + passthrough features
 
 
-class FineTuningTask:
-    """What one task defines. Subclasses set the class attributes and implement the methods.
+class FineTuningJob:
+    """One fine-tuning task's definition for the run lifecycle (records -> model_dir -> train -> eval ->
+    predict): which records, which Keras task model, which metrics. Subclasses set the class attributes and
+    implement the methods. (The Keras task model itself is `xlnet_tf.task.Task`; the manifest's `task` is the
+    record set's processor, e.g. `mrpc`; export_info's `task` names the task model family.)
 
     Attributes:
       name: the task kind in export_info.json and eval_results.json ("classifier", "race", "squad").
@@ -102,7 +105,7 @@ def _log(line: str) -> None:
     print(line, flush=True)
 
 
-def run(task: FineTuningTask, config: XLNetConfig, log: Callable[[str], None] = _log) -> Dict[str, Any]:
+def run(task: FineTuningJob, config: XLNetConfig, log: Callable[[str], None] = _log) -> Dict[str, Any]:
     """Runs the lifecycle of `task` with the model `config`; returns {"eval": eval_results content or None,
     "predict": metrics of predicting or None}."""
     from tfrecords import manifest as manifest_lib
@@ -119,7 +122,7 @@ def run(task: FineTuningTask, config: XLNetConfig, log: Callable[[str], None] = 
         return _run_on_records(task, config, log)
 
 
-def _run_on_records(task: FineTuningTask, config: XLNetConfig, log: Callable[[str], None]) -> Dict[str, Any]:
+def _run_on_records(task: FineTuningJob, config: XLNetConfig, log: Callable[[str], None]) -> Dict[str, Any]:
     import keras
 
     from tfrecords import manifest as manifest_lib

@@ -56,7 +56,7 @@ def define_flags(fv: flags.FlagValues = FLAGS):
            "or every segment (with --summary_type=mean: the mean over all the document's tokens; or attn).")
 
 
-class ClassifierTask(lifecycle.FineTuningTask):
+class ClassifierJob(lifecycle.FineTuningJob):
     """Sequence classification / regression over classifier records (tfrecords/classifier_data.py)."""
 
     metric_key = "accuracy"
@@ -186,7 +186,7 @@ class ClassifierTask(lifecycle.FineTuningTask):
 
 
 def run():
-    return lifecycle.run(ClassifierTask(FLAGS), common_flags.model_config_from_flags(FLAGS))
+    return lifecycle.run(ClassifierJob(FLAGS), common_flags.model_config_from_flags(FLAGS))
 
 
 def main(argv):

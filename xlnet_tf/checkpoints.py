@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from typing import Dict, Optional
 
 import numpy as np
@@ -454,3 +455,55 @@ def read_object_checkpoint(prefix: str) -> Dict[str, np.ndarray]:
         if name is not None:
             out[name] = reader.get_tensor(key)
     return out
+
+
+# ---- what from_checkpoint reads: the weights path and the config beside it -----------------------------
+def _read_json(path: str) -> Optional[dict]:
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def first_existing(*paths) -> Optional[str]:
+    return next((p for p in paths if p and os.path.exists(p)), None)
+
+
+def resolve_weights(checkpoint: str) -> str:
+    """The path `checkpoints.load_init_checkpoint` reads for `checkpoint`: a release directory without a
+    `checkpoint` state file (as the released zip) resolves to its `xlnet_model.ckpt` prefix."""
+    if not os.path.exists(checkpoint) and not tf.io.gfile.exists(checkpoint + ".index"):
+        raise FileNotFoundError(f"from_checkpoint: {checkpoint} does not exist")
+    if os.path.isdir(checkpoint) and tf.train.latest_checkpoint(checkpoint) is None:
+        if os.path.exists(os.path.join(checkpoint, "model.safetensors")):
+            return checkpoint
+        found = tf.io.gfile.glob(os.path.join(checkpoint, "*.ckpt.index"))
+        if len(found) != 1:
+            raise FileNotFoundError(f"from_checkpoint: {checkpoint} holds no checkpoint (expected a 'checkpoint' "
+                                    f"file, one *.ckpt.index such as xlnet_model.ckpt.index, or model.safetensors); "
+                                    f"found {[os.path.basename(p) for p in found]}")
+        return found[0][:-len(".index")]
+    return checkpoint
+
+
+def resolve_config(config, directory: str, overrides: Optional[dict] = None):
+    """An `XLNetConfig` from a config, its dict, a JSON path (ours, the release's or Hugging Face's), or
+    None: `xlnet_config.json` / `config.json` in `directory`."""
+    from xlnet_tf.config import XLNetConfig
+
+    overrides = dict(overrides or {})
+    if config is None:
+        config = first_existing(os.path.join(directory, "xlnet_config.json"), os.path.join(directory, "config.json"))
+        if config is None:
+            raise ValueError(f"from_checkpoint: no config given and no xlnet_config.json or config.json in "
+                             f"{directory}; pass config=")
+    if isinstance(config, XLNetConfig):
+        return config.replace(**overrides)
+    if isinstance(config, Mapping):
+        return XLNetConfig.from_dict(dict(config), **overrides)
+    values = _read_json(config)
+    if values is None:
+        raise ValueError(f"from_checkpoint: config file not found: {config}")
+    if "vocab_size" in values:  # Hugging Face's config.json
+        return XLNetConfig.from_hf_dict(values, **overrides)
+    return XLNetConfig.from_json_file(config, **overrides)

@@ -30,7 +30,6 @@ Bad input is refused with one `UserError` naming it, never trained or scored sil
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -40,6 +39,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from xlnet_tf import task_inputs
 from xlnet_tf.errors import UserError
 
 AUTO = "auto"
@@ -184,7 +184,7 @@ class Task(keras.Model):
     def _check_label_dtype(self, dtype) -> None:
         """Labels must be numbers: strings (a TF, numpy or Keras string dtype) are refused; their dtype is known
         before any batch is read."""
-        if _is_string_dtype(dtype):
+        if task_inputs.is_string_dtype(dtype):
             raise UserError(self._string_labels_message())
 
     def _string_labels_message(self) -> str:
@@ -215,7 +215,7 @@ class Task(keras.Model):
             return
         labels = self._labels_in(x, y)
         if labels is not None:
-            check_label_values(type(self).__name__, labels, self.num_classes, self.real_valued_labels_hint,
+            task_inputs.check_label_values(type(self).__name__, labels, self.num_classes, self.real_valued_labels_hint,
                                self._string_labels_message())
 
     def _with_label_checks(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
@@ -265,7 +265,7 @@ class Task(keras.Model):
         if isinstance(x, tf.data.Dataset):
             empty = int(x.cardinality()) == 0
         else:
-            empty = x is not None and num_rows(x) == 0
+            empty = x is not None and task_inputs.num_rows(x) == 0
         if empty:
             raise self._no_batches(method)
 
@@ -273,13 +273,13 @@ class Task(keras.Model):
     def _text_batch(self, x, method: str):
         """`x` of fit/evaluate/predict with a preprocessor: lists of texts become string arrays `[N]` (an
         empty list too); a lone string is refused (a batch is a list)."""
-        if _is_one_text(x) or (isinstance(x, tuple) and any(_is_one_text(v) for v in x)):
+        if task_inputs.is_one_text(x) or (isinstance(x, tuple) and any(task_inputs.is_one_text(v) for v in x)):
             raise UserError(f"{type(self).__name__}.{method}: x is one string; pass a list of strings (a batch, "
                             f"e.g. [text]), or a pair of lists (texts_a, texts_b)")
         if isinstance(x, list):  # a list is texts; a pair of text lists is a tuple
-            return _string_array(x)
+            return task_inputs.string_array(x)
         if isinstance(x, tuple):
-            return tuple(_string_array(v) if isinstance(v, list) else v for v in x)
+            return tuple(task_inputs.string_array(v) if isinstance(v, list) else v for v in x)
         return x
 
     def _as_dataset(self, x, y, sample_weight, batch_size, shuffle=False, method="fit"):
@@ -302,7 +302,7 @@ class Task(keras.Model):
     def _check_features(self, x):
         """Without a preprocessor, raw text is a user error to name before Keras's data adapters see it."""
         if self.preprocessor is None and x is not None and not isinstance(x, (Mapping, tf.data.Dataset)):
-            if any(_is_text(v) for v in tf.nest.flatten(x)):
+            if any(task_inputs.is_text(v) for v in tf.nest.flatten(x)):
                 raise ValueError(f"{type(self).__name__} got raw text but has no preprocessor: build it with "
                                  f"preprocessor=XLNetPreprocessor(spiece_model, sequence_length) (or "
                                  f"from_checkpoint with a spiece.model), or pass a dict of features")
@@ -362,7 +362,7 @@ class Task(keras.Model):
         self._check_features(x)
         if self.preprocessor is not None and not isinstance(x, tf.data.Dataset):
             x = self._text_batch(x, "predict")
-        if not isinstance(x, tf.data.Dataset) and num_rows(x) == 0:
+        if not isinstance(x, tf.data.Dataset) and task_inputs.num_rows(x) == 0:
             return self._predict_empty(x)
         if self.preprocessor is not None:
             x = self._as_dataset(x, None, None, batch_size, method="predict")
@@ -458,14 +458,14 @@ class Task(keras.Model):
         from xlnet_tf import checkpoints, export_info
         from xlnet_tf.text.preprocessing import XLNetPreprocessor
 
-        weights = resolve_weights(checkpoint)
+        weights = checkpoints.resolve_weights(checkpoint)
         directory = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
         recorded = export_info.read_optional(directory)
         info = recorded.to_dict() if recorded else {}
-        config = resolve_config(config, directory, config_overrides)
+        config = checkpoints.resolve_config(config, directory, config_overrides)
         kwargs = {**cls.task_kwargs_from_export_info(info), **task_kwargs}
         if cls.takes_text:
-            spiece_model = spiece_model or _first_existing(os.path.join(directory, "spiece.model"),
+            spiece_model = spiece_model or checkpoints.first_existing(os.path.join(directory, "spiece.model"),
                                                            info.get("spiece_model_file"))
             if spiece_model and "preprocessor" not in kwargs:
                 # a long-document run (export info's max_segments): documents of that many segments, as its
@@ -506,129 +506,3 @@ def _with_callback(callbacks, callback):
         callbacks.append(callback)
         return callbacks
     return list(callbacks or []) + [callback]
-
-
-def num_rows(x) -> Optional[int]:
-    """The number of examples in array data `x` (an array, or a dict / tuple of them): the first dimension
-    shared by every array; None when unknown (other data, or arrays that disagree)."""
-    if x is None or isinstance(x, (str, bytes, list, tf.data.Dataset)):
-        return None
-    sizes = set()
-    for leaf in tf.nest.flatten(x):
-        shape = getattr(leaf, "shape", None)
-        if shape is None or len(shape) == 0 or shape[0] is None:
-            return None
-        sizes.add(int(shape[0]))
-    return sizes.pop() if len(sizes) == 1 else None
-
-
-def check_label_values(owner: str, labels, num_classes: Optional[int], real_valued_hint: str = "",
-                       strings_message: str = "") -> None:
-    """In-memory labels `[N]` (array, list, tensor) must be numbers and, with `num_classes`, class ids:
-    integer-valued (`1.0` is accepted) and in `[0, num_classes)`. Raises `UserError` naming them."""
-    values = np.asarray(labels.numpy() if isinstance(labels, (tf.Tensor, tf.Variable)) else labels)
-    if values.dtype.kind == "O":  # python objects: strings, or numbers that numpy did not type
-        if any(isinstance(v, (str, bytes)) for v in values.ravel()):
-            raise UserError(strings_message or f"{owner}: the labels are strings; labels must be numbers")
-        try:
-            values = values.astype(np.float64)
-        except (TypeError, ValueError):
-            raise UserError(f"{owner}: labels must be numbers, got {values.ravel()[:3].tolist()}") from None
-    if values.dtype.kind in "US":
-        raise UserError(strings_message or f"{owner}: the labels are strings; labels must be numbers")
-    if values.dtype.kind not in "biuf":
-        raise UserError(f"{owner}: labels must be numbers, got dtype {values.dtype}")
-    if num_classes is None:
-        return
-    if values.dtype.kind == "f":
-        real = values[~np.equal(values, np.round(values))]  # NaN included
-        if real.size:
-            raise UserError(f"{owner}: labels must be class ids, integers in [0, {num_classes}); got real values "
-                            f"such as {real.ravel()[:3].tolist()}{real_valued_hint}")
-    outside = values[(values < 0) | (values >= num_classes)]
-    if outside.size:
-        raise UserError(f"{owner}: labels must be class ids in [0, {num_classes}); got "
-                        f"{sorted(set(outside.ravel().tolist()))[:5]}")
-
-
-def _is_string_dtype(dtype) -> bool:
-    if isinstance(dtype, np.dtype):
-        return dtype.kind in ("U", "S")
-    try:
-        return tf.as_dtype(dtype) == tf.string
-    except TypeError:
-        return False
-
-
-def _is_one_text(value) -> bool:
-    """A single string (not a batch): `str`, `bytes`, or a 0-d string array / tensor."""
-    if isinstance(value, (str, bytes)):
-        return True
-    if isinstance(value, (np.ndarray, np.generic)):
-        return value.ndim == 0 and value.dtype.kind in ("U", "S", "O")
-    return isinstance(value, tf.Tensor) and value.dtype == tf.string and value.shape.rank == 0
-
-
-def _string_array(texts: list) -> np.ndarray:
-    """A list of texts as an array `[N]` (an empty list as an empty string array, not numpy's float64)."""
-    return np.asarray(texts) if len(texts) else np.zeros([0], dtype=str)
-
-
-def _is_text(value) -> bool:
-    """A string, or an array / tensor of strings."""
-    if isinstance(value, (str, bytes)):
-        return True
-    if isinstance(value, (tf.Tensor, tf.RaggedTensor)):
-        return value.dtype == tf.string
-    return isinstance(value, np.ndarray) and value.dtype.kind in ("U", "S", "O")
-
-
-def _read_json(path: str) -> Optional[dict]:
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
-def _first_existing(*paths) -> Optional[str]:
-    return next((p for p in paths if p and os.path.exists(p)), None)
-
-
-def resolve_weights(checkpoint: str) -> str:
-    """The path `checkpoints.load_init_checkpoint` reads for `checkpoint`: a release directory without a
-    `checkpoint` state file (as the released zip) resolves to its `xlnet_model.ckpt` prefix."""
-    if not os.path.exists(checkpoint) and not tf.io.gfile.exists(checkpoint + ".index"):
-        raise FileNotFoundError(f"from_checkpoint: {checkpoint} does not exist")
-    if os.path.isdir(checkpoint) and tf.train.latest_checkpoint(checkpoint) is None:
-        if os.path.exists(os.path.join(checkpoint, "model.safetensors")):
-            return checkpoint
-        found = tf.io.gfile.glob(os.path.join(checkpoint, "*.ckpt.index"))
-        if len(found) != 1:
-            raise FileNotFoundError(f"from_checkpoint: {checkpoint} holds no checkpoint (expected a 'checkpoint' "
-                                    f"file, one *.ckpt.index such as xlnet_model.ckpt.index, or model.safetensors); "
-                                    f"found {[os.path.basename(p) for p in found]}")
-        return found[0][:-len(".index")]
-    return checkpoint
-
-
-def resolve_config(config, directory: str, overrides: Optional[dict] = None):
-    """An `XLNetConfig` from a config, its dict, a JSON path (ours, the release's or Hugging Face's), or
-    None: `xlnet_config.json` / `config.json` in `directory`."""
-    from xlnet_tf.config import XLNetConfig
-
-    overrides = dict(overrides or {})
-    if config is None:
-        config = _first_existing(os.path.join(directory, "xlnet_config.json"), os.path.join(directory, "config.json"))
-        if config is None:
-            raise ValueError(f"from_checkpoint: no config given and no xlnet_config.json or config.json in "
-                             f"{directory}; pass config=")
-    if isinstance(config, XLNetConfig):
-        return config.replace(**overrides)
-    if isinstance(config, Mapping):
-        return XLNetConfig.from_dict(dict(config), **overrides)
-    values = _read_json(config)
-    if values is None:
-        raise ValueError(f"from_checkpoint: config file not found: {config}")
-    if "vocab_size" in values:  # Hugging Face's config.json
-        return XLNetConfig.from_hf_dict(values, **overrides)
-    return XLNetConfig.from_json_file(config, **overrides)
