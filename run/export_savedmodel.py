@@ -107,7 +107,9 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
                    text_pair=info.get("text_pair", False), max_query_length=info.get("max_query_length", 64),
                    max_qa_length=info.get("max_qa_length", 128),
                    max_answer_length=info.get("max_answer_length", 64),
-                   max_segments=info.get("max_segments") or 1)
+                   max_segments=info.get("max_segments") or 1,
+                   qa_truncation=info.get("qa_truncation") or "tail",
+                   split_unknown=True if info.get("split_unknown") is None else info["split_unknown"])
     sample = "XLNet warm-up request for TF Serving."
     warmup = {"squad": {"question": np.array([b"What is warmed up?"]), "context": np.array([sample.encode()])},
               "race": {"article": np.array([sample.encode()]), "question": np.array([b"What is it?"]),

@@ -51,7 +51,7 @@ def race_metrics(labels, logits, levels, weights):
     return flat
 
 
-class RaceTask(lifecycle.FineTuningTask):
+class RaceJob(lifecycle.FineTuningJob):
     """Four-way multiple choice over RACE records (tfrecords/race_data.py)."""
 
     name = "race"
@@ -91,6 +91,7 @@ class RaceTask(lifecycle.FineTuningTask):
         s = self.settings
         return dict(task="race", max_seq_length=s.max_seq_length, max_qa_length=s.max_qa_length,
                     uncased=s.uncased, keep_accents=bool(self.manifest.get("keep_accents", False)),
+                    qa_truncation=self.manifest.get("qa_truncation", "tail"),
                     spiece_model_file=s.spiece_model_file, summary_type=s.summary_type,
                     use_summ_proj=s.use_summ_proj)
 
@@ -116,7 +117,7 @@ class RaceTask(lifecycle.FineTuningTask):
 
 
 def run():
-    return lifecycle.run(RaceTask(FLAGS), common_flags.model_config_from_flags(FLAGS))
+    return lifecycle.run(RaceJob(FLAGS), common_flags.model_config_from_flags(FLAGS))
 
 
 def main(argv):

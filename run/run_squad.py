@@ -46,7 +46,7 @@ def define_flags(fv: flags.FlagValues = FLAGS):
             "answering '' where null odds exceed this (a fixed, not dev-tuned, threshold).")
 
 
-class SquadTask(lifecycle.FineTuningTask):
+class SquadJob(lifecycle.FineTuningJob):
     """SQuAD 1.1/2.0 span extraction (tfrecords/squad_data.py). Evaluating and predicting both read the
     `--predict_file` split (`--eval_split`): predictions.json etc. are written, and scored as the official
     scripts do when the file has answers."""
@@ -108,7 +108,8 @@ class SquadTask(lifecycle.FineTuningTask):
         return dict(task="squad", max_seq_length=s.max_seq_length, max_query_length=s.max_query_length,
                     max_answer_length=s.max_answer_length, start_n_top=s.start_n_top, end_n_top=s.end_n_top,
                     version_2_with_negative=self.v2, uncased=s.uncased,
-                    keep_accents=bool(self.manifest.get("keep_accents", False)), spiece_model_file=s.spiece_model_file)
+                    keep_accents=bool(self.manifest.get("keep_accents", False)),
+                    split_unknown=bool(self.manifest.get("split_unknown", True)), spiece_model_file=s.spiece_model_file)
 
     def build_model(self, config, dtype):
         from xlnet_tf.models import XLNetForSquad
@@ -165,7 +166,7 @@ class SquadTask(lifecycle.FineTuningTask):
 
 
 def run():
-    return lifecycle.run(SquadTask(FLAGS), common_flags.model_config_from_flags(FLAGS))
+    return lifecycle.run(SquadJob(FLAGS), common_flags.model_config_from_flags(FLAGS))
 
 
 def main(argv):

@@ -243,7 +243,7 @@ def _race_info(**changes):
     from xlnet_tf.export_info import ExportInfo
 
     return ExportInfo(**{**dict(task="race", max_seq_length=64, max_qa_length=16, summary_type="last",
-                                use_summ_proj=True), **changes})
+                                use_summ_proj=True, qa_truncation="tail"), **changes})
 
 
 def _classifier_info(**changes):
@@ -266,6 +266,12 @@ def _classifier_info(**changes):
      ' "document_summary": "all_segments"}', "document_summary is for long-document models"),
     ('{"task": "classifier", "max_seq_length": 64, "num_labels": 2, "summary_type": "mean", "use_summ_proj": true,'
      ' "max_segments": 3, "mem_len": 8, "document_summary": "every"}', "document_summary is 'every'"),
+    ('{"schema": "xlnet_tf.export_info", "version": 4, "task": "race", "max_seq_length": 64, "max_qa_length": 16,'
+     ' "summary_type": "last", "use_summ_proj": true, "qa_truncation": "head"}', r"unknown field\(s\) \['qa_truncation'\]"),
+    ('{"task": "race", "max_seq_length": 64, "max_qa_length": 16, "summary_type": "last", "use_summ_proj": true,'
+     ' "qa_truncation": "middle"}', "qa_truncation is 'middle'"),
+    ('{"task": "race", "max_seq_length": 64, "max_qa_length": 16, "summary_type": "last", "use_summ_proj": true,'
+     ' "split_unknown": false}', "split_unknown is for squad models"),
 ])
 def test_export_info_that_breaks_the_schema_is_named(tmp_path, content, message):
     from xlnet_tf import model_dir
@@ -282,6 +288,24 @@ def test_export_info_without_a_schema_header_reads_as_version_1(tmp_path):
     legacy = {k: v for k, v in _race_info().to_dict().items() if k not in ("schema", "version")}
     (tmp_path / "export_info.json").write_text(json.dumps(legacy))
     assert export_info.read(str(tmp_path / "export_info.json")) == _race_info()
+
+
+def test_export_info_of_version_4_reads_with_the_builders_defaults_of_its_time(tmp_path):
+    """Before version 5 the RACE runner always built with the question+option tail kept and the SQuAD builder split
+    multi-character `<unk>`s: an older file reads with those facts, so a rerun in its model_dir is not refused."""
+    from xlnet_tf import export_info, model_dir
+
+    older = {**_race_info().to_dict(), "version": 4}
+    del older["qa_truncation"]
+    (tmp_path / "export_info.json").write_text(json.dumps(older))
+    assert export_info.read(str(tmp_path / "export_info.json")).qa_truncation == "tail"
+    model_dir.prepare(str(tmp_path), None, _race_info())  # same run: accepted
+    with pytest.raises(model_dir.ModelDirError, match="qa_truncation: 'tail' there, 'head' now"):
+        model_dir.prepare(str(tmp_path), None, _race_info(qa_truncation="head"))
+    squad = {"schema": "xlnet_tf.export_info", "version": 4, "task": "squad", "max_seq_length": 64,
+             "max_query_length": 16, "max_answer_length": 8, "start_n_top": 2, "end_n_top": 2,
+             "version_2_with_negative": False}
+    assert export_info.ExportInfo.from_dict(squad).split_unknown is True
 
 
 def test_unreadable_export_info_is_named(tmp_path):

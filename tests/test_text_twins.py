@@ -182,6 +182,7 @@ def _read(dataset):
 def _serving(encoder, **attributes):
     module = ServingModule.__new__(ServingModule)  # the text packing reads only the encoder and these
     module.encoder = encoder
+    module.qa_truncation, module.split_unknown = "tail", True  # the builders' defaults
     for key, value in attributes.items():
         setattr(module, key, value)
     return module
@@ -231,17 +232,17 @@ def test_multiple_choice_records_equal_serving(spm, encoder, tmp_path):
     assert records["attention_mask"].min(2).max() == 1  # some articles fill the window
 
 
-def _squad_first_windows_equal_serving(spm, encoder, out, json_file, length=96, query=32):
+def _squad_first_windows_equal_serving(spm, encoder, out, json_file, length=96, query=32, split_unknown=True):
     """The builder's first window (`doc_span_index` 0) of every kept question equals what serving packs; returns the
     number of questions and of those with more than one window."""
     squad_data.build_squad_records(spm, str(out), predict_file=json_file, max_seq_length=length, doc_stride=48,
-                                   max_query_length=query)
+                                   max_query_length=query, split_unknown=split_unknown)
     records = _read(squad_data.squad_dataset(str(out), 64, False, length, split="dev", drop_remainder=False))
     side = np.load(out / "dev.features.npz")
     examples = json.load(open(out / "dev.examples.json"))["examples"]
     first = side["doc_span_index"] == 0
     assert first.sum() == len(examples)
-    module = _serving(encoder, max_seq_length=length, max_query_length=query)
+    module = _serving(encoder, max_seq_length=length, max_query_length=query, split_unknown=split_unknown)
     features, spans = module._squad_pack(tf.constant([ex["question"] for ex in examples]),
                                          tf.constant([ex["context"] for ex in examples]))
     order = np.argsort(side["example_index"][first])
@@ -277,6 +278,25 @@ def test_squad_serving_splits_words_at_python_whitespace(spm, encoder, tmp_path)
     assert _squad_first_windows_equal_serving(spm, encoder, tmp_path / "records", str(path)) == (2, 0)
     ids = encoder.encode_with_spans(tf.constant([context]))[0].to_list()[0]
     assert ids == data_fixtures.tiny_tokenizer().encode(context)
+
+
+@pytest.mark.parametrize("split_unknown", [True, False])
+def test_squad_serving_splits_unknown_runs_as_the_records(spm, encoder, tmp_path, split_unknown):
+    """Runs of characters the vocabulary lacks (CJK, Cyrillic, symbols) are one `<unk>` piece; the builder's default
+    (`split_unknown`) makes one `<unk>` per character, and serving, told the records' setting (export_info v5), packs
+    the same ids. (Serving never split them before: a context with such a run was served with fewer tokens than the
+    model was trained on, silently.)"""
+    context = "Tokyo (東京都) is large; Москва is far. ★★ stars and 中文 text end here."
+    data = {"version": "1.1", "data": [{"title": "t", "paragraphs": [{"context": context, "qas": [
+        {"id": "q1", "question": "What is Москва?", "answers": [{"text": "far", "answer_start": context.index("far")}]},
+        {"id": "q2", "question": "Which 東京 text?", "answers": [{"text": "Tokyo", "answer_start": 0}]}]}]}]}
+    path = tmp_path / "unk.json"
+    path.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    assert _squad_first_windows_equal_serving(spm, encoder, tmp_path / "records", str(path),
+                                              split_unknown=split_unknown) == (2, 0)
+    ids, begin, end = (v.to_list()[0] for v in encoder.encode_with_spans(tf.constant([context]), split_unknown=True))
+    unk = [context.encode()[b:e].decode() for i, b, e in zip(ids, begin, end) if i == 0]
+    assert {"東", "京", "都", "М", "中", "文"} <= set(unk)  # one character each, with its own byte span
 
 
 def test_python_space_class_is_str_split():

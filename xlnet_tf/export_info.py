@@ -1,5 +1,5 @@
 """`export_info.json`: what a fine-tuning run's model_dir tells the exporter and `from_checkpoint` (schema
-"xlnet_tf.export_info", version 4; versions 1 to 3 are read too).
+"xlnet_tf.export_info", version 5; versions 1 to 4 are read too).
 
 Written by every fine-tuning runner (run/lifecycle.py, through `model_dir.prepare`, which compares it
 field by field on reruns), read by run/export_savedmodel.py and `Task.from_checkpoint`. Fields by task:
@@ -13,11 +13,15 @@ field by field on reruns), read by run/export_savedmodel.py and `Task.from_check
   `document_summary` (version 3; `last_segment`, the default, or `all_segments`: what the summary of such a
   document reads);
 - classifier / regression / race: the sequence summary, `summary_type`, `use_summ_proj`;
-- race: `max_qa_length`;
-- squad: `max_query_length`, `max_answer_length`, `start_n_top`, `end_n_top`, `version_2_with_negative`.
+- race: `max_qa_length`; `qa_truncation` (version 5; `tail`, the original's and the default, keeps the last
+  `max_qa_length` ids of question + option, `head` the first: the records' rule, which serving repeats);
+- squad: `max_query_length`, `max_answer_length`, `start_n_top`, `end_n_top`, `version_2_with_negative`;
+  `split_unknown` (version 5; absent = true, the builder's default: a multi-character `<unk>` piece of the
+  context is split into one `<unk>` per character, in the records and in serving alike).
 
 Files written before the schema existed (no `schema` key) are read as version 1. Version 2 added the
-long-document fields, version 3 `document_summary`, version 4 `keep_accents` (an older file holding a newer field
+long-document fields, version 3 `document_summary`, version 4 `keep_accents`, version 5 `qa_truncation` and
+`split_unknown` (an older file holding a newer field
 is refused: its writer did not know it).
 """
 
@@ -31,11 +35,13 @@ from typing import Any, Dict, List, Optional
 from xlnet_tf.errors import UserError
 
 SCHEMA = "xlnet_tf.export_info"
-VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
+VERSION = 5
+READABLE_VERSIONS = (1, 2, 3, 4, 5)
 V2_FIELDS = ("max_segments", "mem_len")
 V3_FIELDS = ("document_summary",)
 V4_FIELDS = ("keep_accents",)
+V5_FIELDS = ("qa_truncation", "split_unknown")
+QA_TRUNCATIONS = ("tail", "head")
 NAME = "export_info.json"
 TASKS = ("classifier", "regression", "race", "squad")
 _REQUIRED = {
@@ -73,6 +79,8 @@ class ExportInfo:
     max_segments: Optional[int] = None
     mem_len: Optional[int] = None
     document_summary: Optional[str] = None
+    qa_truncation: Optional[str] = None
+    split_unknown: Optional[bool] = None
 
     def validate(self, where: str = NAME) -> "ExportInfo":
         def bad(field, why):
@@ -99,6 +107,16 @@ class ExportInfo:
             bad("max_segments/mem_len", "must be given together (a long-document model)")
         if self.max_segments is not None and self.task not in ("classifier", "regression"):
             bad("max_segments", f"is for classifier/regression models, not {self.task!r}")
+        if self.qa_truncation is not None:
+            if self.task != "race":
+                bad("qa_truncation", f"is for race models, not {self.task!r}")
+            if self.qa_truncation not in QA_TRUNCATIONS:
+                bad("qa_truncation", f"is {self.qa_truncation!r}; one of {QA_TRUNCATIONS}")
+        if self.split_unknown is not None:
+            if self.task != "squad":
+                bad("split_unknown", f"is for squad models, not {self.task!r}")
+            if not isinstance(self.split_unknown, bool):
+                bad("split_unknown", f"must be true or false, got {self.split_unknown!r}")
         if self.document_summary is not None:
             from xlnet_tf.heads import DOCUMENT_SUMMARIES
 
@@ -124,13 +142,15 @@ class ExportInfo:
                                   f"{' or '.join(map(str, READABLE_VERSIONS))}; it was written by another tool or "
                                   "version")
         newer = ((set(V2_FIELDS) if version < 2 else set()) | (set(V3_FIELDS) if version < 3 else set())
-                 | (set(V4_FIELDS) if version < 4 else set()))
+                 | (set(V4_FIELDS) if version < 4 else set()) | (set(V5_FIELDS) if version < 5 else set()))
         known = {f.name for f in dataclasses.fields(cls)} - newer
         unknown = sorted(set(values) - known)
         if unknown:
             raise ExportInfoError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")
         if "task" not in values or "max_seq_length" not in values:
             raise ExportInfoError(f"{where}: task and max_seq_length are required")
+        if version < 5:  # what its writer did without saying: the builders' defaults of the time
+            values.update({"race": {"qa_truncation": "tail"}, "squad": {"split_unknown": True}}.get(values["task"], {}))
         return cls(**values).validate(where)
 
     @classmethod

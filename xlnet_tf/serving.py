@@ -98,7 +98,7 @@ class ServingModule(tf.Module):
     def __init__(self, model, task: str, spiece_proto: bytes, max_seq_length: int, uncased: bool = False,
                  keep_accents: bool = False, labels: Optional[Sequence[str]] = None, text_pair: bool = False,
                  max_query_length: int = 64, max_qa_length: int = 128, max_answer_length: int = 64,
-                 max_segments: int = 1):
+                 max_segments: int = 1, qa_truncation: str = "tail", split_unknown: bool = True):
         super().__init__(name=f"xlnet_{task}")
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
@@ -110,6 +110,8 @@ class ServingModule(tf.Module):
         self.text_pair = text_pair
         self.max_query_length = max_query_length
         self.max_qa_length = max_qa_length
+        self.qa_truncation = qa_truncation
+        self.split_unknown = bool(split_unknown)
         self.max_answer_length = max_answer_length
         self.max_segments = int(max_segments)
         if self.max_segments > 1 and (task not in ("classifier", "regression") or not getattr(model, "mem_len", None)):
@@ -206,10 +208,10 @@ class ServingModule(tf.Module):
 
     # ------------------------------------------------------------------------------------------ RACE
     def _race_pack(self, article, question, options):
-        """`preprocessing.encode_and_pack_choices` (the RACE builder's packing, the question+option text's tail
-        kept, the builder's default)."""
+        """`preprocessing.encode_and_pack_choices` (the RACE builder's packing, the question+option text cut as
+        the records were: `qa_truncation`)."""
         f = preprocessing.encode_and_pack_choices(self.encoder, article, question, options, self.max_seq_length,
-                                                  self.max_qa_length)
+                                                  self.max_qa_length, self.qa_truncation)
         return f["input_ids"], f["segment_ids"], f["attention_mask"]
 
     def _race(self, input_ids, segment_ids, attention_mask, options=None):
@@ -230,7 +232,7 @@ class ServingModule(tf.Module):
         """`preprocessing.encode_and_pack_squad` (the builder's first window): the model's features, and the
         byte spans of the paragraph tokens plus the paragraph length the answer is read from."""
         features, spans = preprocessing.encode_and_pack_squad(self.encoder, question, context, self.max_seq_length,
-                                                              self.max_query_length)
+                                                              self.max_query_length, self.split_unknown)
         spans["p_len"] = features.pop("paragraph_len")
         return features, spans
 

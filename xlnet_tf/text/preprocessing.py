@@ -55,27 +55,38 @@ class XLNetTextEncoder(tf.Module):
         ids, source, begin, end = self._tokenize(normalized, with_offsets=True)
         return ids, begin, end
 
-    def encode_with_spans(self, text):
+    def encode_with_spans(self, text, split_unknown: bool = False):
         """`[N]` raw strings -> `(ids, begin, end)` RaggedTensors `[N, (tokens)]`: the text tokenized word by word
         (words split at Python's whitespace, as `preprocess_text` collapses it; each normalized and encoded: the
         ids of `encode`), `begin`/`end` int64 the byte span of each token in its raw string (the token's own piece
         where normalization kept its word unchanged, else the whole word). SQuAD serving reads its answers out
         of these spans. (tensorflow-text's `WhitespaceTokenizer`, used before, cut a multi-byte space such as
-        U+00A0 after its first byte, which then became an extra `<unk>`.)"""
+        U+00A0 after its first byte, which then became an extra `<unk>`.)
+
+        `split_unknown`: a `<unk>` piece of several characters (e.g. a run of CJK characters unknown to the
+        vocabulary) becomes one `<unk>` per character, each with its own span: the SQuAD builder's
+        `split_unknown` (`xlnet_tf.text.offsets.tokenize_with_offsets`), which its records' manifest and the
+        run's export_info record."""
         import tensorflow_text as tf_text
 
         words, w_begin, w_end = tf_text.regex_split_with_offsets(text, f"{packing_tf.PYTHON_SPACE}+")
         flat = words.flat_values
         norm = normalize(flat, self.uncased, self.keep_accents)
         ids, p_begin, p_end = self.encode_normalized_with_offsets(norm)  # [words, (pieces)]
-        word_of = ids.value_rowids()
+        word_of, ids_per_word = ids.value_rowids(), ids.row_lengths()
+        ids, p_begin, p_end = (ids.flat_values, tf.cast(p_begin.flat_values, tf.int64),
+                               tf.cast(p_end.flat_values, tf.int64))
+        if split_unknown:
+            ids, p_begin, p_end, word_of = _split_unknown(ids, p_begin, p_end, word_of, norm)
+            ids_per_word = tf.math.bincount(tf.cast(word_of, tf.int32), minlength=tf.size(flat),
+                                            maxlength=tf.size(flat), dtype=tf.int64)
         same = tf.gather(tf.equal(norm, flat), word_of)  # normalization kept the word: exact offsets
         wb = tf.cast(tf.gather(w_begin.flat_values, word_of), tf.int64)
         we = tf.cast(tf.gather(w_end.flat_values, word_of), tf.int64)
-        begin = tf.where(same, wb + tf.cast(p_begin.flat_values, tf.int64), wb)
-        end = tf.where(same, wb + tf.cast(p_end.flat_values, tf.int64), we)
-        per_text = tf.reduce_sum(tf.RaggedTensor.from_row_lengths(ids.row_lengths(), words.row_lengths()), 1)
-        return tuple(tf.RaggedTensor.from_row_lengths(v, per_text) for v in (ids.flat_values, begin, end))
+        begin = tf.where(same, wb + p_begin, wb)
+        end = tf.where(same, wb + p_end, we)
+        per_text = tf.reduce_sum(tf.RaggedTensor.from_row_lengths(ids_per_word, words.row_lengths()), 1)
+        return tuple(tf.RaggedTensor.from_row_lengths(v, per_text) for v in (ids, begin, end))
 
     def _tokenize(self, normalized, with_offsets: bool = False):
         if with_offsets:
@@ -129,6 +140,29 @@ class XLNetTextEncoder(tf.Module):
                 source_lists.flat_values)
 
 
+def _split_unknown(ids, begin, end, word_of, words):
+    """Every `<unk>` token whose piece covers several characters of its (normalized) word becomes one `<unk>` per
+    character. `ids`, `begin`, `end` (byte offsets in the word), `word_of` `[T]` -> the same four, `[T']`."""
+    text = tf.strings.substr(tf.gather(words, word_of), begin, end - begin)  # each token's bytes
+    chars = tf.strings.unicode_split(text, "UTF-8")  # [T, (characters)]
+    n_chars = chars.row_lengths()
+    split = tf.logical_and(tf.equal(ids, tf.cast(tokenization.UNK_ID, ids.dtype)), n_chars > 1)
+    copies = tf.where(split, n_chars, tf.ones_like(n_chars))
+    token = tf.repeat(tf.range(tf.size(ids, out_type=tf.int64)), copies)  # [T'] the token each comes from
+    k = tf.ragged.range(copies).flat_values  # [T'] its character within that token
+    char_bytes = tf.strings.length(chars.flat_values)  # [C]
+    char_start = tf.cast(tf.math.cumsum(char_bytes, exclusive=True), tf.int64)  # within the flat characters
+    row_start = tf.gather(chars.row_starts(), token)
+    flat_char = tf.minimum(row_start + k, tf.maximum(tf.size(char_bytes, out_type=tf.int64) - 1, 0))
+    offset_in_token = tf.gather(char_start, flat_char) - tf.gather(char_start, tf.minimum(
+        row_start, tf.maximum(tf.size(char_bytes, out_type=tf.int64) - 1, 0)))
+    is_split = tf.gather(split, token)
+    new_begin = tf.where(is_split, tf.gather(begin, token) + offset_in_token, tf.gather(begin, token))
+    new_end = tf.where(is_split, new_begin + tf.cast(tf.gather(char_bytes, flat_char), tf.int64),
+                       tf.gather(end, token))
+    return tf.gather(ids, token), new_begin, new_end, tf.gather(word_of, token)
+
+
 def encode_and_pack(encoder: XLNetTextEncoder, text, text_b, max_seq_length: int, max_segments: int = 1
                     ) -> packing_tf.Features:
     """Raw strings `[N]` (and `text_b [N]`, or None) -> the classifier's features, as the classifier builder packs
@@ -153,14 +187,15 @@ def encode_and_pack_choices(encoder: XLNetTextEncoder, article, question, option
 
 
 def encode_and_pack_squad(encoder: XLNetTextEncoder, question, context, max_seq_length: int,
-                          max_query_length: int) -> Tuple[packing_tf.Features, packing_tf.Features]:
+                          max_query_length: int, split_unknown: bool = True
+                          ) -> Tuple[packing_tf.Features, packing_tf.Features]:
     """SQuAD, first window: `question`, `context` `[N]` strings -> (`features`, `spans`). `features`: the
     question's first `max_query_length` ids and the context's tokens packed by `packing_tf.pack_squad_window`
     (twin of `packing.pack_squad_window`: `input_ids`, `segment_ids` int32, `attention_mask`, `p_mask` float32
     `[N, max_seq_length]`, `cls_index`, `paragraph_len` int32 [N]). The context is tokenized word by word
-    (`XLNetTextEncoder.encode_with_spans`); a longer context keeps its first window. `spans`: `begin`, `end` int64
+    (`XLNetTextEncoder.encode_with_spans`, `split_unknown` as the builder's); a longer context keeps its first window. `spans`: `begin`, `end` int64
     `[N, max_seq_length]`, the byte span in `context` of the paragraph token at each position (-1 elsewhere)."""
-    ids, begin, end = encoder.encode_with_spans(context)
+    ids, begin, end = encoder.encode_with_spans(context, split_unknown=split_unknown)
     query = encoder.encode(question)[:, :max_query_length]
     features = packing_tf.pack_squad_window(ids, query, max_seq_length)
     keep = tf.ragged.range(ids.row_lengths()) < tf.cast(features["paragraph_len"], tf.int64)[:, None]
