@@ -37,7 +37,8 @@ HEAD_PATTERNS = tuple(re.compile(p) for p in (
     r"^start_logits/dense/(kernel|bias)$",
     r"^end_logits/(dense_0|dense_1)/(kernel|bias)$", r"^end_logits/LayerNorm/(gamma|beta)$",
     r"^answer_class/dense_0/(kernel|bias)$", r"^answer_class/dense_1/kernel$",
-    r"^logits/dense/(kernel|bias)$"))
+    r"^logits/dense/(kernel|bias)$",
+    r"^model/tagging/logit/(kernel|bias)$"))  # our token classification head (the release has none)
 
 
 def is_head_variable(name: str) -> bool:
@@ -212,7 +213,9 @@ def hf_to_original_name(name: str) -> Optional[str]:
              "sequence_summary.summary.bias": "model/sequnece_summary/summary/bias",
              # XLNetForSequenceClassification's projection, under a task name of its own.
              "logits_proj.weight": "model/classification_hf/logit/kernel",
-             "logits_proj.bias": "model/classification_hf/logit/bias"}
+             "logits_proj.bias": "model/classification_hf/logit/bias",
+             # XLNetForTokenClassification's output layer
+             "classifier.weight": "model/tagging/logit/kernel", "classifier.bias": "model/tagging/logit/bias"}
     qa = re.match(r"^(start_logits|end_logits|answer_class)\.(dense|dense_0|dense_1|LayerNorm)\."
                   r"(weight|bias)$", name)
     if qa:

@@ -17,7 +17,9 @@ field by field on reruns), read by run/export_savedmodel.py and `Task.from_check
   `max_qa_length` ids of question + option, `head` the first: the records' rule, which serving repeats);
 - squad: `max_query_length`, `max_answer_length`, `start_n_top`, `end_n_top`, `version_2_with_negative`;
   `split_unknown` (version 5; absent = true, the builder's default: a multi-character `<unk>` piece of the
-  context is split into one `<unk>` per character, in the records and in serving alike).
+  context is split into one `<unk>` per character, in the records and in serving alike);
+- tagging (version 5): `num_labels`, `labels` (the tag names), `doc_stride` (pieces between the starts of two
+  windows of a long sentence: serving windows a request as the records were).
 
 Files written before the schema existed (no `schema` key) are read as version 1. Version 2 added the
 long-document fields, version 3 `document_summary`, version 4 `keep_accents`, version 5 `qa_truncation` and
@@ -40,15 +42,16 @@ READABLE_VERSIONS = (1, 2, 3, 4, 5)
 V2_FIELDS = ("max_segments", "mem_len")
 V3_FIELDS = ("document_summary",)
 V4_FIELDS = ("keep_accents",)
-V5_FIELDS = ("qa_truncation", "split_unknown")
+V5_FIELDS = ("qa_truncation", "split_unknown", "doc_stride")
 QA_TRUNCATIONS = ("tail", "head")
 NAME = "export_info.json"
-TASKS = ("classifier", "regression", "race", "squad")
+TASKS = ("classifier", "regression", "race", "squad", "tagging")
 _REQUIRED = {
     "classifier": ("num_labels", "summary_type", "use_summ_proj"),
     "regression": ("num_labels", "summary_type", "use_summ_proj"),
     "race": ("max_qa_length", "summary_type", "use_summ_proj"),
     "squad": ("max_query_length", "max_answer_length", "start_n_top", "end_n_top", "version_2_with_negative"),
+    "tagging": ("num_labels", "doc_stride"),
 }
 
 
@@ -81,6 +84,7 @@ class ExportInfo:
     document_summary: Optional[str] = None
     qa_truncation: Optional[str] = None
     split_unknown: Optional[bool] = None
+    doc_stride: Optional[int] = None
 
     def validate(self, where: str = NAME) -> "ExportInfo":
         def bad(field, why):
@@ -92,7 +96,7 @@ class ExportInfo:
         if missing:
             bad(", ".join(missing), f"missing (required for task {self.task!r})")
         for field in ("max_seq_length", "num_labels", "max_qa_length", "max_query_length", "max_answer_length",
-                      "start_n_top", "end_n_top", "max_segments", "mem_len"):
+                      "start_n_top", "end_n_top", "max_segments", "mem_len", "doc_stride"):
             value = getattr(self, field)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 bad(field, f"must be a positive integer, got {value!r}")

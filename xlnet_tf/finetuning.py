@@ -17,9 +17,14 @@ if TYPE_CHECKING:
 
 def task_loss_fn(model, features, mems, training):
     """`loss_fn` for `training.Trainer` with a task model (`per_example_loss`; no memories): the loss
-    summed over the batch's real examples (`is_real_example`, when present) and their count."""
+    summed over the batch's real examples (`is_real_example`, when present) and their count. A model whose loss
+    is a mean over other units (tagging: labelled positions) gives its own sum and weight (`loss_sum_and_weight`),
+    the terms of its Keras `task_loss`, so the runners optimize what `fit` does."""
     del mems
     outputs = model(features, training=training)
+    if hasattr(model, "loss_sum_and_weight"):
+        total, weight = model.loss_sum_and_weight(features, outputs)
+        return total, weight, None
     losses = model.per_example_loss(features, outputs)
     weights = features.get("is_real_example")
     weights = tf.ones_like(losses) if weights is None else tf.cast(weights, losses.dtype)

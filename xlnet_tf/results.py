@@ -27,7 +27,7 @@ from xlnet_tf.errors import UserError
 FILE_NAME = "eval_results.json"
 SCHEMA = "xlnet_tf.eval_results"
 VERSION = 1
-TASKS = ("pretrain", "classifier", "regression", "race", "squad")
+TASKS = ("pretrain", "classifier", "regression", "race", "squad", "tagging")
 _RESERVED = ("step", "split", "checkpoint")
 
 

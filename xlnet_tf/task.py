@@ -92,6 +92,7 @@ class Task(keras.Model):
     label_key: Optional[str] = "label"
     default_learning_rate = 2e-5  # of compile(optimizer="auto"): Adam
     real_valued_labels_hint = ""  # what to use instead when class-id labels are real-valued
+    ignore_label: Optional[int] = None  # a label value that marks "no label here" (tagging's -100), accepted
 
     @property
     def num_classes(self) -> Optional[int]:
@@ -216,7 +217,7 @@ class Task(keras.Model):
         labels = self._labels_in(x, y)
         if labels is not None:
             task_inputs.check_label_values(type(self).__name__, labels, self.num_classes, self.real_valued_labels_hint,
-                               self._string_labels_message())
+                                           self._string_labels_message(), ignore=self.ignore_label)
 
     def _with_label_checks(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
         """`dataset` with class-id labels asserted (integer-valued, in `[0, num_classes)`) as it is read."""
@@ -231,7 +232,10 @@ class Task(keras.Model):
             data = data[0] if len(data) == 1 else data
             labels = self._labels_in(*keras.utils.unpack_x_y_sample_weight(data)[:2])
             values = tf.cast(labels, tf.float64)
-            ok = tf.reduce_all((values >= 0) & (values < n) & tf.equal(values, tf.round(values)))
+            valid = (values >= 0) & (values < n)
+            if self.ignore_label is not None:
+                valid = valid | tf.equal(values, float(self.ignore_label))
+            ok = tf.reduce_all(valid & tf.equal(values, tf.round(values)))
             with tf.control_dependencies([tf.debugging.Assert(ok, [message, labels], summarize=8)]):
                 return tf.nest.map_structure(lambda t: tf.identity(t) if isinstance(t, tf.Tensor) else t, data)
 

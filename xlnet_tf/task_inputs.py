@@ -29,9 +29,10 @@ def num_rows(x) -> Optional[int]:
 
 
 def check_label_values(owner: str, labels, num_classes: Optional[int], real_valued_hint: str = "",
-                       strings_message: str = "") -> None:
-    """In-memory labels `[N]` (array, list, tensor) must be numbers and, with `num_classes`, class ids:
-    integer-valued (`1.0` is accepted) and in `[0, num_classes)`. Raises `UserError` naming them."""
+                       strings_message: str = "", ignore: Optional[int] = None) -> None:
+    """In-memory labels (array, list, tensor; any shape) must be numbers and, with `num_classes`, class ids:
+    integer-valued (`1.0` is accepted) and in `[0, num_classes)`, or `ignore` (a "no label here" value such as
+    tagging's -100). Raises `UserError` naming them."""
     values = np.asarray(labels.numpy() if isinstance(labels, (tf.Tensor, tf.Variable)) else labels)
     if values.dtype.kind == "O":  # python objects: strings, or numbers that numpy did not type
         if any(isinstance(v, (str, bytes)) for v in values.ravel()):
@@ -51,7 +52,8 @@ def check_label_values(owner: str, labels, num_classes: Optional[int], real_valu
         if real.size:
             raise UserError(f"{owner}: labels must be class ids, integers in [0, {num_classes}); got real values "
                             f"such as {real.ravel()[:3].tolist()}{real_valued_hint}")
-    outside = values[(values < 0) | (values >= num_classes)]
+    outside = values[((values < 0) | (values >= num_classes)) & ~np.equal(values, ignore if ignore is not None
+                                                                          else np.nan)]
     if outside.size:
         raise UserError(f"{owner}: labels must be class ids in [0, {num_classes}); got "
                         f"{sorted(set(outside.ravel().tolist()))[:5]}")

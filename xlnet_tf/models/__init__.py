@@ -1,7 +1,7 @@
 """Task models: `XLNetBackbone` + head + loss, each a Keras model that `compile`/`fit`/`evaluate`/`predict`
 (and, for text classification, raw text through an `XLNetPreprocessor`) drive as any Keras model (`task.Task`).
 One module per family: `pretrainer` (PLM / MLM), `sequence` (classification, regression, multiple choice),
-`squad` (span extraction); `common` holds what they share. Every name is importable from `xlnet_tf.models`.
+`squad` (span extraction), `tagger` (token classification); `common` holds what they share. Every name is importable from `xlnet_tf.models`.
 
 Loss names: `per_example_loss` / `per_token_loss` (unreduced), `task_loss(features, outputs, sample_weight=None)`
 (the weighted mean `fit` optimizes); Keras's own `compute_loss(x, y, y_pred, sample_weight)` is `Task`'s.
@@ -22,11 +22,12 @@ from xlnet_tf.models.common import (  # noqa: F401
 from xlnet_tf.models.pretrainer import XLNetPretrainer
 from xlnet_tf.models.sequence import XLNetClassifier, XLNetMultipleChoice
 from xlnet_tf.models.squad import XLNetForSquad
+from xlnet_tf.models.tagger import XLNetTagger
 
 # The one task -> model mapping of a run's export_info.json: the exporter (run/export_savedmodel.py) and
 # `Task.from_checkpoint` (through each class's `task_kwargs_from_export_info`) build the same model from it.
 TASK_MODELS = {"classifier": XLNetClassifier, "regression": XLNetClassifier, "embedding": XLNetClassifier,
-               "race": XLNetMultipleChoice, "squad": XLNetForSquad}
+               "race": XLNetMultipleChoice, "squad": XLNetForSquad, "tagging": XLNetTagger}
 
 
 def model_from_export_info(config: XLNetConfig, info: dict, task: Optional[str] = None, **overrides):
@@ -43,5 +44,5 @@ def model_from_export_info(config: XLNetConfig, info: dict, task: Optional[str] 
 
 
 __all__ = ["DOCUMENT_SUMMARIES", "FineTuningModel", "TASK_MODELS", "XLNetClassifier", "XLNetForSquad",
-           "XLNetMultipleChoice", "XLNetPretrainer", "check_document_preprocessor", "finetuning_config",
+           "XLNetMultipleChoice", "XLNetPretrainer", "XLNetTagger", "check_document_preprocessor", "finetuning_config",
            "masked_mean", "model_from_export_info", "token_ids"]
