@@ -255,7 +255,8 @@ def _classifier_info(**changes):
 
 @pytest.mark.parametrize("content, message", [
     ('{"task": "race", "max_seq_length": 64}', "max_qa_length, summary_type, use_summ_proj missing"),
-    ('{"task": "tagging", "max_seq_length": 64}', "task is 'tagging'"),
+    ('{"task": "ner", "max_seq_length": 64}', "task is 'ner'"),
+    ('{"task": "tagging", "max_seq_length": 64}', "num_labels, doc_stride missing"),
     ('{"schema": "xlnet_tf.export_info", "version": 9, "task": "race"}', "schema 'xlnet_tf.export_info' version 9"),
     ('{"task": "race", "max_seq_length": 64, "max_qa_length": 16, "summary_type": "last", "use_summ_proj": true,'
      ' "colour": "red"}', r"unknown field\(s\) \['colour'\]"),

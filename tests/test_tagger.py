@@ -180,3 +180,40 @@ def test_fit_takes_the_trainers_steps_for_tagging(tmp_path, rng):
     np.testing.assert_allclose(fit_losses, trainer_losses, atol=1e-5)
     for a, b in zip(model.get_weights(), reference.get_weights()):
         np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_keras_fit_and_predict_on_pre_tokenized_sentences(tmp_path):
+    """Brown sentences as word lists through XLNetTaggingPreprocessor (the builder's packing, long sentences in
+    several windows): fit learns (loss falls), predict gives one tag per word with its probability, and the
+    `.keras` file (preprocessor and its SentencePiece model inside) predicts the same in a new model."""
+    import keras
+
+    from tfrecords import conll
+    from xlnet_tf import optimization
+    from xlnet_tf.text.tagging_preprocessor import XLNetTaggingPreprocessor
+
+    train = conll.read_conll(f"{DATA}/train.txt", label_column=-1)[:96]
+    dev = conll.read_conll(f"{DATA}/dev.txt", label_column=-1)[:24]
+    labels = open(f"{DATA}/labels.txt", encoding="utf-8").read().split()
+    pre = XLNetTaggingPreprocessor(data_fixtures.tiny_spm(), sequence_length=24, doc_stride=8)
+    config = XLNetConfig(n_token=data_fixtures.TINY_VOCAB, n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64,
+                         dropout=0.0, dropatt=0.0)
+    keras.utils.set_random_seed(0)
+    model = XLNetTagger(config, num_labels=len(labels), labels=labels, preprocessor=pre)
+    words, tags = [list(s.words) for s in train], [list(s.labels) for s in train]
+    assert len(pre.windows(words)["input_ids"]) > len(words)  # some sentences need several windows
+    model.compile(optimizer=optimization.create_optimizer(model, learning_rate=3e-3, train_steps=60, warmup_steps=5))
+    history = model.fit(words, tags, batch_size=16, epochs=3, verbose=0).history
+    assert history["loss"][-1] < history["loss"][0]
+    dev_words = [list(s.words) for s in dev]
+    out = model.predict(dev_words, verbose=0)
+    assert [len(t) for t in out["tags"]] == [len(w) for w in dev_words]
+    assert all(((p > 0) & (p <= 1)).all() for p in out["probabilities"])
+    path = str(tmp_path / "tagger.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    again = loaded.predict(dev_words, verbose=0)
+    for a, b in zip(out["probabilities"], again["probabilities"]):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    with pytest.raises(Exception, match="lists of words"):
+        model.preprocessor.windows(["a whole sentence as one string"])

@@ -460,7 +460,6 @@ class Task(keras.Model):
         model); backbone names and shapes are checked as `checkpoints.load_init_checkpoint` does.
         """
         from xlnet_tf import checkpoints, export_info
-        from xlnet_tf.text.preprocessing import XLNetPreprocessor
 
         weights = checkpoints.resolve_weights(checkpoint)
         directory = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
@@ -472,17 +471,24 @@ class Task(keras.Model):
             spiece_model = spiece_model or checkpoints.first_existing(os.path.join(directory, "spiece.model"),
                                                            info.get("spiece_model_file"))
             if spiece_model and "preprocessor" not in kwargs:
-                # a long-document run (export info's max_segments): documents of that many segments, as its
-                # records and its exported serving_default pack them
-                kwargs["preprocessor"] = XLNetPreprocessor(
-                    spiece_model, sequence_length=sequence_length or info.get("max_seq_length") or 128,
-                    uncased=info.get("uncased", False) if uncased is None else uncased,
-                    keep_accents=info.get("keep_accents", False), max_segments=info.get("max_segments") or 1)
+                kwargs["preprocessor"] = cls.preprocessor_from_export_info(
+                    spiece_model, info, sequence_length=sequence_length or info.get("max_seq_length") or 128,
+                    uncased=info.get("uncased", False) if uncased is None else uncased)
         model = cls(config, **kwargs)
         checkpoints.load_init_checkpoint(model, weights, require_heads=require_heads)
         return model
 
-    takes_text = False  # from_checkpoint attaches an XLNetPreprocessor
+    takes_text = False  # from_checkpoint attaches a preprocessor (`preprocessor_from_export_info`)
+
+    @classmethod
+    def preprocessor_from_export_info(cls, spiece_model: str, info: dict, sequence_length: int, uncased: bool):
+        """The text preprocessor `from_checkpoint` attaches: an `XLNetPreprocessor` packing as the run's records
+        (a long-document run, export info's max_segments: documents of that many segments, as its records and
+        its exported serving_default pack them)."""
+        from xlnet_tf.text.preprocessing import XLNetPreprocessor
+
+        return XLNetPreprocessor(spiece_model, sequence_length=sequence_length, uncased=uncased,
+                                 keep_accents=info.get("keep_accents", False), max_segments=info.get("max_segments") or 1)
 
     @classmethod
     def task_kwargs_from_export_info(cls, info: dict) -> dict:

@@ -13,7 +13,7 @@ from typing import Optional
 
 # `preprocessing` registers XLNetPreprocessor with Keras: a `.keras` classifier with its preprocessor then loads
 # after `import xlnet_tf.models` alone (what registers the task models themselves).
-from xlnet_tf.text import preprocessing  # noqa: F401  (registers XLNetPreprocessor for .keras loading)
+from xlnet_tf.text import preprocessing, tagging_preprocessor  # noqa: F401  (register the preprocessors for .keras loading)
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import UserError
 from xlnet_tf.heads import DOCUMENT_SUMMARIES  # noqa: F401  (a models name too)

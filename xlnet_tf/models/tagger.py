@@ -13,6 +13,7 @@ it has the most context (`is_max_context`), see `xlnet_tf/text/tagging.stitch`.
 from __future__ import annotations
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from xlnet_tf import initializers
@@ -41,14 +42,23 @@ class XLNetTagger(Task):
     `task_loss`: the sum over the batch's labelled positions divided by their number (windows weighted by
     `is_real_example` and `sample_weight`), i.e. the mean over labelled words, as Hugging Face's loss.
     Keras: `label_ids` inside `x` (or as `y`); `compile()` defaults to this loss and token accuracy over the
-    labelled positions.
+    labelled positions. With `preprocessor=XLNetTaggingPreprocessor(...)`, `fit` / `evaluate` take
+    pre-tokenized sentences (`x` a list of word lists, `y` a list of label-id lists, one per word) and `predict`
+    returns one prediction per word: `{"tag_ids": [...], "probabilities": [...]}` (lists of `[num_words]`
+    arrays, and `"tags"` with `labels`), each word read from the window where it has the most context.
     """
+
+    takes_text = True
 
     label_key = "label_ids"
     ignore_label = IGNORE_LABEL
     default_learning_rate = 5e-5
 
     def __init__(self, config, num_labels: int = 2, labels=None, **kwargs):
+        preprocessor = kwargs.get("preprocessor")
+        if preprocessor is not None and not hasattr(preprocessor, "windows"):
+            raise ValueError("XLNetTagger: the preprocessor must be an XLNetTaggingPreprocessor (words -> windows), "
+                             f"got {type(preprocessor).__name__}")
         super().__init__(**kwargs)
         if isinstance(num_labels, bool) or int(num_labels) < 2:
             raise ValueError(f"num_labels must be >= 2 for tagging, got {num_labels!r}")
@@ -66,6 +76,54 @@ class XLNetTagger(Task):
     @property
     def num_classes(self):
         return self.num_labels
+
+    # ------------------------------------------------------------------------- pre-tokenized sentences
+    def _is_sentences(self, x) -> bool:
+        return (self.preprocessor is not None and hasattr(self.preprocessor, "windows") and isinstance(x, list)
+                and all(isinstance(s, (list, tuple)) for s in x))
+
+    def _windows(self, x, y=None):
+        labels = None
+        if y is not None:
+            labels = [[self.labels.index(t) if isinstance(t, str) and self.labels and t in self.labels else t
+                       for t in tags] for tags in y]
+        return self.preprocessor.windows(x, labels)
+
+    def fit(self, x=None, y=None, batch_size=None, sample_weight=None, validation_data=None, **kwargs):
+        if self._is_sentences(x):
+            x, y = self._windows(x, y), None
+            if validation_data is not None and not isinstance(validation_data, (dict,)) and \
+                    self._is_sentences(validation_data[0]):
+                validation_data = self._windows(*validation_data[:2])
+        return super().fit(x, y, batch_size=batch_size, sample_weight=sample_weight,
+                           validation_data=validation_data, **kwargs)
+
+    def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
+        if self._is_sentences(x):
+            x, y = self._windows(x, y), None
+        return super().evaluate(x, y, batch_size=batch_size, sample_weight=sample_weight, **kwargs)
+
+    def predict(self, x, batch_size=None, **kwargs):
+        if not self._is_sentences(x):
+            return super().predict(x, batch_size=batch_size, **kwargs)
+        from xlnet_tf.text import tagging
+
+        windows = self._windows(x)
+        features = {k: v for k, v in windows.items() if k != "example_index"}
+        logits = super().predict(features, batch_size=batch_size, **kwargs)["logits"]
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        ids = probs.argmax(-1)
+        best = np.take_along_axis(probs, ids[..., None], -1)[..., 0]
+        counts = [len(s) for s in x]
+        tag_ids = tagging.stitch_examples(windows["example_index"], windows["word_ids"], windows["is_max_context"],
+                                          ids, counts)
+        out = {"tag_ids": tag_ids,
+               "probabilities": tagging.stitch_examples(windows["example_index"], windows["word_ids"],
+                                                        windows["is_max_context"], best, counts)}
+        if self.labels:
+            out["tags"] = [[self.labels[int(i)] for i in row] for row in tag_ids]
+        return out
 
     def call(self, features, training=False):
         hidden = self.backbone(token_ids(features), segment_ids=features.get("segment_ids"),
@@ -125,6 +183,15 @@ class XLNetTagger(Task):
         if info.get("labels"):
             out["labels"] = list(info["labels"])
         return out
+
+    @classmethod
+    def preprocessor_from_export_info(cls, spiece_model, info, sequence_length, uncased):
+        """Words -> the run's windows (its `doc_stride`, normalization and window length)."""
+        from xlnet_tf.text.tagging_preprocessor import XLNetTaggingPreprocessor
+
+        return XLNetTaggingPreprocessor(spiece_model, sequence_length=sequence_length, uncased=uncased,
+                                        keep_accents=info.get("keep_accents", False),
+                                        doc_stride=info.get("doc_stride") or 64)
 
     def original_variables(self):
         return {f"{TAGGING_SCOPE}/kernel": self.logit.kernel, f"{TAGGING_SCOPE}/bias": self.logit.bias}
