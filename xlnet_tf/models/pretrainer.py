@@ -131,6 +131,14 @@ class XLNetPretrainer(Task):
         return (masked_mean(self.per_token_loss(features, outputs), mask), masked_mean(correct, mask),
                 tf.reduce_sum(mask))
 
+    def generate(self, prompts, settings=None, **kwargs):
+        """Continuations of token-id prompts with Transformer-XL memories, one position per new token, one
+        compiled loop (`xlnet_tf.generation.generate`; `settings` a `generation.GenerationSettings`, default
+        greedy; kwargs: row_keys, forced_ids, return_logits)."""
+        from xlnet_tf import generation
+
+        return generation.generate(self, prompts, settings or generation.GenerationSettings(), **kwargs)
+
     def get_build_config(self):
         return None  # variables are created in __init__
 
