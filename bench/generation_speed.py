@@ -9,7 +9,7 @@ For each prompt length, `--batch` copies of a random prompt are continued greedi
 same architecture):
   ours_xla / ours_graph: xlnet_tf.generation.generate, the whole decode loop one `tf.function`, with and
     without XLA (memory buffer = prompt + new tokens: the whole past, the causal layout);
-  recompute: xlnet_tf.generation.recompute_logits, the whole prefix recomputed for every token (one row; the
+  recompute: xlnet_tf.generation_reference.recompute_logits, the whole prefix recomputed for every token (one row; the
     vanilla Transformer path, a `tf.function` per prefix bucket of 16);
   hf_mems / hf_no_mems: `XLNetLMHeadModel.generate` eager (its layout: prompt + dummy token; with memories it
     recomputes the last two tokens and the dummy each step), `torch.set_flush_denormal(True)`;
@@ -39,7 +39,7 @@ def _ours(model, prompts, new_tokens, jit):
 
 
 def _recompute(model, prompt, new_tokens):
-    from xlnet_tf.generation import recompute_logits
+    from xlnet_tf.generation_reference import recompute_logits
 
     return lambda: recompute_logits(model, prompt, max_new_tokens=new_tokens)
 
