@@ -160,9 +160,9 @@ def test_race_runner_end_to_end(tmp_path):
 
     _run(run_race, TINY + [
         f"--data_dir={DATA}/mc_wordnet", f"--record_dir={tmp_path}/records", f"--model_dir={tmp_path}/m",
-        "--do_train", "--do_eval", "--do_predict", "--predict_split=dev", "--max_seq_length=128",
-        "--max_qa_length=48", "--train_batch_size=16", "--train_steps=100", "--save_steps=100",
-        "--learning_rate=1e-3"])
+        "--do_train", "--do_eval", "--do_predict", "--predict_split=dev", "--max_seq_length=64",
+        "--max_qa_length=32", "--train_batch_size=16", "--train_steps=30", "--save_steps=30",
+        "--steps_per_loop=30", "--learning_rate=1e-3"])
     report = json.load(open(tmp_path / "m" / "eval_results.json"))
     assert report["last"]["num_examples"] == 500 and 0.0 <= report["last"]["accuracy"] <= 1.0
     rows = open(tmp_path / "m" / "predict_dev.tsv").read().splitlines()

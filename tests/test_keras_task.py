@@ -31,6 +31,7 @@ def _read_topic(split, labels):
     return [r[1] for r in rows], np.array([labels.index(r[0]) for r in rows], np.int32)
 
 
+@pytest.mark.slow  # raw-text fit learning; CI keeps the runner learning tests and the Keras tagging fit
 def test_fit_on_raw_topic_text_beats_the_majority_baseline():
     """model.fit on tf.data of (text, label) with the shipped topic slice (11 labels), from scratch."""
     labels = [line for line in open(os.path.join(TOPIC, "labels.txt"), encoding="utf-8").read().split("\n") if line]

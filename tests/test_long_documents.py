@@ -188,7 +188,7 @@ def test_document_records_hold_segments_of_the_whole_packed_text(tmp_path):
 
 # ---- runner, export, serving -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("document_summary", ["last_segment", "all_segments"])
+@pytest.mark.parametrize("document_summary", ["last_segment", pytest.param("all_segments", marks=pytest.mark.slow)])
 def test_long_document_runner_exports_a_model_that_reads_documents_in_graph(tmp_path, document_summary):
     """run_classifier --max_segments=3 on real text end to end, then export: serving_default takes raw text
     of any length (tokenized, cut into segments and read with memories in the graph) and agrees with the
