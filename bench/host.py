@@ -37,8 +37,14 @@ def cpu_kind(extensions: str) -> str:
 
 
 def describe() -> dict:
-    """`cpu`, `cores`, `vector_extensions` and `cpu_kind` of this machine."""
+    """`cpu`, `cores`, `vector_extensions`, `cpu_kind` and `native_bfloat16` of this machine."""
     info = read_cpuinfo()
     extensions = vector_extensions(info)
     return {"cpu": cpu_model(info), "cores": os.cpu_count(), "vector_extensions": extensions,
-            "cpu_kind": cpu_kind(extensions)}
+            "cpu_kind": cpu_kind(extensions), "native_bfloat16": native_bfloat16(extensions)}
+
+
+def native_bfloat16(extensions: str) -> bool:
+    """Whether the CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX-BF16); without, bfloat16 matmuls are
+    emulated (converted to float32), so a bfloat16 timing says nothing about bfloat16 hardware."""
+    return bool({"avx512_bf16", "amx_bf16"} & set(extensions.split()))

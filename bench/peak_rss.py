@@ -4,7 +4,8 @@
       --num_predict=85 --mem_len=256
 
 Imports only the framework it measures (TensorFlow for `ours`, PyTorch for `hf`), builds the model,
-records the resident set size, takes 3 training steps (forward, backward, AdamW) and prints one JSON line:
+records the resident set size, takes 3 training steps (forward, backward, AdamW; ours: the step of the
+Trainer run/pretrain.py builds) and prints one JSON line:
 the process's peak RSS and the peak growth during training. bench/run.py's `memory` suite runs it twice.
 PyTorch runs with denormals flushed (`flush_denormals`), as wherever the benchmarks run HF.
 """
@@ -13,10 +14,14 @@ import argparse
 import json
 import os
 import resource
+import sys
 
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if sys.path and os.path.abspath(sys.path[0]) == os.path.join(REPO, "bench"):
+    sys.path[0] = REPO  # run as a script: `run` (imported by bench/ours.py) is run/, not bench/run.py
 
 
 def current_rss_mb() -> float:
@@ -114,17 +119,22 @@ def hf_step(args, data, mems):
 
 
 def our_step(args, data, mems):
+    del mems  # ours: the Trainer's own memories (zeros, then carried from step to step), of the same shape
+    import atexit
+    import shutil
+    import tempfile
+
     import tensorflow as tf
 
-    from bench.ours import PRODUCTION, bench_config, our_train_step
-    from xlnet_tf.models import XLNetPretrainer
+    from bench.ours import TrainerStep, bench_config, production_trainer
 
-    model = XLNetPretrainer(bench_config(args.n_layer, args.d_model, args.mem_len, args.n_token))
+    config = bench_config(args.n_layer, args.d_model, args.mem_len, args.n_token)
     feats = {k: tf.constant(v) for k, v in data.items()}
-    tf_mems = [tf.constant(m) for m in mems] if mems else None
-    model(feats, mems=tf_mems)
-    step = our_train_step(model, feats, tf_mems, "plm", PRODUCTION)[0]  # the Trainer's one-replica step
-    return lambda: step().numpy()
+    # the Trainer of run/pretrain.py and its per-batch step (memories: the Trainer's own, carried across steps)
+    model_dir = tempfile.mkdtemp(prefix="xlnet_rss_")
+    atexit.register(shutil.rmtree, model_dir, True)
+    trainer = production_trainer("plm", config, args.batch, args.seq_len, model_dir)
+    return TrainerStep(trainer, feats)
 
 
 def main():

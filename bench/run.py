@@ -1,17 +1,25 @@
 """Benchmark harness: our XLNet vs Hugging Face's PyTorch XLNet, side by side in one process.
 
-  python bench/run.py --suite=all|pretrain_step,finetune_step,serving,builder,memory --output_dir=bench_output \
-      [--reference_variants=eager,compile]
+  python bench/run.py --suite=all|pretrain_step,finetune_step,train_loop,input_pipeline,serving,builder,memory \
+      --output_dir=bench_output [--reference_variants=eager,compile]
+  python bench/run.py --quick --output_dir=bench_quick      # the headline rows in minutes (`QUICK_SKIPS`)
+
+Our training step is the production one: the `training.Trainer` that run/pretrain.py and the fine-tuning
+lifecycle (run/lifecycle.py) build, from their CPU recipe flag files (bench/ours.py `production_trainer`), and
+the rows time its per-batch step function (`TrainerStep`), host loop excluded; the `train_loop` row times a
+real short run of run/pretrain.py on records, host loop and input pipeline included, against HF's training
+loop over the same batches.
 
 Every timed row carries the absolute figures of both implementations and `ratio` = reference time / our
-time (> 1 = we are faster), measured in the same run at identical shapes and weights; A/B rows also carry
-`vs_production` = production time / variant time (< 1 = the production choice is faster). The reference is
-the strongest HF configuration this machine runs: each row times HF in every `--reference_variants` variant
-(eager, and `torch.compile`), all with denormals flushed, and compares with the fastest. The machine
-description (with its CPU's vector extensions) and its measured dense matmul peak (float32 and bfloat16, the
-best of TensorFlow XLA, TensorFlow oneDNN, PyTorch and NumPy) head the report; model FLOP utilisation (MFU) =
-achieved training FLOP/s / that float32 peak. Writes `report.json` and `report.md`.
-Timings are medians after warm-up; run on a quiet machine (concurrent load changes them up to 2x).
+time (> 1 = we are faster), measured in the same run at identical shapes (and, but for `train_loop`, weights);
+A/B rows also carry `vs_production` = production time / variant time (< 1 = the production choice is faster).
+The reference is the strongest HF configuration this machine runs: each row times HF in every
+`--reference_variants` variant (eager, and `torch.compile`), all with denormals flushed, and compares with the
+fastest. The machine description (with its CPU's vector extensions, and whether bfloat16 is native) and its
+measured dense matmul peak (float32 and bfloat16, the best of TensorFlow XLA, TensorFlow oneDNN, PyTorch and
+NumPy) head the report; model FLOP utilisation (MFU) = achieved training FLOP/s / that float32 peak. Writes
+`report.json` and `report.md`. Timings are medians after warm-up; run on a quiet machine (concurrent load
+changes them up to 2x, and far more for PyTorch's thread pool on an oversubscribed CPU).
 """
 
 from __future__ import annotations
@@ -27,18 +35,20 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if sys.path and os.path.abspath(sys.path[0]) == os.path.join(REPO, "bench"):
+    sys.path[0] = REPO  # run as a script: `run` is the repository's run/ package, not this file
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from bench.host import describe  # noqa: E402
-from bench.ours import PRODUCTION, Variant, bench_config, our_train_step  # noqa: E402,F401
+from bench.ours import PRODUCTION, TrainerStep, Variant, bench_config, production_trainer  # noqa: E402,F401
 from bench.peak_rss import flush_denormals, hf_train_step, inputs, torch_inputs  # noqa: E402 (no TF or torch there)
 
 tf.get_logger().setLevel("ERROR")  # each A/B variant traces its own functions on purpose
 
-SUITES = ("pretrain_step", "finetune_step", "input_pipeline", "serving", "builder", "memory")
+SUITES = ("pretrain_step", "finetune_step", "train_loop", "input_pipeline", "serving", "builder", "memory")
 REFERENCE_VARIANTS = ("eager", "compile")  # how HF runs; a row's reference is the fastest that worked
 COMPILE_NOTE = ("torch.compile (inductor) of the whole training step, which dynamo splits at backward() and at "
                 "the optimizer's own graph breaks into three compiled graphs: forward and loss (its backward "
@@ -57,13 +67,24 @@ PLM_VARIANTS = [
     _ab("query stream over full length (original formulation)", query_stream="full"),
     _ab("positional projection per example (reference formulation)", attention="positional projection per example"),
     _ab("fused key/value projection matmul", attention="fused key/value projection"),
-    _ab("AdamW outside the XLA cluster (the multi-replica path)", optimizer_in_xla=False),
-    _ab("mixed_bfloat16", policy="mixed_bfloat16"),
+    _ab("AdamW outside the XLA cluster (the multi-replica path)", fused_step=False),
+    _ab("mixed_bfloat16", mixed_precision="bfloat16"),
 ]
 FINETUNE_VARIANTS = [PRODUCTION, _ab("no XLA (jit_compile=False)", jit=False),
                      _ab("last layer over every row (reference formulation)", summary_rows_only=False),
-                     _ab("AdamW outside the XLA cluster (the multi-replica path)", optimizer_in_xla=False),
-                     _ab("mixed_bfloat16", policy="mixed_bfloat16")]
+                     _ab("AdamW outside the XLA cluster (the multi-replica path)", fused_step=False),
+                     _ab("mixed_bfloat16", mixed_precision="bfloat16")]
+WORK_DIR = None  # main's scratch folder (the benchmarked Trainers' model_dirs, records), removed at the end
+
+
+def _scratch(prefix: str) -> str:
+    return tempfile.mkdtemp(prefix=prefix, dir=WORK_DIR)
+
+
+def without_emulated_bfloat16(variants, native_bfloat16: bool):
+    """`variants` less the mixed_bfloat16 ones where the CPU has no bfloat16 arithmetic (they would time an
+    emulation)."""
+    return [v for v in variants if native_bfloat16 or v.mixed_precision != "bfloat16"]
 
 
 def median_ms(fn, repeats: int, warmup: int = 2) -> float:
@@ -94,7 +115,8 @@ def machine() -> dict:
     import transformers
 
     return {"platform": platform.platform(), "cpu": host["cpu"], "cpu_kind": host["cpu_kind"],
-            "vector_extensions": host["vector_extensions"], "cores": host["cores"], "memory_gib": round(mem_gb, 1),
+            "vector_extensions": host["vector_extensions"], "native_bfloat16": host["native_bfloat16"],
+            "cores": host["cores"], "memory_gib": round(mem_gb, 1),
             "python": platform.python_version(), "tensorflow": tf.__version__, "torch": torch.__version__,
             "transformers": transformers.__version__, "torch_threads": torch.get_num_threads(),
             "gpus": [d.name for d in tf.config.list_physical_devices("GPU")]}
@@ -310,11 +332,12 @@ def hf_inference_variants(hf, pt, names) -> dict:
 
 def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, mlen: int, repeats: int,
               peak: float, variants, breakdown: bool = True, reference_variants=REFERENCE_VARIANTS):
-    """Training steps (forward + backward + clipping + AdamW) of ours (each variant) and HF (each of
-    `reference_variants`; the fastest is the reference), same shapes and weights. The first variant is the
-    production path, timed interleaved with HF's variants (`interleaved_ms`); with `breakdown` its step is
-    split into forward and the rest. Each A/B variant is timed interleaved with the production step: its
-    `vs_production` is that pair's ratio, and its `ratio` the production ratio times it."""
+    """Training steps (forward + backward + clipping + AdamW) of ours (each variant: the production Trainer's
+    per-batch step, `TrainerStep`) and HF (each of `reference_variants`; the fastest is the reference), same
+    shapes and weights (HF reads fixed memories; ours carries the Trainer's own, of the same shape). The first
+    variant is the production path, timed interleaved with HF's variants (`interleaved_ms`); with `breakdown`
+    its step is split into forward and the rest. Each A/B variant is timed interleaved with the production
+    step: its `vs_production` is that pair's ratio, and its `ratio` the production ratio times it."""
     from bench import variants as attention_variants
 
     torch = _torch()
@@ -323,10 +346,9 @@ def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, mle
     data, mems = _inputs(config, batch, seq_len, num_predict, mlen)
     weights = {k: v.detach().numpy().copy() for k, v in hf.state_dict().items()}
     feats = {k: tf.constant(v) for k, v in data.items()}
-    tf_mems = [tf.constant(m) for m in mems] if mems else None
     production, *others = variants
     with attention_variants.VARIANTS[production.attention]():
-        step, forward = _build_variant(config, kind, production, weights, feats, tf_mems)
+        step, forward = _build_variant(config, kind, production, weights, feats, batch, seq_len)
     reference, hf_ms, ms = time_reference(
         hf_step_variants(hf, torch_inputs(data, mems, kind), reference_variants), repeats, ours=step)
     _reset_compiled()
@@ -349,7 +371,7 @@ def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, mle
     print(json.dumps(first), flush=True)
     for v in others:
         with attention_variants.VARIANTS[v.attention]():
-            variant_step, _ = _build_variant(config, kind, v, weights, feats, tf_mems)
+            variant_step, _ = _build_variant(config, kind, v, weights, feats, batch, seq_len)
         pair = interleaved_ms({"production": step, "variant": variant_step}, repeats)
         del variant_step
         _release()
@@ -360,25 +382,15 @@ def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, mle
     return rows
 
 
-def _build_variant(config, kind, variant, weights, feats, mems):
-    """One variant's training step (warmed up: traced and compiled here, inside the caller's attention-variant
-    context) and its forward pass (traced on its first call, so used only for the production variant, whose
-    context is the plain one), as no-argument callables returning NumPy."""
-    import keras
-
-    from xlnet_tf import checkpoints
-
-    keras.utils.set_random_seed(0)
-    model = _our_model(config, kind, variant.policy)
-    checkpoints.load_hf_weights(model, weights, require_heads=True)
-    if kind == "plm":
-        model.backbone.query_stream = variant.query_stream
-    else:
-        model.summary_rows_only = variant.summary_rows_only
-    step_fn, forward_fn, _ = our_train_step(model, feats, mems, kind, variant)
-    step, forward = (lambda: step_fn().numpy()), (lambda: forward_fn().numpy())
+def _build_variant(config, kind, variant, weights, feats, batch, seq_len):
+    """One variant's production Trainer (bench/ours.py `production_trainer`, HF's `weights`) and its per-batch
+    step on `feats` (`TrainerStep`, warmed up: traced and compiled here, inside the caller's attention-variant
+    context), and the step's forward pass (traced on its first call, so used only for the production variant,
+    whose context is the plain one), as no-argument callables returning NumPy."""
+    trainer = production_trainer(kind, config, batch, seq_len, _scratch("xlnet_bench_trainer_"), variant, weights)
+    step = TrainerStep(trainer, feats)
     _warm_up(step)
-    return step, forward
+    return step, step.forward
 
 
 def _release():
@@ -425,13 +437,10 @@ def serving_rows(config, batch: int, seq_len: int, repeats: int, spiece_model: s
 def input_pipeline_rows(config, batch: int, seq_len: int, num_predict: int, repeats: int, corpus: str,
                         spiece_model: str, peak: float):
     """The pretraining reader (records -> dense masks) against the rate the production step consumes, and
-    the production step fed by the reader vs by constant tensors (same shapes, no memories)."""
+    the production Trainer's step fed by the reader vs by constant tensors (same shapes, no memories)."""
     from tfrecords import pretrain_data
 
-    work = tempfile.mkdtemp(prefix="xlnet_bench_records_")
-    cfg = pretrain_data.PretrainConfig(seq_len=seq_len, reuse_len=seq_len // 2, num_predict=num_predict,
-                                       perm_size=seq_len // 2, bi_data=False, global_batch_size=batch)
-    pretrain_data.build_pretrain_records(corpus, spiece_model, work, cfg, log=None)
+    work = pretrain_records(corpus, spiece_model, seq_len, num_predict, batch)
     kwargs = dict(seq_len=seq_len, reuse_len=seq_len // 2, num_predict=num_predict, global_batch_size=batch,
                   repeat=True)
 
@@ -453,17 +462,12 @@ def input_pipeline_rows(config, batch: int, seq_len: int, num_predict: int, repe
         lambda s: pretrain_data.parse_and_decode(s, seq_len, seq_len // 2, num_predict))
     serial = reader_rate(sequential)
 
-    import keras
-
-    keras.utils.set_random_seed(0)
-    model = _our_model(config, "plm")
     iterator = iter(pretrain_data.pretrain_dataset(work, **kwargs))
     feats = {k: tf.identity(v) for k, v in next(iterator).items()}
-    model(feats)
-    from_constant, _, step_on = our_train_step(model, feats, None, "plm", PRODUCTION)
-    from_reader = tf.function(lambda it: step_on(next(it)))
-    const_ms = median_ms(lambda: from_constant().numpy(), repeats)
-    reader_ms = median_ms(lambda: from_reader(iterator).numpy(), repeats)
+    trainer = production_trainer("plm", config, batch, seq_len, _scratch("xlnet_bench_trainer_"))
+    step = TrainerStep(trainer, feats)
+    const_ms = median_ms(step, repeats)
+    reader_ms = median_ms(lambda: step.on(iterator), repeats)
     consumed = batch / (const_ms / 1000)
     common = {"suite": "input_pipeline", "batch": batch, "seq_len": seq_len, "n_layer": config.n_layer,
               "d_model": config.d_model}
@@ -479,6 +483,137 @@ def input_pipeline_rows(config, batch: int, seq_len: int, num_predict: int, repe
     for row in rows:
         print(json.dumps(row), flush=True)
     return rows
+
+
+def pretrain_records(corpus: str, spiece_model: str, seq_len: int, num_predict: int, batch: int) -> str:
+    """A fresh folder of pretraining records of `corpus` (reuse_len = perm_size = seq_len / 2, one direction,
+    global batch `batch`)."""
+    from tfrecords import pretrain_data
+
+    work = _scratch("xlnet_bench_records_")
+    cfg = pretrain_data.PretrainConfig(seq_len=seq_len, reuse_len=seq_len // 2, num_predict=num_predict,
+                                       perm_size=seq_len // 2, bi_data=False, global_batch_size=batch)
+    pretrain_data.build_pretrain_records(corpus, spiece_model, work, cfg, log=None)
+    return work
+
+
+def hf_loop_step(hf, compiled: bool):
+    """HF's training step with Transformer-XL memories carried from batch to batch, `step(batch, mems) ->
+    new mems`: forward, backward, global-norm clipping, torch AdamW; under torch.compile with `compiled`."""
+    torch = _torch()
+    hf.train()
+    opt = torch.optim.AdamW(hf.parameters(), lr=1e-5)
+
+    def step(batch, mems):
+        opt.zero_grad(set_to_none=True)
+        out = hf(**batch, mems=mems)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
+        opt.step()
+        return out.mems
+
+    if not compiled:
+        return step
+    _reset_compiled()
+    return torch.compile(step)
+
+
+def loop_rates(step, batches, steps_per_loop: int, batch_size: int, mems) -> list:
+    """Examples/s of each host loop of `steps_per_loop` of `batches` through `step(batch, mems) -> mems` (HF's
+    side of the `train_loop` row; the first loop includes compilation)."""
+    rates = []
+    for start in range(0, len(batches), steps_per_loop):
+        chunk = batches[start:start + steps_per_loop]
+        began = time.perf_counter()
+        for b in chunk:
+            mems = step(b, mems)
+        rates.append(len(chunk) * batch_size / (time.perf_counter() - began))
+    return rates
+
+
+def steady_rate(rates) -> float:
+    """The median examples/s of the loops after the first (which traces and compiles)."""
+    if len(rates) < 2:
+        raise ValueError(f"need at least 2 host loops (the first compiles), got {len(rates)}")
+    return float(np.median(rates[1:]))
+
+
+def train_loop_row(common: dict, batch: int, ours_rates, reference_rates: dict, failures: dict) -> dict:
+    """The `train_loop` row from each side's per-loop examples/s: the steady rates (`steady_rate`), as ms
+    per step (`ours_ms`, `reference_ms` of the fastest variant, `reference_fields`) and examples/s, ratio =
+    ours / reference examples/s (> 1: ours faster), every loop's rate in the notes."""
+    times = {name: 1000.0 * batch / steady_rate(r) for name, r in reference_rates.items()}
+    ours = steady_rate(ours_rates)
+    fields, fastest_ms = reference_fields(times, failures, {})
+    return dict(common, ours_ms=round(1000.0 * batch / ours, 1), **fields,
+                ratio=round(ours * fastest_ms / (1000.0 * batch), 3), examples_per_s=round(ours, 1),
+                reference_examples_per_s=round(1000.0 * batch / fastest_ms, 1),
+                loop_examples_per_s={"ours": [round(r, 1) for r in ours_rates],
+                                     **{n: [round(x, 1) for x in r] for n, r in reference_rates.items()}})
+
+
+def train_loop_rows(n_layer: int, d_model: int, batch: int, seq_len: int, num_predict: int, mem_len: int,
+                    corpus: str, spiece_model: str, steps_per_loop: int, loops: int,
+                    reference_variants=REFERENCE_VARIANTS):
+    """Host loop and input pipeline included: a real short run of run/pretrain.py (`pretrain.run()` with its
+    CPU recipe, the benchmark's model size, `loops` host loops of `steps_per_loop` steps) on records of
+    `corpus` read by its tf.data reader, against HF's training loop (`hf_loop_step`, each of
+    `reference_variants`) over the same batches, pre-decoded into PyTorch tensors in memory (HF's input
+    pipeline costs nothing here). Both carry memories from batch to batch; the first loop of each
+    (compilation) is not counted."""
+    from bench.ours import runner_settings
+    from run import common_flags, pretrain
+    from tfrecords import pretrain_data
+    from xlnet_tf.text.tokenization import XLNetTokenizer
+
+    records = pretrain_records(corpus, spiece_model, seq_len, num_predict, batch)
+    vocab = XLNetTokenizer(spiece_model).vocab_size
+    steps = steps_per_loop * loops
+    shape = dict(seq_len=seq_len, reuse_len=seq_len // 2, num_predict=num_predict)
+    # the recipe's flags, with the benchmark's records, model size and a run this short (no warm-up: the
+    # recipe's is longer than the run; the schedule costs the same)
+    overrides = dict(
+        record_dir=records, spiece_model=spiece_model, perm_size=seq_len // 2, bi_data="false", mem_len=mem_len,
+        n_layer=n_layer, d_model=d_model, n_head=d_model // 64, d_head=64, d_inner=4 * d_model, n_token=vocab,
+        dropout=0.0, dropatt=0.0, train_steps=steps, steps_per_loop=steps_per_loop, save_steps=steps,
+        keep_checkpoint_steps=0, warmup_steps=0, **shape)
+    fv = runner_settings("plm", _scratch("xlnet_bench_pretrain_"), batch,
+                         extra=[f"--{k}={v}" for k, v in overrides.items()])
+    config = common_flags.model_config_from_flags(fv, mem_len=fv.mem_len, reuse_len=fv.reuse_len,
+                                                  bi_data=fv.bi_data)
+    result = pretrain.run()
+    ours_rates = [h["examples_per_sec"] for h in result["history"]]
+    _release()
+
+    torch = _torch()
+    torch.set_num_threads(os.cpu_count())
+    batches = []
+    for features in pretrain_data.pretrain_dataset(records, global_batch_size=batch, repeat=True,
+                                                   **shape).take(steps):
+        data = {k: v.numpy() for k, v in features.items()}
+        pt = torch_inputs(data, None, "plm")
+        pt["labels"] = torch.tensor(np.where(data["target_mask"] > 0, data["target_ids"], -100)).long()
+        batches.append(pt)
+    hf = _hf_model(config, "plm")
+    reference_rates, failures = {}, {}
+    for name in reference_variants:
+        mems = [torch.zeros(mem_len, batch, d_model) for _ in range(n_layer)] if mem_len else None
+        try:
+            reference_rates[f"hf_{name}"] = loop_rates(hf_loop_step(hf, name == "compile"), batches,
+                                                       steps_per_loop, batch, mems)
+        except Exception as error:  # noqa: BLE001 - the row keeps the variants that worked
+            failures[f"hf_{name}"] = _reason(error)
+            print(f"reference variant hf_{name} failed: {failures[f'hf_{name}']}", flush=True)
+        _reset_compiled()
+    if not reference_rates:
+        raise RuntimeError(f"no reference variant ran: {failures}")
+    common = {"suite": "train_loop", "variant": "run/pretrain.py on records (host loop + tf.data reader) vs HF's "
+              "loop over the same batches (in memory)", "batch": batch, "seq_len": seq_len, "mem_len": mem_len,
+              "num_predict": num_predict, "n_layer": n_layer, "d_model": d_model, "n_token": vocab,
+              "steps_per_loop": steps_per_loop, "loops": loops}
+    row = train_loop_row(common, batch, ours_rates, reference_rates, failures)
+    print(json.dumps(row), flush=True)
+    return [row]
 
 
 def builder_rows(corpus_glob: str):
@@ -559,19 +694,40 @@ def _reference_line(ref: dict) -> str:
             f"sides alike.{compile_note}")
 
 
+OURS_LINE = ("Ours: the production training.Trainer, built as run/pretrain.py and the fine-tuning lifecycle "
+             "(run/lifecycle.py) build it from their CPU recipes (run/flags/pretrain_cpu.flags, "
+             "run/flags/transfer_topic.flags: optimizer, clipping, --jit_compile, loss), at the benchmark's model "
+             "size; the step rows time its per-batch step function (bench/ours.py TrainerStep), host loop excluded.")
+TRAIN_LOOP_LINE = ("train_loop: examples/s of a real short run of run/pretrain.py (its run(): host loops of "
+                   "steps_per_loop steps in one tf.function, records read by its tf.data reader) against HF's "
+                   "training loop over the same batches, pre-decoded in memory (HF's input pipeline costs nothing), each "
+                   "side from its own initial weights; "
+                   "the first loop of each (tracing, compilation) is not counted, the rest give the median; ours "
+                   "and the HF variants run one after the other, not interleaved.")
+
+
+def _quick_line(skipped) -> str:
+    return ("Quick mode (--quick): the headline rows only; skipped or reduced: " + "; ".join(skipped) +
+            ". Run without --quick for the full report.")
+
+
 def write_report(report: dict, output_dir: str) -> str:
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, "report.json"), "w") as f:
         json.dump(report, f, indent=2)
     m = report["machine"]
     lines = ["# xlnet_tf benchmarks", "",
-             f"Machine: {m['cpu']} ({m['cpu_kind']}; vector extensions: {m['vector_extensions'] or 'none found'}), "
+             f"Machine: {m['cpu']} ({m['cpu_kind']}; vector extensions: {m['vector_extensions'] or 'none found'}; "
+             f"bfloat16 {'native' if m.get('native_bfloat16') else 'emulated: no AVX-512 BF16 or AMX'}), "
              f"{m['cores']} cores, {m['memory_gib']} GiB; {m['platform']}; Python {m['python']}, "
              f"TensorFlow {m['tensorflow']}, PyTorch {m['torch']} ({m['torch_threads']} threads), "
              f"transformers {m['transformers']}; GPUs: {m['gpus'] or 'none'}.", "",
              f"{_peak_line(report['peak_gflops'])} MFU = model FLOPs (analytical, bench/run.py train_flops) per "
              f"second / the float32 peak. Wall time {report['wall_s']:.0f} s.", "",
+             OURS_LINE, "",
              _reference_line(report["reference"]), "",
+             *([TRAIN_LOOP_LINE, ""] if any(r["suite"] == "train_loop" for r in report["rows"]) else []),
+             *([_quick_line(report["quick"]), ""] if report.get("quick") else []),
              "ratio = reference / ours (> 1: ours faster or smaller); vs prod. = production / variant "
              "(< 1: the production choice is faster).", "",
              "| suite | variant | layers x d | batch | seq (mem) | ours | reference | ratio | vs prod. | "
@@ -591,7 +747,9 @@ def write_report(report: dict, output_dir: str) -> str:
                                                       "input_mb_per_s", "record_bytes_per_example",
                                                       "ours_training_growth_mb", "reference_training_growth_mb",
                                                       "dense_mb_per_example", "reference_variants_ms",
-                                                      "reference_failures", "reference_compile_s")}
+                                                      "reference_failures", "reference_compile_s",
+                                                      "reference_examples_per_s", "loop_examples_per_s",
+                                                      "steps_per_loop", "loops", "n_token")}
         lines.append(f"| {r['suite']} | {r['variant']} | {shape} | {r.get('batch', '')} | {seq} | {ours} | {ref} | "
                      f"{r.get('ratio', '')} | {r.get('vs_production', '')} | {speed} | {r.get('mfu_fp32', '')} | "
                      f"{json.dumps(notes)[1:-1] if notes else ''} |")
@@ -601,33 +759,116 @@ def write_report(report: dict, output_dir: str) -> str:
     return text
 
 
-def main():
+# Settings with a full and a quick value (`--quick`); a flag given on the command line wins over either.
+FULL = dict(suite="all", seq_lens="128,512", base_config=True, ab=True, breakdown=True, repeats=5,
+            peak_sizes="1024,2048,4096", peak_dtypes="float32,bfloat16", loop_steps=10, loops=4)
+QUICK = dict(suite="pretrain_step,finetune_step,train_loop", seq_lens="128", base_config=False, ab=False,
+             breakdown=False, repeats=3, peak_sizes="1024,2048", peak_dtypes="float32", loop_steps=4, loops=3)
+# What quick mode leaves out, per setting, for the report (only where the quick value was used).
+QUICK_SKIPS = {
+    "suite": "the memory, input_pipeline, serving and builder suites (only pretrain_step, finetune_step and "
+             "train_loop)",
+    "seq_lens": "the longer sequence length (512): the step rows run at 128 only",
+    "base_config": "the 12-layer base-config rows, whose HF torch.compile alone takes about 5 minutes each",
+    "ab": "the A/B variants of our step (production only)",
+    "breakdown": "the forward / backward-and-update breakdown of our step",
+    "peak_dtypes": "the bfloat16 matmul peak (MFU is float32)",
+    "repeats": "timed calls: 3 per side, interleaved (full: 5)",
+    "peak_sizes": "matmul peak sizes: n = 1024/2048 (full: up to 4096)",
+    "loop_steps": "host-loop row: 4 steps per loop (full: 10)",
+    "loops": "host-loop row: 3 loops, the first (compilation) not counted (full: 4)",
+}
+
+
+def resolve_settings(args, native_bfloat16: bool) -> list:
+    """Fills each `FULL` setting left unset on the command line (None) with its quick (`args.quick`) or full
+    value, and returns what quick mode skipped (`QUICK_SKIPS`, plus the emulated mixed_bfloat16 A/B variants
+    when `--ab` is asked for on a CPU without bfloat16 arithmetic): [] in a full run."""
+    skipped = []
+    for key, full in FULL.items():
+        if getattr(args, key) is None:
+            setattr(args, key, QUICK[key] if args.quick else full)
+            if args.quick and QUICK[key] != full:
+                skipped.append(QUICK_SKIPS[key])
+    if args.quick and args.ab and not native_bfloat16:
+        skipped.append("the mixed_bfloat16 A/B variants: this CPU has no AVX-512 BF16 or AMX, so bfloat16 is "
+                       "emulated")
+    return skipped
+
+
+def quick_loop_variants(quick: bool, rows, ref_variants, skipped: list):
+    """HF's variants for the train_loop row: in quick mode only the one that was fastest in the production
+    pretrain_step row at the same model size (noted in `skipped`), else all of `ref_variants`."""
+    step = [r for r in rows if r["suite"] == "pretrain_step" and r["variant"] == PRODUCTION.name]
+    if not quick or not step:
+        return ref_variants
+    best = step[0]["reference_variant"].removeprefix("hf_")
+    if set(ref_variants) != {best}:
+        skipped.append(f"train_loop runs HF only as {step[0]['reference_variant']}, the fastest variant of the "
+                       f"pretrain_step row (same layers, width, batch and length)")
+    return (best,)
+
+
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--suite", default="all", help=f"all, or a comma-separated list of {', '.join(SUITES)}")
+    parser.add_argument("--quick", action="store_true",
+                        help="The headline rows (pretraining and fine-tuning step, host loop, each vs HF's best "
+                             "variant) in minutes: every setting below left unset takes its quick value "
+                             "(`QUICK`; what that skips is listed in the report).")
+    parser.add_argument("--suite", help=f"all, or a comma-separated list of {', '.join(SUITES)} "
+                                         f"(default: all; quick: {QUICK['suite']}).")
     parser.add_argument("--output_dir", default="bench_output")
     parser.add_argument("--n_layer", type=int, default=4)
     parser.add_argument("--d_model", type=int, default=768)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq_lens", default="128,512", help="Training-step lengths; A/B variants at the first.")
+    parser.add_argument("--seq_lens", help="Training-step lengths; A/B variants at the first (default 128,512; "
+                                           "quick: 128).")
     parser.add_argument("--num_predict", type=int, default=0, help="Targets per sequence (0: 85/512 of seq_len).")
     parser.add_argument("--mem_len", type=int, default=-1, help="Memory length (-1: seq_len / 2).")
-    parser.add_argument("--base_config", default=True, action=argparse.BooleanOptionalAction,
-                        help="Also time the full base config (12 layers) production step against HF.")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--ab", default=True, action=argparse.BooleanOptionalAction,
-                        help="Also time the A/B variants of our step at the first length (--no-ab: production only).")
+    parser.add_argument("--base_config", default=None, action=argparse.BooleanOptionalAction,
+                        help="Also time the full base config (12 layers) production step against HF (default: on; "
+                             "quick: off).")
+    parser.add_argument("--repeats", type=int, help="Timed calls per side (default 5; quick: 3).")
+    parser.add_argument("--ab", default=None, action=argparse.BooleanOptionalAction,
+                        help="Also time the A/B variants of our step at the first length (default: on; quick: off, "
+                             "and with --ab no mixed_bfloat16 variant on a CPU without bfloat16 arithmetic).")
+    parser.add_argument("--breakdown", default=None, action=argparse.BooleanOptionalAction,
+                        help="Split the production step into forward and the rest (default: on; quick: off).")
     parser.add_argument("--reference_variants", default=",".join(REFERENCE_VARIANTS),
                         help=f"How HF runs, comma-separated from {', '.join(REFERENCE_VARIANTS)}; each row compares "
-                             "with the fastest (a quick run may skip compile).")
-    parser.add_argument("--peak_sizes", default="1024,2048,4096", help="Matrix sizes n of the matmul peak.")
+                             "with the fastest.")
+    parser.add_argument("--peak_sizes", help="Matrix sizes n of the matmul peak (default 1024,2048,4096; "
+                                             "quick: 1024,2048).")
+    parser.add_argument("--peak_dtypes", help="Matmul peaks measured (default float32,bfloat16; quick: float32).")
+    parser.add_argument("--loop_steps", type=int, help="train_loop: steps per host loop (default 10; quick: 4).")
+    parser.add_argument("--loops", type=int, help="train_loop: host loops, the first not counted (default 4; "
+                                                  "quick: 3).")
     parser.add_argument("--corpus_glob", default=os.path.join(REPO, "..", "shared", "data", "corpus", "train", "*.txt"))
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.loops is not None and args.loops < 2:
+        parser.error("--loops: at least 2 (the first compiles and is not counted)")
+    return parser, args
+
+
+def main(argv=None):
+    global WORK_DIR
+    import atexit
+    import shutil
+
+    parser, args = parse_args(argv)
+    quick_skipped = resolve_settings(args, describe()["native_bfloat16"])
     seq_lens = [int(s) for s in args.seq_lens.split(",")]
     ref_variants = tuple(args.reference_variants.split(","))
     if not ref_variants or set(ref_variants) - set(REFERENCE_VARIANTS):
         parser.error(f"--reference_variants: choose from {REFERENCE_VARIANTS}")
     reference = reference_settings(ref_variants)  # first: before anything starts PyTorch's thread pool
     peak_sizes = [int(n) for n in args.peak_sizes.split(",")]
+    if "float32" not in args.peak_dtypes.split(",") or set(args.peak_dtypes.split(",")) - set(PEAK_BACKENDS):
+        parser.error(f"--peak_dtypes: float32 (MFU's denominator) and optionally bfloat16, got {args.peak_dtypes}")
+    suites = SUITES if args.suite == "all" else tuple(args.suite.split(","))
+    unknown = set(suites) - set(SUITES)
+    if unknown:
+        parser.error(f"--suite: unknown {sorted(unknown)}; choose from {SUITES} or all")
 
     def predict(L):
         return args.num_predict or max(1, round(85 * L / 512))
@@ -636,18 +877,23 @@ def main():
         return L // 2 if args.mem_len < 0 else args.mem_len
 
     began = time.time()
+    WORK_DIR = tempfile.mkdtemp(prefix="xlnet_bench_")
+    atexit.register(shutil.rmtree, WORK_DIR, True)  # also when a suite fails
     from tfrecords import corpus, spm
 
     # a small SentencePiece model of the repository's test corpus (as tests/data_fixtures.tiny_spm)
     spiece_model = spm.train_spm(corpus.expand_globs(os.path.join(REPO, "tests", "data", "corpus", "*.txt")),
-                                 os.path.join(tempfile.mkdtemp(prefix="xlnet_bench_spm_"), "sp"), vocab_size=1000)
-    suites = SUITES if args.suite == "all" else tuple(args.suite.split(","))
-    unknown = set(suites) - set(SUITES)
-    if unknown:
-        parser.error(f"--suite: unknown {sorted(unknown)}; choose from {SUITES} or all")
-    report = {"machine": machine(), "args": vars(args), "reference": reference,
-              "peak_gflops": {d: matmul_peak(d, peak_sizes) for d in ("float32", "bfloat16")}, "rows": []}
+                                 os.path.join(_scratch("xlnet_bench_spm_"), "sp"), vocab_size=1000)
+    demo_corpus = os.path.join(REPO, "data", "demo", "train.txt")
+    report = {"machine": machine(), "args": vars(args), "reference": reference, "quick": quick_skipped,
+              "peak_gflops": {d: matmul_peak(d, peak_sizes, args.repeats) for d in args.peak_dtypes.split(",")},
+              "rows": []}
     peak = report["peak_gflops"]["float32"]["best"]
+    native_bf16 = report["machine"]["native_bfloat16"]
+    plm_variants, finetune_variants = PLM_VARIANTS, FINETUNE_VARIANTS
+    if args.quick:
+        plm_variants = without_emulated_bfloat16(plm_variants, native_bf16)
+        finetune_variants = without_emulated_bfloat16(finetune_variants, native_bf16)
     config = bench_config(args.n_layer, args.d_model)
     if "memory" in suites:  # first, while this process is small (each implementation runs in a child)
         report["rows"] += memory_rows(args.n_layer, args.d_model, args.batch, seq_lens[-1], predict(seq_lens[-1]),
@@ -658,16 +904,21 @@ def main():
         if "pretrain_step" in suites:
             report["rows"] += step_rows("plm", bench_config(args.n_layer, args.d_model, mem(L)), args.batch, L,
                                         predict(L), mem(L), repeats, peak,
-                                        PLM_VARIANTS if first and args.ab else PLM_VARIANTS[:1],
-                                        reference_variants=ref_variants)
+                                        plm_variants if first and args.ab else plm_variants[:1],
+                                        breakdown=args.breakdown, reference_variants=ref_variants)
         if "finetune_step" in suites:
             report["rows"] += step_rows("classifier", config, args.batch, L, 0, 0, repeats, peak,
-                                        FINETUNE_VARIANTS if first and args.ab else FINETUNE_VARIANTS[:1],
-                                        reference_variants=ref_variants)
+                                        finetune_variants if first and args.ab else finetune_variants[:1],
+                                        breakdown=args.breakdown, reference_variants=ref_variants)
     L = seq_lens[0]
+    if "train_loop" in suites:
+        loop_variants = quick_loop_variants(args.quick, report["rows"], ref_variants, quick_skipped)
+        report["rows"] += train_loop_rows(args.n_layer, args.d_model, args.batch, L, predict(L), mem(L), demo_corpus,
+                                          spiece_model, args.loop_steps, args.loops, loop_variants)
+        _release()
     if "input_pipeline" in suites:
-        report["rows"] += input_pipeline_rows(config, args.batch, L, predict(L), args.repeats,
-                                              os.path.join(REPO, "data", "demo", "train.txt"), spiece_model, peak)
+        report["rows"] += input_pipeline_rows(config, args.batch, L, predict(L), args.repeats, demo_corpus,
+                                              spiece_model, peak)
         _release()
     if "pretrain_step" in suites and args.base_config:
         report["rows"] += step_rows("plm", bench_config(12, 768, mem(L)), args.batch, L, predict(L), mem(L),

@@ -1,8 +1,10 @@
-"""bench/run.py end to end at a tiny size: every row of the report is produced and well formed.
+"""bench/run.py end to end at a tiny size: every row of the report is produced and well formed; the step it
+times is the production Trainer's; quick mode's settings and report.
 
 Speed itself is never asserted (see bench/); this only keeps the harness runnable. torch.compile takes about a
 minute per row on two busy cores even at these sizes, so the default run times HF eager only and the
-compiled reference is `test_compiled_reference` (slow); the choice of the fastest is tested on its own.
+compiled reference is `test_compiled_reference` (slow); the choice of the fastest is tested on its own, on a
+virtual clock.
 """
 
 import json
@@ -11,6 +13,7 @@ import platform
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from tests import data_fixtures
@@ -41,12 +44,15 @@ def _check_peak(peak, backends):
     assert peak["backends"][peak["best_backend"]][str(peak["best_n"])] == peak["best"]
 
 
+@pytest.mark.slow  # every suite and A/B variant (minutes); CI runs the --quick end to end below
 def test_harness_writes_report(tmp_path):
-    report, md = _run(tmp_path, "--suite=pretrain_step,input_pipeline,memory", "--reference_variants=eager")
+    report, md = _run(tmp_path, "--suite=pretrain_step,train_loop,input_pipeline,memory",
+                      "--reference_variants=eager", "--loops=2", "--loop_steps=1")
     rows = report["rows"]
     m = report["machine"]
     assert m["cores"] >= 1 and m["cpu_kind"] in ("AMX", "AVX-512", "AVX2", "other")
     assert m["vector_extensions"] == " ".join(sorted(m["vector_extensions"].split()))
+    assert m["native_bfloat16"] == bool({"avx512_bf16", "amx_bf16"} & set(m["vector_extensions"].split()))
     if platform.machine() in ("x86_64", "AMD64"):
         assert "avx" in m["vector_extensions"].split() and m["cpu_kind"] != "other"
         assert report["reference"]["flush_denormal"] is True
@@ -65,6 +71,11 @@ def test_harness_writes_report(tmp_path):
     assert all(v in names for v in variants.VARIANTS if v != "production")
     pipeline = [r for r in rows if r["suite"] == "input_pipeline"]
     assert len(pipeline) == 3 and pipeline[0]["headroom"] > 0
+    loop = [r for r in rows if r["suite"] == "train_loop"]
+    assert len(loop) == 1 and loop[0]["examples_per_s"] > 0 and loop[0]["reference_examples_per_s"] > 0
+    _check_reference(loop[0], ["hf_eager"])
+    assert [len(v) for v in loop[0]["loop_examples_per_s"].values()] == [loop[0]["loops"]] * 2
+    assert report["quick"] == [] and "Quick mode" not in md and "train_loop: examples/s of a real short run" in md
     memory = [r for r in rows if r["suite"] == "memory"]
     assert len(memory) == 1 and memory[0]["ours_mb"] > 0 and memory[0]["reference_mb"] > 0
     assert md.count("\n| ") == len(rows) + 1 and "Measured dense matmul peak" in md
@@ -107,6 +118,141 @@ def test_reference_is_the_fastest_variant(monkeypatch):
         run.time_reference({"hf_compile": broken}, repeats=1)
 
 
+def _tiny_trainer(tmp_path, kind="plm", **variant):
+    from bench import ours
+    from bench.peak_rss import inputs
+
+    import tensorflow as tf
+
+    config = ours.bench_config(1, 64, mem_len=4 if kind == "plm" else 0, n_token=50)
+    data, _ = inputs(50, 1, 64, 2, 8, 2, 0)
+    trainer = ours.production_trainer(kind, config, 2, 8, str(tmp_path / f"{kind}_{len(os.listdir(tmp_path))}"),
+                                      ours.Variant("test", **variant) if variant else ours.PRODUCTION)
+    return trainer, ours.TrainerStep(trainer, {k: tf.constant(v) for k, v in data.items()})
+
+
+def test_benchmark_times_the_trainers_own_step(tmp_path, monkeypatch):
+    """The step the benchmark times IS the production Trainer's step function (built as run/pretrain.py and
+    the fine-tuning lifecycle build it), so a change to the training loop's step moves what is timed: here
+    `training.apply_clipped_gradients`, the end of every step, patched to report another loss."""
+    from xlnet_tf import finetuning, training
+
+    trainer, step = _tiny_trainer(tmp_path)
+    assert step.function is trainer._step and trainer.fused_step and trainer.config.jit_compile
+    assert trainer.loss_fn is training.plm_loss_fn and trainer.mems is not None
+    assert trainer.optimizer.global_clipnorm == 1.0 and trainer.config.clip_mode == "global"  # the CPU recipe's
+    assert np.isfinite(step()) and step() != 123.0
+
+    original = training.apply_clipped_gradients
+    traced = []
+
+    def changed(*args, **kwargs):
+        traced.append(True)
+        loss, norm = original(*args, **kwargs)
+        return loss * 0.0 + 123.0, norm
+
+    monkeypatch.setattr(training, "apply_clipped_gradients", changed)
+    _, patched = _tiny_trainer(tmp_path)
+    assert patched() == 123.0 and traced
+    monkeypatch.undo()
+
+    classifier, fine_step = _tiny_trainer(tmp_path, "classifier", fused_step=False)  # not run: no compile
+    assert classifier.loss_fn is finetuning.task_loss_fn and not classifier.fused_step
+    assert fine_step.function == classifier._replica_step  # the multi-replica path: AdamW outside XLA
+
+
+def test_runner_settings_are_the_recipes(tmp_path):
+    from bench import ours
+    from run import common_flags
+
+    for kind, lr, wd, eps in (("plm", 5e-4, 0.01, 1e-6), ("classifier", 2e-5, 0.01, 1e-6)):
+        fv = ours.runner_settings(kind, str(tmp_path), 4)
+        opt, loop = common_flags.optimizer_settings(fv), common_flags.loop_config(fv, seq_len=16)
+        assert (opt.learning_rate, opt.weight_decay, opt.adam_epsilon, opt.clip) == (lr, wd, eps, 1.0), kind
+        assert loop.jit_compile and loop.global_batch_size == 4 and fv.mixed_precision == "float32", kind
+
+
+def test_host_loop_row_on_a_virtual_clock(monkeypatch):
+    """HF's side of the train_loop row (examples/s per loop, memories carried) and the row: steady rates
+    exclude the first loop, the fastest variant is the reference, ratio = ours / reference examples/s."""
+    from bench import run
+
+    clock = [0.0]
+    monkeypatch.setattr(run.time, "perf_counter", lambda: clock[0])
+    seen = []
+
+    def step(batch, mems):
+        seen.append((batch, mems))
+        clock[0] += 1.0 if batch == 0 else 0.25  # the first call compiles
+        return mems + 1
+
+    rates = run.loop_rates(step, list(range(6)), 3, 4, 0)
+    assert rates == [4 * 3 / 1.5, 4 * 3 / 0.75] and [m for _, m in seen] == list(range(6))
+    assert run.steady_rate([1.0, 10.0, 30.0]) == 20.0
+    with pytest.raises(ValueError, match="at least 2"):
+        run.steady_rate([5.0])
+    row = run.train_loop_row({"suite": "train_loop"}, 4, [1.0, 40.0, 40.0],
+                             {"hf_eager": [1.0, 10.0, 10.0], "hf_compile": [0.1, 20.0, 20.0]},
+                             {"hf_other": "RuntimeError: no"})
+    assert row["reference_variant"] == "hf_compile" and row["reference_examples_per_s"] == 20.0
+    assert row["ratio"] == 2.0 and row["examples_per_s"] == 40.0 and row["ours_ms"] == 100.0
+    assert row["reference_ms"] == 200.0 and row["reference_failures"] == {"hf_other": "RuntimeError: no"}
+
+
+def test_quick_mode_settings():
+    """--quick fills every setting left unset with its quick value and lists what that skips; a flag given
+    wins; the emulated mixed_bfloat16 A/B variants stay out on a CPU without bfloat16 arithmetic."""
+    from bench import run
+
+    _, args = run.parse_args(["--quick"])
+    skipped = run.resolve_settings(args, native_bfloat16=False)
+    assert {k: getattr(args, k) for k in run.QUICK} == run.QUICK
+    assert skipped == [run.QUICK_SKIPS[k] for k in run.FULL if run.QUICK[k] != run.FULL[k]]
+    assert args.suite == "pretrain_step,finetune_step,train_loop" and not args.ab and not args.base_config
+
+    _, args = run.parse_args(["--quick", "--ab", "--repeats=7", "--suite=finetune_step"])
+    skipped = run.resolve_settings(args, native_bfloat16=False)
+    assert args.ab and args.repeats == 7 and args.suite == "finetune_step" and args.seq_lens == "128"
+    assert run.QUICK_SKIPS["ab"] not in skipped and run.QUICK_SKIPS["repeats"] not in skipped
+    assert any("mixed_bfloat16" in s for s in skipped)
+    assert not any("mixed_bfloat16" in s for s in run.resolve_settings(run.parse_args(["--quick", "--ab"])[1],
+                                                                         native_bfloat16=True))
+
+    rows = [{"suite": "finetune_step", "variant": run.PRODUCTION.name, "reference_variant": "hf_eager"},
+            {"suite": "pretrain_step", "variant": run.PRODUCTION.name, "reference_variant": "hf_compile"}]
+    noted = []
+    assert run.quick_loop_variants(True, rows, ("eager", "compile"), noted) == ("compile",) and len(noted) == 1
+    assert run.quick_loop_variants(True, rows[:1], ("eager", "compile"), noted) == ("eager", "compile")
+    assert run.quick_loop_variants(False, rows, ("eager", "compile"), noted) == ("eager", "compile")
+    assert len(noted) == 1
+
+    _, args = run.parse_args([])
+    assert run.resolve_settings(args, native_bfloat16=False) == [] and args.repeats == 5 and args.ab
+    names = [v.name for v in run.without_emulated_bfloat16(run.PLM_VARIANTS, False)]
+    assert len(names) == len(run.PLM_VARIANTS) - 1 and not any("bfloat16" in n for n in names)
+    assert run.without_emulated_bfloat16(run.FINETUNE_VARIANTS, True) == run.FINETUNE_VARIANTS
+
+
+def test_quick_report_names_what_it_skipped_and_the_cpu(tmp_path):
+    from bench import run
+
+    machine = {"cpu": "AMD EPYC", "cpu_kind": "AVX2", "vector_extensions": "avx avx2 fma", "native_bfloat16": False,
+               "cores": 2, "memory_gib": 8.0, "platform": "Linux", "python": "3.11", "tensorflow": "2.21",
+               "torch": "2.13", "torch_threads": 2, "transformers": "4.57", "gpus": []}
+    peak = {"float32": {"backends": {"tf_xla": {"1024": 90.0}, "numpy": {"1024": 100.0}}, "best": 100.0,
+                        "best_backend": "numpy", "best_n": 1024}}
+    skipped = [run.QUICK_SKIPS["ab"], run.QUICK_SKIPS["base_config"]]
+    row = run.train_loop_row({"suite": "train_loop", "variant": "loop", "batch": 4, "seq_len": 16, "n_layer": 1,
+                              "d_model": 64}, 4, [1.0, 40.0], {"hf_eager": [1.0, 10.0]}, {})
+    report = {"machine": machine, "reference": {"variants": ["hf_eager"], "flush_denormal": True, "compile": None},
+              "quick": skipped, "peak_gflops": peak, "rows": [row], "wall_s": 60.0}
+    md = run.write_report(report, str(tmp_path))
+    assert "(AVX2; vector extensions: avx avx2 fma; bfloat16 emulated" in md
+    assert "Quick mode (--quick)" in md and all(s in md for s in skipped)
+    assert "train_loop: examples/s of a real short run" in md and md.count("\n| train_loop |") == 1
+    assert json.load(open(tmp_path / "report.json"))["quick"] == skipped
+
+
 def test_vector_extensions_and_cpu_kind():
     from bench import host as run  # bench/host.py: shared by every report
 
@@ -117,6 +263,23 @@ def test_vector_extensions_and_cpu_kind():
     assert run.cpu_kind("avx avx2 avx512f fma") == "AVX-512"
     assert run.cpu_kind("avx avx2 fma") == "AVX2" and run.cpu_kind("avx") == "other" and run.cpu_kind("") == "other"
     assert run.vector_extensions("") == ""
+    assert run.native_bfloat16("avx avx2 avx512_bf16 avx512f") and run.native_bfloat16("amx_bf16 amx_tile")
+    assert not run.native_bfloat16("avx avx2 fma") and not run.native_bfloat16("")
+
+
+def test_quick_mode_end_to_end(tmp_path):
+    """--quick at a tiny size: the headline rows (pretraining step, fine-tuning step, host loop) and a report
+    that says what quick mode skipped."""
+    cmd = [sys.executable, os.path.join(data_fixtures.REPO_ROOT, "bench", "run.py"), "--quick", "--n_layer=1",
+           "--d_model=64", "--batch=2", "--seq_lens=16", "--peak_sizes=64,128", "--reference_variants=eager",
+           f"--output_dir={tmp_path}"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1200)
+    report, md = json.load(open(tmp_path / "report.json")), open(tmp_path / "report.md").read()
+    assert [r["suite"] for r in report["rows"]] == ["pretrain_step", "finetune_step", "train_loop"]
+    for r in report["rows"]:
+        _check_reference(r, ["hf_eager"])
+    assert set(report["peak_gflops"]) == {"float32"} and report["quick"] and "Quick mode (--quick)" in md
+    assert "breakdown_ms" not in report["rows"][0] and report["args"]["repeats"] == 3
 
 
 @pytest.mark.slow

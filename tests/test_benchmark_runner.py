@@ -12,7 +12,10 @@ def test_command_and_table(tmp_path):
     flagfile.write_text("--task=mrpc\n--train_steps=10\n")
     name, model_dir, cmd = benchmark.command_for(str(flagfile), str(tmp_path / "out"), "/glue", "--seed=3")
     assert name == "mrpc" and cmd[0] == sys.executable and cmd[1].endswith("run_classifier.py")
-    assert "--data_dir=/glue/MRPC" in cmd and cmd[-1] == "--seed=3"
+    assert "--data_dir=/glue/MRPC" in cmd and cmd[-1] == "--seed=3" and "--do_eval=false" not in cmd
+    _, _, quick = benchmark.command_for(str(flagfile), str(tmp_path / "out"), "/glue", "--train_steps=20", quick=True)
+    assert quick[:len(cmd) - 1] == cmd[:-1] and quick[-1] == "--train_steps=20"  # --extra_flags win
+    assert set(benchmark.QUICK_FLAGS) <= set(quick) and "--do_eval=false" in quick
     assert benchmark.runner_for("run/flags/race.flags").endswith("run_race.py")
     assert benchmark.runner_for("squad_v2.flags").endswith("run_squad.py")
     os.makedirs(model_dir)
@@ -21,8 +24,8 @@ def test_command_and_table(tmp_path):
     results.record(model_dir, "classifier", "f1", 5, {"f1": 0.8, "accuracy": 0.7}, split="dev")
     results.record(model_dir, "classifier", "f1", 10, {"f1": 0.75, "accuracy": 0.7}, split="dev")
     with open(os.path.join(model_dir, "train_history.json"), "w") as f:
-        f.write(json.dumps({"examples_per_sec": 10.0}) + "\n" + json.dumps({"examples_per_sec": 20.0}) + "\n")
-    row = benchmark.summarize(name, model_dir, 12.34, 0)
+        f.write("".join(json.dumps({"examples_per_sec": r}) + "\n" for r in (1.0, 10.0, 20.0)))
+    row = benchmark.summarize(name, model_dir, 12.34, 0)  # the first loop (compilation) is not counted
     assert row["metric"] == "f1" and row["best"] == 0.8 and row["last"] == 0.75 and row["examples_per_sec"] == 15.0
     table = benchmark.write_table([row], str(tmp_path / "out"))
     assert "| mrpc | f1 | 0.8000 | 5 | 0.7500 | 10 | 15.0 | 12.3 | ok |" in table
