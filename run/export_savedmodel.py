@@ -5,9 +5,12 @@
       --export_dir=serving/squad --version=2
 
 Writes `<export_dir>/<version>/` with the signatures `serving_default` (raw UTF-8 strings, tokenized
-in-graph with the SentencePiece model embedded in the SavedModel) and `from_ids`, plus
-`assets.extra/tf_serving_warmup_requests`. The task, labels, lengths and SentencePiece model come from
-`<model_dir>/export_info.json`, written by the fine-tuning runners; flags override them.
+in-graph with the SentencePiece model embedded in the SavedModel), `from_ids`, `features` (per-token states and
+the pooled summary) and, for a tagger, `from_words` (pre-split words), plus
+`assets.extra/tf_serving_warmup_requests` (see xlnet_tf/serving.py for every signature). The task, labels,
+lengths, a tagger's `doc_stride` and the SentencePiece model come from `<model_dir>/export_info.json`, written by
+the fine-tuning runners; flags override them. A tagger's request may take at most `--export_max_windows`
+windows per sentence.
 Query it: `saved_model_cli show --dir serving/mrpc/1 --all`, or from Python (import tensorflow_text first):
 `tf.saved_model.load(path).signatures["serving_default"](text=tf.constant(["..."]), ...)`.
 """
@@ -29,13 +32,16 @@ def define_flags():
                         "checkpoints).")
     flags.DEFINE_string("checkpoint", None, "Weights to export (default: the latest checkpoint of --model_dir). "
                         "Any format --init_checkpoint accepts.")
-    flags.DEFINE_enum("task", None, ["classifier", "regression", "squad", "race", "embedding"],
+    flags.DEFINE_enum("task", None, ["classifier", "regression", "squad", "race", "embedding", "tagging"],
                       "Default: from export_info.json.")
     flags.DEFINE_string("export_dir", None, "Base directory of the exported versions.")
     flags.DEFINE_integer("version", 1, "Version sub-directory (TF Serving serves the highest).", lower_bound=0)
     flags.DEFINE_string("export_spiece_model", None, "SentencePiece model (default: export_info.json's).")
     flags.DEFINE_integer("export_max_seq_length", None, "Maximum length (default: export_info.json's).",
                          lower_bound=3)
+    flags.DEFINE_integer("export_max_windows", None, "Tagging: the most windows of max_seq_length tokens one sentence "
+                         "of a request may take (a longer one is refused; default "
+                         "xlnet_tf.serving.DEFAULT_MAX_WINDOWS).", lower_bound=1)
 
 
 def check_destination(export_dir: str, version: int) -> None:
@@ -67,7 +73,7 @@ def check_spiece_model(spiece_model: str, info: dict, weights: str) -> None:
 
 
 def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, task=None, spiece_model=None,
-                          max_seq_length=None):
+                          max_seq_length=None, max_windows=None):
     """Library entry point of the CLI; returns the export path."""
     import numpy as np
     import tensorflow as tf
@@ -110,6 +116,11 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
                    max_segments=info.get("max_segments") or 1,
                    qa_truncation=info.get("qa_truncation") or "tail",
                    split_unknown=True if info.get("split_unknown") is None else info["split_unknown"])
+    if task == "tagging":
+        if not info.get("doc_stride"):
+            raise UserError(f"export_info.json of --model_dir={model_dir} has no doc_stride (a tagging run's "
+                            "windows): export from the tagging run's model_dir")
+        options.update(doc_stride=info["doc_stride"], max_windows=max_windows or serving.DEFAULT_MAX_WINDOWS)
     sample = "XLNet warm-up request for TF Serving."
     warmup = {"squad": {"question": np.array([b"What is warmed up?"]), "context": np.array([sample.encode()])},
               "race": {"article": np.array([sample.encode()]), "question": np.array([b"What is it?"]),
@@ -126,7 +137,8 @@ def main(argv):
         raise app.UsageError("--export_dir and --model_dir (or --checkpoint with --model_dir) are required")
     try:
         path = export_from_model_dir(FLAGS.model_dir, FLAGS.export_dir, FLAGS.version, FLAGS.checkpoint, FLAGS.task,
-                                     FLAGS.export_spiece_model, FLAGS.export_max_seq_length)
+                                     FLAGS.export_spiece_model, FLAGS.export_max_seq_length,
+                                     FLAGS.export_max_windows)
     except common_flags.USER_ERRORS as e:
         common_flags.report_user_error(e)
     print(f"Exported to {path}")

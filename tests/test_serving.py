@@ -101,8 +101,21 @@ def test_classifier_export_matches_in_process_model(classifier_export, tmp_path)
                 "dtypes": {"input_ids": "int32", "segment_ids": "int32", "attention_mask": "float32"}},
         "empty": {"signature": "serving_default", "args": {"text": [], "text_b": []},
                   "dtypes": {"text": "string", "text_b": "string"}},
+        "features": {"signature": "features", "args": {"text": texts, "text_b": texts_b}},
     }, tmp_path)
     np.testing.assert_allclose(out["text/logits"], expected, atol=1e-5)
+    # `features`: pooled is what the classifier's output layer reads, token_states the packed input's rows
+    pooled = out["features/pooled"]
+    assert pooled.shape == (len(texts), 32)
+    np.testing.assert_allclose(model.logit(pooled).numpy(), out["text/logits"], atol=1e-5)
+    in_process = model.pooled(tf.constant(features["input_ids"], tf.int32),
+                              tf.constant(features["segment_ids"], tf.int32),
+                              tf.constant(features["attention_mask"], tf.float32), False)
+    np.testing.assert_allclose(pooled, in_process.numpy(), atol=1e-5)
+    length = int(features["attention_mask"].sum(1).max())  # the longest packed input; left padding dropped
+    assert out["features/token_states"].shape == (len(texts), length, 32)
+    np.testing.assert_array_equal(out["features/input_ids"], features["input_ids"][:, -length:])
+    np.testing.assert_array_equal(out["features/attention_mask"], features["attention_mask"][:, -length:])
     np.testing.assert_allclose(out["ids/logits"], expected, atol=1e-5)
     np.testing.assert_allclose(out["text/probabilities"].sum(-1), 1.0, atol=1e-5)
     tie_safe.assert_no_near_ties(expected)  # the label is the argmax: compared only where it cannot tie
@@ -140,7 +153,8 @@ def test_saved_model_cli_warmup_and_bad_requests(classifier_export, tmp_path):
                            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}).stdout
     for fragment in ("signature_def['serving_default']", "inputs['text'] tensor_info:", "dtype: DT_STRING",
                      "inputs['text_b']", "outputs['probabilities']", "outputs['label_id']", "dtype: DT_INT32",
-                     "signature_def['from_ids']", "inputs['input_ids']", "shape: (-1, -1)"):
+                     "signature_def['from_ids']", "inputs['input_ids']", "shape: (-1, -1)",
+                     "signature_def['features']", "outputs['token_states']", "outputs['pooled']"):
         assert fragment in shown, fragment
     warmup = os.path.join(path, "assets.extra", "tf_serving_warmup_requests")
     records = list(tf.data.TFRecordDataset(warmup).as_numpy_iterator())
@@ -176,14 +190,22 @@ def test_squad_export_answers_like_the_python_post_processing(tmp_path):
     single = {ex["id"] for k, ex in enumerate(eval_data.examples) if windows[k] == 1}
     qas = [x for x in qas if x[0] in single][:60]
     assert len(qas) >= 40
-    out = _reload_in_subprocess(path, {"q": {"signature": "serving_default", "args": {
-        "question": [q for _, q, _ in qas], "context": [c for _, _, c in qas]}}}, tmp_path)
+    args = {"question": [q for _, q, _ in qas], "context": [c for _, _, c in qas]}
+    out = _reload_in_subprocess(path, {"q": {"signature": "serving_default", "args": args},
+                                       "f": {"signature": "features", "args": args}}, tmp_path)
     answers = [a.decode("utf-8") for a in out["q/answer"]]
     same = sum(answers[k] == predictions[qid] for k, (qid, _, _) in enumerate(qas))
     assert same == len(qas), [(predictions[qid], answers[k]) for k, (qid, _, _) in enumerate(qas)
                               if answers[k] != predictions[qid]][:5]
     for key in ("start_top_index", "end_top_index", "cls_logits", "answer_start", "score"):
         assert f"q/{key}" in out
+    # `features`: the first window `P <sep> Q <sep> <cls>` right-padded, pooled = the state at <cls>
+    states, ids, mask = out["f/token_states"], out["f/input_ids"], out["f/attention_mask"]
+    assert states.shape[0] == len(qas) and states.shape[1] <= 192 and states.shape[2] == 32
+    assert ids.shape == mask.shape == states.shape[:2] and mask[:, 0].all()
+    cls = (ids == 3).argmax(1)
+    np.testing.assert_array_equal(cls, mask.sum(1) - 1)  # <cls> ends every row
+    np.testing.assert_array_equal(out["f/pooled"], states[np.arange(len(qas)), cls])
 
 
 def test_served_features_are_the_records_features_for_every_normalization(tmp_path):
@@ -257,6 +279,63 @@ def test_race_export_serves_raw_text_as_the_builder_packs_it(tmp_path):
                  "args": {"article": articles, "question": questions, "options": options}},
         "two": {"signature": "serving_default",
                 "args": {"article": articles, "question": questions, "options": [o[:2] for o in options]}},
+        "features": {"signature": "features",
+                     "args": {"article": articles, "question": questions, "options": options}},
     }, tmp_path)
     np.testing.assert_allclose(out["four/logits"], expected, atol=1e-5)
     np.testing.assert_allclose(out["two/logits"], expected[:, :2], atol=1e-5)
+    # `features`: one packed sequence per option; the scorer on `pooled` gives the logits
+    length = int(features["attention_mask"].sum(-1).max())
+    assert out["features/token_states"].shape == (2, 4, length, 32)
+    np.testing.assert_array_equal(out["features/input_ids"], features["input_ids"][..., -length:])
+    np.testing.assert_allclose(model.scorer(out["features/pooled"]).numpy()[..., 0], expected, atol=1e-5)
+
+
+@pytest.mark.parametrize("document_summary,summary_type", [("last_segment", "last"), ("all_segments", "mean")])
+def test_features_of_a_long_document_model(document_summary, summary_type):
+    """A long-document classifier's `features`: every segment's states, each read with the memories of the
+    earlier ones (`[B, S*L, D]`), and the summary its head reads (the output layer on `pooled` gives
+    serving_default's logits). Traced in process (the export path is the classifier's)."""
+    import tensorflow as tf
+
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.models import XLNetClassifier
+    from xlnet_tf.serving import ServingModule
+
+    model = XLNetClassifier(XLNetConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64,
+                                        n_token=data_fixtures.TINY_VOCAB, initializer_range=0.3),
+                            num_labels=3, mem_len=16, summary_type=summary_type, document_summary=document_summary)
+    module = ServingModule(model, "classifier", open(data_fixtures.tiny_spm(), "rb").read(), 16, max_segments=3)
+    module.signatures()
+    texts = tf.constant(["A short one.", _pairs()[0][0] * 2, _pairs()[0][-1]])
+    out = module.serve_features(texts)
+    logits = module.serve_text(texts)["logits"].numpy()
+    assert out["token_states"].shape == (3, 48, 32) and out["attention_mask"].shape == (3, 48)
+    np.testing.assert_allclose(model.logit(out["pooled"]).numpy(), logits, atol=1e-5)
+    ids, segs, mask = module._pack_texts(texts)
+    np.testing.assert_array_equal(out["input_ids"].numpy(), tf.reshape(ids, [3, 48]).numpy())
+    np.testing.assert_allclose(out["pooled"].numpy(), model.pooled(ids, segs, mask, False).numpy(), atol=1e-5)
+    # the last segment's rows are what a one-segment reading with the memories gives: same summary
+    last = model.sequence_summary(out["token_states"][:, -16:], out["attention_mask"][:, -16:]).numpy()
+    if document_summary == "last_segment":
+        np.testing.assert_allclose(last, out["pooled"].numpy(), atol=1e-5)
+    assert model.document_summary == document_summary and model.summary_rows_only  # restored after the trace
+
+
+def test_features_of_an_embedding_export_are_its_outputs():
+    """An embedding export's `features` gives serving_default's `pooled` and `sequence` (as token_states)."""
+    import tensorflow as tf
+
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.models import XLNetClassifier
+    from xlnet_tf.serving import ServingModule
+
+    model = XLNetClassifier(XLNetConfig(n_layer=1, d_model=32, n_head=2, d_head=16, d_inner=64,
+                                        n_token=data_fixtures.TINY_VOCAB, initializer_range=0.3), summary_type="mean")
+    module = ServingModule(model, "embedding", open(data_fixtures.tiny_spm(), "rb").read(), 32)
+    module.signatures()
+    texts = tf.constant(_pairs(4)[0])
+    out, served = module.serve_features(texts), module.serve_text(texts)
+    np.testing.assert_allclose(out["pooled"].numpy(), served["pooled"].numpy(), atol=1e-5)
+    np.testing.assert_allclose(out["token_states"].numpy(), served["sequence"].numpy(), atol=1e-5)
+    assert out["attention_mask"].shape == out["input_ids"].shape == served["sequence"].shape[:2]

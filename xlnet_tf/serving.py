@@ -13,6 +13,19 @@ Signatures (`serving_default` / `from_ids`), by task:
   [B, Ks*Ke]` (start-major), `cls_logits [B]` (2.0). One window of `max_seq_length` tokens: longer
   contexts are truncated (their tail cannot be answered).
 - `embedding`: `text` (+ `text_b`) -> `pooled [B, D]` (the sequence summary) and `sequence [B, L, D]`.
+- `tagging`: `text [B]`, sentences split into words at whitespace (Python's `str.split()`: runs of spaces, tabs,
+  newlines and the other Unicode separators; a tokenization that differs goes through `from_words`) -> one tag per
+  word: `tags [B, W]` string (padded with ""), `tag_ids [B, W]` int32 (-1 padding), `probabilities [B, W]` (of the
+  chosen tag; 0 padding), `logits [B, W, num_labels]` (0 padding), `word_begin` / `word_end` `[B, W]` int64 byte
+  offsets of each word in its string (-1 padding), `num_words [B]` int32; W = the most words of a request. Each
+  word is tokenized on its own and the pieces windowed as the tagging records were (xlnet_tf/text/tagging.py:
+  `word_piece_ids_tf`, `pack_sentences_tf` with the export's `max_seq_length` and `doc_stride`), the model runs
+  on every window and each word's prediction is read from the window where it has the most context
+  (`stitch_tf`), as the runner's predictions are. A sentence may take at most `max_windows` windows (the request
+  bound; the exporter's `--export_max_windows`). `from_words`: `words [B, W]` strings (one word per element, as
+  a CoNLL line gives it; anything after `num_words` is ignored) and `num_words [B]` int32 -> the same outputs
+  without the offsets, padded to the request's W. `from_ids`: windows `[T, L]` -> per position `logits
+  [T, L, num_labels]` (0 at columns that are padding in every window), `probabilities`, `tag_ids`, `tags [T, L]`.
 - long-document `classifier` / `regression` (exported with `max_segments` S > 1): the same inputs and
   outputs; a text is packed with S * `max_seq_length` positions as the record builder does (a longer one
   keeps its first tokens and its `<sep> (B <sep>) <cls>` end), cut into S segments and read segment by
@@ -24,12 +37,27 @@ Text is tokenized and packed by xlnet_tf/text/preprocessing.py with the in-graph
 `from_ids` takes `input_ids`, `segment_ids` int32 `[B, L]` and `attention_mask` float32 `[B, L]` (1 = real
 token; SQuAD adds `p_mask`, `cls_index`; RACE takes `[B, 4, L]`). Batch size and length are variable.
 
+`features` (every export): the backbone's last-layer content stream for the text path's inputs (the same inputs
+and bounds as `serving_default`): `token_states [B, L, D]` float32 (one row per token of the packed input, L the
+longest packed input of the request: leading positions that are padding in every row dropped), `input_ids
+[B, L]` int32, `attention_mask [B, L]` float32 (1 = real token) and `pooled [B, D]`: the sequence summary the
+head reads (classifier, regression, embedding, race: the model's summary layer, projection included) or, for
+SQuAD and tagging, the state at `<cls>`. By task: race `[B, C, L, D]`, `[B, C, L]`, `[B, C, D]` (one packed
+sequence per option); SQuAD the first window (`P <sep> Q <sep> <cls>`, right-padded: the positions after the
+longest input dropped); long documents `[B, S*L, D]` (each segment read with the memories of the earlier ones,
+`attention_mask [B, S*L]`); tagging one row per window, T of them (T = B when every sentence fits one window),
+with `example_index [T]` int32 (the sentence of each window), `word_ids [T, L]` int32 (each position's word in
+its sentence, -1 at `<sep>`, `<cls>`, padding), `is_max_context [T, L]` int32 (1 where a word's tag is read), and
+per word `word_states [B, W, D]` (the state of the word's first piece in the window its tag is read from; 0
+padding) and `num_words [B]`.
+
 Bad requests are rejected with an error that names the input (never a silently wrong answer): raw text must
 be valid UTF-8 (as for the record builders) and the text inputs of one request must have the same batch
 size; `from_ids` needs ids in `[0, n_token)`, every tensor of one shape, an attention mask of 0/1, at most the
 exported `max_seq_length` positions (texts are truncated as the builders do; ids are not, because only the
 caller knows which tokens may go) and, for SQuAD, `cls_index` inside the sequence; RACE takes at most 4
-options.
+options; a tagger's sentence at most `max_windows` windows of pieces, and `from_words` a `num_words` in
+`[0, W]`.
 """
 
 from __future__ import annotations
@@ -41,18 +69,23 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf.text import preprocessing, tokenization
-from xlnet_tf.text import layout
+from xlnet_tf.text import layout, packing_tf, preprocessing, tagging, tokenization
 
-TASKS = ("classifier", "regression", "squad", "race", "embedding")
+TASKS = ("classifier", "regression", "squad", "race", "embedding", "tagging")
+DEFAULT_MAX_WINDOWS = 16  # a tagger's windows per sentence of a request
 WARMUP_FILE = "tf_serving_warmup_requests"
+
+
+def _first_real_column(attention_mask):
+    """The first column where some row is real (left-padded inputs), at most the last column."""
+    real = tf.reduce_max(tf.cast(attention_mask, tf.int32), axis=0)  # [L]: 1 where some row is real
+    first = tf.argmax(tf.concat([real, [1]], 0), output_type=tf.int32)
+    return tf.maximum(tf.minimum(first, tf.shape(attention_mask)[1] - 1), 0)
 
 
 def _trim_left(input_ids, segment_ids, attention_mask):
     """Drops leading columns that are padding in every row (left-padded inputs), keeping >= 1 column."""
-    real = tf.reduce_max(tf.cast(attention_mask, tf.int32), axis=0)  # [L]: 1 where some row is real
-    first = tf.argmax(tf.concat([real, [1]], 0), output_type=tf.int32)
-    first = tf.maximum(tf.minimum(first, tf.shape(attention_mask)[1] - 1), 0)
+    first = _first_real_column(attention_mask)
     return input_ids[:, first:], segment_ids[:, first:], attention_mask[:, first:]
 
 
@@ -63,25 +96,33 @@ def _rank_is(signature: str, name: str, tensor, rank: int):
     return tf.ensure_shape(tensor, [None] * rank, name=f"{signature}_{name}_must_be_rank_{rank}")
 
 
-def _valid_utf8(name: str, text, rank: int = 1):
+def _valid_utf8(name: str, text, rank: int = 1, signature: str = "serving_default"):
     """`text` unchanged, after asserting its rank and that every element is valid UTF-8 (the message names
     the input)."""
-    text = _rank_is("serving_default", name, text, rank)
+    text = _rank_is(signature, name, text, rank)
     flat = tf.reshape(text, [-1])
     clean = tf.strings.unicode_transcode(flat, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
     check = tf.debugging.Assert(tf.reduce_all(tf.equal(clean, flat)),
-                                [f"serving_default: {name} holds invalid UTF-8; send UTF-8 text (the record "
+                                [f"{signature}: {name} holds invalid UTF-8; send UTF-8 text (the record "
                                  "builders reject such input too)"])
     with tf.control_dependencies([check]):
         return tf.identity(text)
 
 
-def _same_batch(names, *tensors):
+def _same_batch(names, *tensors, signature: str = "serving_default"):
     """Asserts the inputs of one request have the same batch size."""
     first = tf.shape(tensors[0])[0]
     return [tf.debugging.Assert(tf.equal(tf.shape(t)[0], first),
-                                [f"serving_default: {name} and {names[0]} must have the same batch size"])
+                                [f"{signature}: {name} and {names[0]} must have the same batch size"])
             for name, t in zip(names[1:], tensors[1:])]
+
+
+def _split_words(text):
+    """`[N]` strings -> words RaggedTensor `[N, (w)]` split at Python's whitespace (`str.split()`), and their
+    byte offsets `begin`, `end` `[N, (w)]` int64 in the strings."""
+    import tensorflow_text as tf_text
+
+    return tf_text.regex_split_with_offsets(text, f"{packing_tf.PYTHON_SPACE}+")
 
 
 class _Untracked:
@@ -98,7 +139,8 @@ class ServingModule(tf.Module):
     def __init__(self, model, task: str, spiece_proto: bytes, max_seq_length: int, uncased: bool = False,
                  keep_accents: bool = False, labels: Optional[Sequence[str]] = None, text_pair: bool = False,
                  max_query_length: int = 64, max_qa_length: int = 128, max_answer_length: int = 64,
-                 max_segments: int = 1, qa_truncation: str = "tail", split_unknown: bool = True):
+                 max_segments: int = 1, qa_truncation: str = "tail", split_unknown: bool = True,
+                 doc_stride: Optional[int] = None, max_windows: int = DEFAULT_MAX_WINDOWS):
         super().__init__(name=f"xlnet_{task}")
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
@@ -117,7 +159,17 @@ class ServingModule(tf.Module):
         if self.max_segments > 1 and (task not in ("classifier", "regression") or not getattr(model, "mem_len", None)):
             raise ValueError(f"max_segments={max_segments}: long documents need a classifier/regression model "
                              "built with mem_len")
+        if task == "tagging":
+            if doc_stride is None:
+                raise ValueError("a tagging export needs doc_stride (the records' windows: export_info.json's)")
+            tagging.check_window(max_seq_length, doc_stride)
+            if isinstance(max_windows, bool) or not isinstance(max_windows, (int, np.integer)) or max_windows < 1:
+                raise ValueError(f"max_windows must be an integer >= 1, got {max_windows!r}")
+        self.doc_stride = None if doc_stride is None else int(doc_stride)
+        self.max_windows = int(max_windows)
         num = getattr(model, "num_labels", 4 if task == "race" else 0)
+        if task == "tagging" and not labels:
+            labels = getattr(model, "labels", None)  # XLNetTagger keeps its tag names
         self.labels = tf.constant(list(labels) if labels else [str(i) for i in range(max(num, 1))])
 
     @property
@@ -266,12 +318,220 @@ class ServingModule(tf.Module):
         return {"answer": tf.where(has, answer, ""), "answer_start": begin, "answer_end": end,
                 "score": tf.where(has, tf.gather(score, best, batch_dims=1), -np.inf), **result}
 
+    # --------------------------------------------------------------------------------------- tagging
+    def _tagging_windows(self, words, signature: str):
+        """Words `[N, (w)]` -> the tagging records' windows of their pieces (`tagging.word_piece_ids_tf`,
+        `tagging.pack_sentences_tf`), every `[T, L]` feature cut to the columns some window uses (windows are
+        left-padded). Fails, naming `signature`, when a sentence needs more than `max_windows` windows."""
+        pieces = tagging.word_piece_ids_tf(self.encoder, words)  # [N, (w), (k)]
+        max_pieces = self.max_seq_length - tagging.SPECIALS
+        limit = max_pieces + (self.max_windows - 1) * min(max_pieces, self.doc_stride)  # pieces in max_windows
+        per_sentence = tf.reduce_sum(pieces.row_lengths(axis=2), axis=1)
+        check = tf.debugging.Assert(
+            tf.reduce_all(per_sentence <= limit),
+            [f"{signature}: a sentence has more than {limit} pieces, more than max_windows={self.max_windows} "
+             f"windows of max_seq_length={self.max_seq_length} (doc_stride={self.doc_stride}) hold; send shorter "
+             "sentences or export with a larger --export_max_windows. Pieces per sentence:", per_sentence])
+        with tf.control_dependencies([check]):
+            packed = tagging.pack_sentences_tf(pieces, self.max_seq_length, self.doc_stride,
+                                               max_windows=self.max_windows)
+        first = _first_real_column(packed["attention_mask"])
+        return {k: (v[:, first:] if v.shape.rank == 2 else v) for k, v in packed.items()}
+
+    def _model_inputs(self, packed):
+        return {k: packed[k] for k in ("input_ids", "segment_ids", "attention_mask")}
+
+    def _tag_words(self, words, width=None, signature: str = "serving_default"):
+        """Words RaggedTensor `[N, (w)]` -> one tag per word (module docstring), dense `[N, width]` (default: the
+        most words of a sentence) with their padding values, and `num_words [N]` int32."""
+        packed = self._tagging_windows(words, signature)
+        logits = self.model(self._model_inputs(packed), training=False)["logits"]  # [T, L, C]
+        num_words = words.row_lengths()
+        per_word = tagging.stitch_tf(packed["example_index"], packed["word_ids"], packed["is_max_context"],
+                                     logits, num_words)  # [N, (w), C]
+        flat = per_word.flat_values
+        tag_ids = tf.argmax(flat, -1, output_type=tf.int32)
+        probabilities = tf.reduce_max(tf.nn.softmax(flat, -1), -1)
+        n = tf.shape(num_words, out_type=tf.int64)[0]
+        width = tf.reduce_max(tf.concat([num_words, [0]], 0)) if width is None else tf.cast(width, tf.int64)
+        classes = tf.shape(logits, out_type=tf.int64)[-1]
+
+        def dense(values, fill, shape=None):
+            return per_word.with_flat_values(values).to_tensor(fill, shape=tf.stack([n, width] + (shape or [])))
+
+        return {"tags": dense(tf.gather(self.labels, tag_ids), ""), "tag_ids": dense(tag_ids, -1),
+                "probabilities": dense(probabilities, 0.0), "logits": dense(flat, 0.0, [classes]),
+                "num_words": tf.cast(num_words, tf.int32)}
+
+    def _tag_text(self, text):
+        words, begin, end = _split_words(text)
+        result = self._tag_words(words)
+        width = tf.shape(result["tag_ids"], out_type=tf.int64)[1]
+        shape = tf.stack([tf.shape(text, out_type=tf.int64)[0], width])
+        result["word_begin"] = begin.to_tensor(tf.constant(-1, tf.int64), shape=shape)
+        result["word_end"] = end.to_tensor(tf.constant(-1, tf.int64), shape=shape)
+        return result
+
+    def _tag_positions(self, logits):
+        """`from_ids` of a tagger: per position `logits [T, L, C]` -> probabilities, tag ids and names."""
+        tag_ids = tf.argmax(logits, -1, output_type=tf.int32)
+        return {"logits": logits, "probabilities": tf.nn.softmax(logits, -1), "tag_ids": tag_ids,
+                "tags": tf.gather(self.labels, tag_ids)}
+
+    def _tagging_signatures(self):
+        S = tf.TensorSpec
+
+        def tag_words(words, num_words):
+            words = _valid_utf8("words", words, rank=2, signature="from_words")
+            num_words = _rank_is("from_words", "num_words", num_words, 1)
+            width = tf.shape(words)[1]
+            checks = _same_batch(("words", "num_words"), words, num_words, signature="from_words")
+            checks.append(tf.debugging.Assert(
+                tf.reduce_all((num_words >= 0) & (num_words <= width)),
+                ["from_words: num_words must be in [0, W], W the words axis of words"]))
+            with tf.control_dependencies(checks):
+                ragged = tf.RaggedTensor.from_tensor(words, lengths=tf.cast(num_words, tf.int64))
+            return self._tag_words(ragged, width, signature="from_words")
+
+        def tag_ids(input_ids, segment_ids, attention_mask):
+            ids, segs, mask = _trim_left(*self._checked_ids(input_ids, segment_ids, attention_mask))
+            out = self.model({"input_ids": ids, "segment_ids": segs, "attention_mask": mask}, training=False)
+            # logits 0 at the columns dropped (padding in every window): outputs keep the request's length
+            pad = tf.shape(input_ids)[1] - tf.shape(ids)[1]
+            return self._tag_positions(tf.pad(out["logits"], [[0, 0], [pad, 0], [0, 0]]))
+
+        text_fn = tf.function(lambda text: self._tag_text(_valid_utf8("text", text)),
+                              input_signature=[S([None], tf.string, name="text")])
+        words_fn = tf.function(tag_words, input_signature=[S([None, None], tf.string, name="words"),
+                                                           S([None], tf.int32, name="num_words")])
+        ids_fn = tf.function(tag_ids, input_signature=[
+            S([None, None], tf.int32, name="input_ids"), S([None, None], tf.int32, name="segment_ids"),
+            S([None, None], tf.float32, name="attention_mask")])
+        return text_fn, ids_fn, words_fn
+
+    # -------------------------------------------------------------------------------------- features
+    def _states(self, input_ids, segment_ids, attention_mask, trim: str = "left"):
+        """Packed `[N, L]` -> the backbone's last-layer content stream (every row) and the masks, the columns
+        that are padding in every row dropped (left-padded inputs; `trim="right"`: right-padded)."""
+        if trim == "left":
+            input_ids, segment_ids, attention_mask = _trim_left(input_ids, segment_ids, attention_mask)
+        else:
+            length = tf.maximum(tf.reduce_max(tf.cast(tf.reduce_sum(attention_mask, 1), tf.int32)), 1)
+            input_ids, segment_ids, attention_mask = (x[:, :length] for x in (input_ids, segment_ids, attention_mask))
+        content = self.model.backbone(input_ids, segment_ids=segment_ids, attention_mask=attention_mask,
+                                      training=False)["content"]
+        return content, {"input_ids": input_ids, "attention_mask": tf.cast(attention_mask, tf.float32)}
+
+    def _document_states(self, input_ids, segment_ids, attention_mask):
+        """A long document `[N, S, L]` -> the content stream of every segment, each read with the memories of the
+        earlier ones (`FineTuningModel.read_document` with every segment and every row kept), `[N, S*L, D]`, and
+        the summary the head reads (`document_summary`)."""
+        model = self.model
+        saved = model.document_summary, model.summary_rows_only
+        # read_document keeps every segment's rows for an `all_segments` summary, and every row of the last layer
+        # without `summary_rows_only`: set for this trace only (the loop is the model's, not a copy)
+        model.document_summary, model.summary_rows_only = "all_segments", False
+        try:
+            content = model.read_document(input_ids, segment_ids, attention_mask, training=False)
+        finally:
+            model.document_summary, model.summary_rows_only = saved
+        length = self.max_segments * self.max_seq_length
+        mask = tf.reshape(tf.cast(attention_mask, tf.float32), [-1, length])
+        if model.document_summary == "all_segments":
+            pooled = model.sequence_summary(content, mask)
+        else:
+            pooled = model.sequence_summary(content[:, -self.max_seq_length:], mask[:, -self.max_seq_length:])
+        return {"token_states": tf.cast(content, tf.float32), "input_ids": tf.reshape(input_ids, [-1, length]),
+                "attention_mask": mask, "pooled": tf.cast(pooled, tf.float32)}
+
+    def _sequence_features(self, input_ids, segment_ids, attention_mask):
+        """Classifier / regression / embedding: packed texts -> `features` outputs (the model's summary)."""
+        if self.max_segments > 1:
+            return self._document_states(input_ids, segment_ids, attention_mask)
+        content, out = self._states(input_ids, segment_ids, attention_mask)
+        pooled = self.model.sequence_summary(content, out["attention_mask"])
+        return {**out, "token_states": tf.cast(content, tf.float32), "pooled": tf.cast(pooled, tf.float32)}
+
+    def _race_features(self, input_ids, segment_ids, attention_mask):
+        b, c = tf.shape(input_ids)[0], tf.shape(input_ids)[1]
+        flat = [tf.reshape(x, [-1, tf.shape(input_ids)[2]]) for x in (input_ids, segment_ids, attention_mask)]
+        out = self._sequence_features(*flat)
+        return {k: tf.reshape(v, tf.concat([[b, c], tf.shape(v)[1:]], 0)) for k, v in out.items()}
+
+    def _squad_features(self, features):
+        content, out = self._states(features["input_ids"], features["segment_ids"], features["attention_mask"],
+                                    trim="right")
+        content = tf.cast(content, tf.float32)
+        return {**out, "token_states": content, "pooled": tf.gather(content, features["cls_index"], batch_dims=1)}
+
+    def _tagging_features(self, text):
+        words, _, _ = _split_words(text)
+        packed = self._tagging_windows(words, "features")
+        content = tf.cast(self.model.backbone(packed["input_ids"], segment_ids=packed["segment_ids"],
+                                              attention_mask=packed["attention_mask"], training=False)["content"],
+                          tf.float32)
+        num_words = words.row_lengths()
+        word_states = tagging.stitch_tf(packed["example_index"], packed["word_ids"], packed["is_max_context"],
+                                        content, num_words)
+        return {"token_states": content, "input_ids": packed["input_ids"],
+                "attention_mask": packed["attention_mask"], "pooled": content[:, -1],  # <cls> ends each window
+                "example_index": packed["example_index"], "word_ids": packed["word_ids"],
+                "is_max_context": packed["is_max_context"], "word_states": word_states.to_tensor(0.0),
+                "num_words": tf.cast(num_words, tf.int32)}
+
+    def _features_signature(self):
+        """The `features` function: the text path's inputs and bounds (module docstring)."""
+        S = tf.TensorSpec
+        sig = "features"
+        if self.task in ("classifier", "regression", "embedding"):
+            if self.text_pair:
+                def pair_features(text, text_b):
+                    with tf.control_dependencies(_same_batch(("text", "text_b"), text, text_b, signature=sig)):
+                        return self._sequence_features(*self._pack_texts(
+                            _valid_utf8("text", text, signature=sig), _valid_utf8("text_b", text_b, signature=sig)))
+
+                return tf.function(pair_features, input_signature=[S([None], tf.string, name="text"),
+                                                                   S([None], tf.string, name="text_b")])
+            return tf.function(
+                lambda text: self._sequence_features(*self._pack_texts(_valid_utf8("text", text, signature=sig))),
+                input_signature=[S([None], tf.string, name="text")])
+        if self.task == "race":
+            def race_features(article, question, options):
+                checks = _same_batch(("article", "question", "options"), article, question, options, signature=sig)
+                checks.append(tf.debugging.Assert(tf.shape(options)[1] <= 4,
+                                                  [f"{sig}: options holds at most 4 choices (A-D)"]))
+                with tf.control_dependencies(checks):
+                    article = _valid_utf8("article", article, signature=sig)
+                    question = _valid_utf8("question", question, signature=sig)
+                    options = _valid_utf8("options", options, rank=2, signature=sig)
+                    return self._race_features(*self._race_pack(article, question, options))
+
+            return tf.function(race_features, input_signature=[
+                S([None], tf.string, name="article"), S([None], tf.string, name="question"),
+                S([None, None], tf.string, name="options")])
+        if self.task == "squad":
+            def squad_features(question, context):
+                with tf.control_dependencies(_same_batch(("question", "context"), question, context, signature=sig)):
+                    question = _valid_utf8("question", question, signature=sig)
+                    context = _valid_utf8("context", context, signature=sig)
+                    return self._squad_features(self._squad_pack(question, context)[0])
+
+            return tf.function(squad_features, input_signature=[S([None], tf.string, name="question"),
+                                                                S([None], tf.string, name="context")])
+        if self.task == "tagging":
+            return tf.function(lambda text: self._tagging_features(_valid_utf8("text", text, signature=sig)),
+                               input_signature=[S([None], tf.string, name="text")])
+        raise ValueError(f"no features signature for task {self.task!r}")
+
     # ------------------------------------------------------------------------------------ signatures
     def signatures(self) -> Dict[str, tf.types.experimental.ConcreteFunction]:
         S = tf.TensorSpec
         ids_specs = [S([None, None], tf.int32, name="input_ids"), S([None, None], tf.int32, name="segment_ids"),
                      S([None, None], tf.float32, name="attention_mask")]
-        if self.task in ("classifier", "regression", "embedding"):
+        words_fn = None
+        if self.task == "tagging":
+            text_fn, ids_fn, words_fn = self._tagging_signatures()
+        elif self.task in ("classifier", "regression", "embedding"):
             if self.text_pair:
                 def classify_pair(text, text_b):
                     with tf.control_dependencies(_same_batch(("text", "text_b"), text, text_b)):
@@ -331,7 +591,13 @@ class ServingModule(tf.Module):
                 input_signature=ids_specs + [S([None, None], tf.float32, name="p_mask"),
                                              S([None], tf.int32, name="cls_index")])
         self.serve_text, self.serve_ids = text_fn, ids_fn
-        return {"serving_default": text_fn.get_concrete_function(), "from_ids": ids_fn.get_concrete_function()}
+        out = {"serving_default": text_fn.get_concrete_function(), "from_ids": ids_fn.get_concrete_function()}
+        if words_fn is not None:
+            self.serve_words = words_fn
+            out["from_words"] = words_fn.get_concrete_function()
+        self.serve_features = self._features_signature()
+        out["features"] = self.serve_features.get_concrete_function()
+        return out
 
 
 def write_warmup_requests(export_path: str, inputs: Dict[str, np.ndarray], model_name: str = "xlnet",
