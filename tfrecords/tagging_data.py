@@ -331,14 +331,15 @@ def split_sentences(record_dir: str, split: str) -> List[conll.Sentence]:
     return conll.read_conll(path, label_column=m["label_column"], word_column=m["word_column"])
 
 
-def predicted_tags(record_dir: str, split: str, example_index, word_ids, is_max_context, predicted_ids
-                   ) -> List[List[str]]:
+def predicted_tags(record_dir: str, split: str, example_index, word_ids, is_max_context, predicted_ids,
+                   sentences: Optional[Sequence[conll.Sentence]] = None) -> List[List[str]]:
     """Per-window predicted label ids (`predicted_ids` int [N, L], with the windows' `example_index` [N],
     `word_ids`, `is_max_context` [N, L] as the reader gives them, padding windows included or not) -> one tag
-    string per word of every sentence of `split`, in file order (`tagging.stitch_examples`)."""
+    string per word of every sentence of `split`, in file order (`tagging.stitch_examples`). `sentences`: the
+    split's sentences when the caller already read them (`split_sentences`)."""
     m = read_tagging_manifest(record_dir)
     labels = m["label_list"]
-    sentences = split_sentences(record_dir, split)
+    sentences = split_sentences(record_dir, split) if sentences is None else sentences
     example_index = np.asarray(example_index).reshape([-1])
     keep = example_index >= 0
     stitched = tagging.stitch_examples(example_index[keep], np.asarray(word_ids)[keep],

@@ -166,11 +166,7 @@ class XLNetTagger(Task):
 
     def keras_targets(self, features, outputs):
         labels = tf.cast(features["label_ids"], tf.int32)
-        weights = self.labelled(features)
-        real = features.get("is_real_example")
-        if real is not None:
-            weights = weights * tf.cast(tf.reshape(real, [-1, 1]), tf.float32)
-        return tf.where(labels >= 0, labels, tf.zeros_like(labels)), outputs["logits"], weights
+        return tf.where(labels >= 0, labels, tf.zeros_like(labels)), outputs["logits"], self._position_weights(features)
 
     def default_metrics(self):
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]

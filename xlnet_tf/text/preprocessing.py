@@ -153,9 +153,9 @@ def _split_unknown(ids, begin, end, word_of, words):
     char_bytes = tf.strings.length(chars.flat_values)  # [C]
     char_start = tf.cast(tf.math.cumsum(char_bytes, exclusive=True), tf.int64)  # within the flat characters
     row_start = tf.gather(chars.row_starts(), token)
-    flat_char = tf.minimum(row_start + k, tf.maximum(tf.size(char_bytes, out_type=tf.int64) - 1, 0))
-    offset_in_token = tf.gather(char_start, flat_char) - tf.gather(char_start, tf.minimum(
-        row_start, tf.maximum(tf.size(char_bytes, out_type=tf.int64) - 1, 0)))
+    last = tf.maximum(tf.size(char_bytes, out_type=tf.int64) - 1, 0)  # gathers stay in range for empty tokens
+    flat_char = tf.minimum(row_start + k, last)
+    offset_in_token = tf.gather(char_start, flat_char) - tf.gather(char_start, tf.minimum(row_start, last))
     is_split = tf.gather(split, token)
     new_begin = tf.where(is_split, tf.gather(begin, token) + offset_in_token, tf.gather(begin, token))
     new_end = tf.where(is_split, new_begin + tf.cast(tf.gather(char_bytes, flat_char), tf.int64),
