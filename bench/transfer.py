@@ -45,9 +45,14 @@ DATA_FLAGS = ("seq_len", "reuse_len", "num_predict", "perm_size", "bi_data")
 class TransferSet:
     """One labeled set of the transfer table: its runner, flag file, data arguments and headline metrics."""
 
-    def __init__(self, name, runner, data_args, metrics, primary):
+    def __init__(self, name, runner, data_args, metrics, primary, test_split=None, baseline=None):
         self.name, self.runner, self.data_args, self.metrics, self.primary = (
             name, runner, data_args, metrics, primary)
+        # A labelled test split: the runs at each init's best rate are also evaluated on it, and its scores
+        # enter the rows as "test_<metric>" (the grid is still chosen on dev).
+        self.test_split = test_split
+        # Baseline scores beside the row: a callable returning {metric: percent} (test metrics "test_...").
+        self.baseline = baseline
         # classifier/RACE metrics are fractions, SQuAD's percentages; the report is in percent
         self.to_percent = 1.0 if runner == "run_squad.py" else 100.0
 
@@ -56,9 +61,13 @@ class TransferSet:
         return os.path.join(REPO, "run", "flags", f"transfer_{self.name}.flags")
 
 
-def tasks(labeled: str) -> Dict[str, TransferSet]:
+def tasks(labeled: str, pos_dir: Optional[str] = None) -> Dict[str, TransferSet]:
     sq = os.path.join(labeled, "squad_wordnet")
+    pos_dir = pos_dir or os.path.join(labeled, "brown_pos")
     return {t.name: t for t in (
+        TransferSet("pos_brown", "run_tagger.py", [f"--data_dir={pos_dir}"],
+                    ("token_accuracy", "test_token_accuracy"), "token_accuracy", test_split="test",
+                    baseline=lambda: most_frequent_tag(pos_dir)),
         TransferSet("topic", "run_classifier.py", [f"--data_dir={labeled}/topic"], ("accuracy", "macro_f1"), "accuracy"),
         TransferSet("paraphrase", "run_classifier.py", [f"--data_dir={labeled}/paraphrase"], ("accuracy", "f1"),
              "accuracy"),
@@ -79,6 +88,8 @@ def define_flags():
                         "Pretraining recipe (model, data layout, optimizer, steps) shared by both objectives.")
     flags.DEFINE_list("objectives", ["plm", "mlm"], "Pretraining objectives.")
     flags.DEFINE_integer("vocab_size", 8000, "SentencePiece vocabulary (must equal the recipe's --n_token).")
+    flags.DEFINE_string("pos_data_dir", None, "Brown part-of-speech CoNLL split for the pos_brown task "
+                        "(python tfrecords/brown_pos.py --output_dir=DIR; default: <data_root>/labeled/brown_pos).")
     flags.DEFINE_list("tasks", ["topic", "paraphrase", "mc_wordnet", "squad_v1", "squad_v2"], "Tasks.")
     flags.DEFINE_list("inits", list(INITS), "Initialisations: scratch, mlm, plm.")
     flags.DEFINE_list("learning_rates", ["1e-4", "3e-4"], "Fine-tuning learning-rate grid (seed 0).")
@@ -217,14 +228,64 @@ def run_dir(work: str, task: str, init: str, lr: str, seed: str) -> str:
 
 
 def read_score(path: str, task: TransferSet) -> Optional[Dict[str, float]]:
-    """The run's metrics at its last evaluation (eval_results.json, any runner)."""
+    """The run's metrics at its last dev evaluation (eval_results.json, any runner), plus "test_<metric>"
+    from its last evaluation of the task's test split when it has one."""
     from xlnet_tf import results
 
     recorded = results.load(path)
-    if recorded is None or recorded.last is None:
+    if recorded is None:
         return None
-    res = recorded.last
-    return {m: float(res[m]) * task.to_percent for m in task.metrics if m in res}
+    last = {}
+    for evaluation in recorded.evaluations:  # in order: the last of each split wins
+        last[evaluation.get("split", "dev")] = evaluation
+    if "dev" not in last:
+        return None
+    score = {m: float(last["dev"][m]) * task.to_percent for m in task.metrics if m in last["dev"]}
+    if task.test_split and task.test_split in last:
+        test = last[task.test_split]
+        score.update({m: float(test[m[len("test_"):]]) * task.to_percent for m in task.metrics
+                      if m.startswith("test_") and m[len("test_"):] in test})
+    return score
+
+
+def evaluate_test(work: str, task: TransferSet, init: str, lr: str, seed: str) -> None:
+    """Evaluate a finished run's final weights on the task's test split (appended to its eval_results.json)."""
+    out = run_dir(work, task.name, init, lr, seed)
+    score = read_score(out, task)
+    if not task.test_split or score is None or any(m.startswith("test_") for m in score):
+        return
+    cmd = [sys.executable, f"run/{task.runner}", f"--flagfile={task.flagfile}", *task.data_args,
+           f"--record_dir={work}/finetune_records/{task.name}", f"--model_dir={out}",
+           f"--spiece_model_file={work}/spiece.model", f"--seed={seed}",
+           f"--model_config_path={pretrained_dir(work, 'plm')}/xlnet_config.json",
+           "--do_train=false", "--do_eval=true", f"--eval_split={task.test_split}"]
+    run_logged(cmd, out + f".{task.test_split}.log")
+    _say(f"{task.name} {init} lr {lr} seed {seed} on {task.test_split}: {read_score(out, task)}")
+
+
+def most_frequent_tag(pos_dir: str) -> Dict[str, float]:
+    """Token accuracy (percent) of tagging each word with its most frequent tag in train.txt (the most
+    frequent tag overall for words never seen in training), on dev and test: what a tagger must beat."""
+    import collections
+
+    from tfrecords import conll
+
+    by_word, overall = collections.defaultdict(collections.Counter), collections.Counter()
+    for sentence in conll.read_conll(os.path.join(pos_dir, "train.txt")):
+        for word, tag in zip(sentence.words, sentence.labels):
+            by_word[word][tag] += 1
+            overall[tag] += 1
+    fallback = overall.most_common(1)[0][0]
+    out = {}
+    for split, key in (("dev", "token_accuracy"), ("test", "test_token_accuracy")):
+        right = total = 0
+        for sentence in conll.read_conll(os.path.join(pos_dir, f"{split}.txt")):
+            for word, tag in zip(sentence.words, sentence.labels):
+                guess = by_word[word].most_common(1)[0][0] if word in by_word else fallback
+                right += guess == tag
+                total += 1
+        out[key] = 100.0 * right / total
+    return out
 
 
 def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra: str) -> Dict[str, float]:
@@ -315,6 +376,7 @@ def stage_finetune(work: str, task_map: Dict[str, TransferSet], carried: Optiona
                     seed0_run(work, task, init, best, carried)
                 else:
                     finetune(work, task, init, best, seed, FLAGS.extra_finetune_flags)
+                evaluate_test(work, task, init, best, seed)
 
 
 # ---- report -----------------------------------------------------------------------------------------------
@@ -336,8 +398,11 @@ def collect(work: str, task_map: Dict[str, TransferSet], carried: Optional[Grids
                            for seed in FLAGS.seeds)
                 seeds = [s for s in at_best if s is not None]
                 runs[init] = (grid, best, seeds, len(grid) > len(here))
+        baseline = task.baseline() if task.baseline else {}
         for metric in task.metrics:
             row = {"task": name, "metric": metric, "primary": metric == task.primary}
+            if metric in baseline:
+                row["baseline"] = baseline[metric]
             for init, (grid, best, seeds, from_earlier) in runs.items():
                 vals = [s[metric] for s in seeds if metric in s]
                 if not vals:
@@ -457,9 +522,14 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
              report["description"], "", f"Command: `{report['command']}`", "",
              *([] if complete else ["**Partial results**: some cells are missing or have fewer seeds than "
                                     f"{len(FLAGS.seeds)}; the command resumes the rest.", ""]),
-             "| task | metric | scratch | MLM | PLM |", "|---|---|---|---|---|"]
+             "| task | metric | baseline | scratch | MLM | PLM |", "|---|---|---|---|---|---|"]
     for row in rows:
-        lines.append(f"| {row['task']} | {row['metric']} | " + " | ".join(cell(row, i) for i in INITS) + " |")
+        base = f"{row['baseline']:.1f}" if "baseline" in row else "-"
+        lines.append(f"| {row['task']} | {row['metric']} | {base} | " + " | ".join(cell(row, i) for i in INITS) + " |")
+    if any("baseline" in row for row in rows):
+        lines += ["", "Baseline: pos_brown's is the most-frequent-tag tagger (each word's most frequent tag in "
+                      "train.txt, the most frequent tag overall for unseen words). test_ metrics: the runs at "
+                      "the dev-chosen rate, evaluated once on the test split."]
     sources = sorted({row[k] for row in rows for k in row if k.endswith("_from")})
     if sources:
         lines += ["", f"† some seed-0 runs (grid) carried over from an earlier run of the same command "
@@ -477,16 +547,17 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
                 lines.append(f"| {row['task']} | {row['metric']} | {init} | " +
                              " | ".join("-" if g.get(lr) is None else f"{g[lr]:.1f}" for lr in used)
                              + " |")
-    primary = [row for row in rows if row["primary"] and all(f"{i}_runs" in row for i in INITS)]
+    primary = [row for row in rows if row["primary"] and all(f"{i}_runs" in row for i in FLAGS.inits)]
     if primary:
         lines += ["", "Every seed at the best rate (primary metric), and Welch's two-sided t-test of each pretrained "
                       "init against scratch over the seeds:", "",
                   "| task | metric | scratch | MLM | PLM | MLM vs scratch p | PLM vs scratch p |",
                   "|---|---|---|---|---|---|---|"]
         for row in primary:
-            seeds = " | ".join(", ".join(f"{v:.1f}" for v in row[f"{i}_runs"]) for i in INITS)
+            seeds = " | ".join(", ".join(f"{v:.1f}" for v in row.get(f"{i}_runs", [])) or "-" for i in INITS)
             lines.append(f"| {row['task']} | {row['metric']} | {seeds} | "
-                         + " | ".join(welch_p(row[f"{i}_runs"], row["scratch_runs"]) for i in ("mlm", "plm")) + " |")
+                         + " | ".join(welch_p(row.get(f"{i}_runs", []), row.get("scratch_runs", []))
+                                      for i in ("mlm", "plm")) + " |")
     lines += ["", "Pretraining held-out loss (nats per predicted token; the unigram baseline in brackets):", ""]
     for objective, curve in curves.items():
         lines.append(f"- {objective}: " + ", ".join(f"{r['step']}: {r['loss']:.3f}" for r in curve)
@@ -554,7 +625,7 @@ def main(argv):
     recipe = read_flagfile(recipe_path)
     if int(recipe["n_token"]) != FLAGS.vocab_size:
         raise app.UsageError(f"--vocab_size={FLAGS.vocab_size} but {recipe_path} has --n_token={recipe['n_token']}")
-    task_map = tasks(os.path.join(data_root, "labeled"))
+    task_map = tasks(os.path.join(data_root, "labeled"), FLAGS.pos_data_dir and os.path.abspath(FLAGS.pos_data_dir))
     unknown = sorted(set(FLAGS.tasks) - set(task_map))
     if unknown:
         raise app.UsageError(f"unknown task(s) {unknown}; known: {sorted(task_map)}")
