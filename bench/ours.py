@@ -14,9 +14,15 @@ import tensorflow as tf
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The recipes whose optimizer, clipping, loop and --jit_compile settings the benchmarked Trainers take: the CPU
-# pretraining recipe (run/pretrain.py) and the CPU fine-tuning recipe of the transfer table (run_classifier.py).
+# pretraining recipe (run/pretrain.py) and the CPU fine-tuning recipes of the transfer table (run_classifier.py's
+# topic task, run_tagger.py's Brown part-of-speech task).
 PRETRAIN_RECIPE = os.path.join(REPO, "run", "flags", "pretrain_cpu.flags")
 FINETUNE_RECIPE = os.path.join(REPO, "run", "flags", "transfer_topic.flags")
+TAGGING_RECIPE = os.path.join(REPO, "run", "flags", "transfer_pos_brown.flags")
+# kind -> (the runner module under run/, its recipe): "plm" pretraining, "classifier" sequence classification
+# (a 2-label ClassifierJob), "tagger" token classification (a TaggerJob over the 12 universal tags)
+RUNNERS = {"plm": ("pretrain", PRETRAIN_RECIPE), "classifier": ("run_classifier", FINETUNE_RECIPE),
+           "tagger": ("run_tagger", TAGGING_RECIPE)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,13 +55,16 @@ def bench_config(n_layer: int, d_model: int, mem_len: int = 0, n_token: int = 32
 
 def runner_settings(kind: str, model_dir: str, batch: int, variant: Variant = PRODUCTION,
                     recipe: Optional[str] = None, extra=()):
-    """The parsed flags of the runner of `kind` ("plm": run/pretrain.py, else run/run_classifier.py) from its
-    recipe flag file (`PRETRAIN_RECIPE` / `FINETUNE_RECIPE` unless `recipe`), with the benchmark's batch,
-    model_dir, `variant`'s --jit_compile and --mixed_precision, and `extra` flags last."""
-    from run import common_flags, pretrain, run_classifier
+    """The parsed flags of the runner of `kind` (`RUNNERS`: "plm" run/pretrain.py, "classifier"
+    run/run_classifier.py, "tagger" run/run_tagger.py) from its recipe flag file (unless `recipe`), with the
+    benchmark's batch, model_dir, `variant`'s --jit_compile and --mixed_precision, and `extra` flags last."""
+    import importlib
 
-    runner = pretrain if kind == "plm" else run_classifier
-    recipe = recipe or (PRETRAIN_RECIPE if kind == "plm" else FINETUNE_RECIPE)
+    from run import common_flags
+
+    module, default_recipe = RUNNERS[kind]
+    runner = importlib.import_module(f"run.{module}")
+    recipe = recipe or default_recipe
     argv = ["bench", f"--flagfile={recipe}", f"--model_dir={model_dir}", f"--train_batch_size={batch}",
             f"--jit_compile={str(variant.jit).lower()}", f"--mixed_precision={variant.mixed_precision}", *extra]
     return common_flags.parse(runner.FLAGS, runner.define_flags, argv)
@@ -64,20 +73,21 @@ def runner_settings(kind: str, model_dir: str, batch: int, variant: Variant = PR
 def production_trainer(kind: str, config, batch: int, seq_len: int, model_dir: str, variant: Variant = PRODUCTION,
                        weights=None, dataset_fn: Optional[Callable] = None, recipe: Optional[str] = None,
                        log: Callable[[str], None] = lambda line: None):
-    """The `training.Trainer` of run/pretrain.py (kind "plm") or of the fine-tuning lifecycle
-    (run/lifecycle.py, a 2-label classifier built by run_classifier.ClassifierJob), built with the same library
-    calls from the runner's flags (`runner_settings`): strategy, seeded model, optimizer settings (AdamW,
-    schedule, clipping), loop config (--jit_compile, clip mode), loss function. `config` is the model (the
-    benchmark's size, shared with Hugging Face); `weights` an HF state dict (name -> array) to load; `variant`
-    changes only what it names."""
+    """The `training.Trainer` of run/pretrain.py (kind "plm") or of the fine-tuning lifecycle (run/lifecycle.py)
+    for a 2-label classifier built by run_classifier.ClassifierJob ("classifier") or a tagger over the 12
+    universal part-of-speech tags built by run_tagger.TaggerJob ("tagger"), built with the same library calls
+    from the runner's flags (`runner_settings`): strategy, seeded model, optimizer settings (AdamW, schedule,
+    clipping), loop config (--jit_compile, clip mode), loss function. `config` is the model (the benchmark's
+    size, shared with Hugging Face); `weights` an HF state dict (name -> array) to load; `variant` changes only
+    what it names."""
     import keras
 
-    from run import common_flags, run_classifier
+    from run import common_flags
     from xlnet_tf import checkpoints, distribute, finetuning, training
     from xlnet_tf.models import XLNetPretrainer
 
     # --task names the classifier's head variables only: "hf" is the name Hugging Face's head loads into
-    s = runner_settings(kind, model_dir, batch, variant, recipe, extra=() if kind == "plm" else ("--task=hf",))
+    s = runner_settings(kind, model_dir, batch, variant, recipe, extra=("--task=hf",) if kind == "classifier" else ())
     strategy = distribute.get_strategy(s.strategy, s.tpu, s.num_cpu_replicas)
     dtype = training.dtype_policy(s.mixed_precision)
     keras.utils.set_random_seed(s.seed)
@@ -85,14 +95,13 @@ def production_trainer(kind: str, config, batch: int, seq_len: int, model_dir: s
         if kind == "plm":
             model = XLNetPretrainer(config, objective=s.objective, nsp=s.nsp, dtype=dtype)
         else:
-            job = run_classifier.ClassifierJob(s)
-            job.manifest = {"num_labels": 2, "is_regression": False}
+            job = finetuning_job(kind, s)
             model = job.build_model(config, dtype)
         if weights is not None:
             checkpoints.load_hf_weights(model, weights, require_heads=True)
     if kind == "plm":
         model.backbone.query_stream = variant.query_stream
-    else:
+    elif kind == "classifier":
         model.summary_rows_only = variant.summary_rows_only
     loop = common_flags.loop_config(s, seq_len=seq_len)
     dataset_fn = dataset_fn or _no_dataset
@@ -113,6 +122,26 @@ def production_trainer(kind: str, config, batch: int, seq_len: int, model_dir: s
         trainer.fused_step = False
         trainer._step = trainer._replica_step
     return trainer
+
+
+def finetuning_job(kind: str, settings):
+    """The fine-tuning runner's job of `kind` on `settings`, with the manifest its records would give:
+    "classifier" a 2-label `run_classifier.ClassifierJob`, "tagger" a `run_tagger.TaggerJob` over the 12
+    universal part-of-speech tags (the transfer table's Brown task, `TAGGING_RECIPE`)."""
+    if kind == "classifier":
+        from run import run_classifier
+
+        job = run_classifier.ClassifierJob(settings)
+        job.manifest = {"num_labels": 2, "is_regression": False}
+    elif kind == "tagger":
+        from run import run_tagger
+        from tfrecords.brown_pos import UNIVERSAL_TAGS
+
+        job = run_tagger.TaggerJob(settings)
+        job.manifest = {"label_list": list(UNIVERSAL_TAGS), "tagset": "universal"}
+    else:
+        raise ValueError(f"no fine-tuning job of kind {kind!r}: classifier or tagger")
+    return job
 
 
 def _no_dataset(ctx, skip_batches):

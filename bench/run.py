@@ -1,14 +1,16 @@
 """Benchmark harness: our XLNet vs Hugging Face's PyTorch XLNet, side by side in one process.
 
-  python bench/run.py --suite=all|pretrain_step,finetune_step,train_loop,input_pipeline,serving,builder,memory \
-      --output_dir=bench_output [--reference_variants=eager,compile]
+  python bench/run.py --suite=all|pretrain_step,finetune_step,tagging_step,train_loop,input_pipeline,serving,\
+      builder,memory --output_dir=bench_output [--reference_variants=eager,compile]
   python bench/run.py --quick --output_dir=bench_quick      # the headline rows in minutes (`QUICK_SKIPS`)
 
 Our training step is the production one: the `training.Trainer` that run/pretrain.py and the fine-tuning
 lifecycle (run/lifecycle.py) build, from their CPU recipe flag files (bench/ours.py `production_trainer`), and
-the rows time its per-batch step function (`TrainerStep`), host loop excluded; the `train_loop` row times a
-real short run of run/pretrain.py on records, host loop and input pipeline included, against HF's training
-loop over the same batches.
+the rows time its per-batch step function (`TrainerStep`), host loop excluded: `pretrain_step` run/pretrain.py's,
+`finetune_step` a sequence classifier's (run/run_classifier.py, vs HF's XLNetForSequenceClassification),
+`tagging_step` a token classifier's (run/run_tagger.py, 12 labels, vs HF's XLNetForTokenClassification); the
+`train_loop` row times a real short run of run/pretrain.py on records, host loop and input pipeline included,
+against HF's training loop over the same batches.
 
 Every timed row carries the absolute figures of both implementations and `ratio` = reference time / our
 time (> 1 = we are faster), measured in the same run at identical shapes (and, but for `train_loop`, weights);
@@ -48,7 +50,9 @@ from bench.peak_rss import flush_denormals, hf_train_step, inputs, torch_inputs 
 
 tf.get_logger().setLevel("ERROR")  # each A/B variant traces its own functions on purpose
 
-SUITES = ("pretrain_step", "finetune_step", "train_loop", "input_pipeline", "serving", "builder", "memory")
+SUITES = ("pretrain_step", "finetune_step", "tagging_step", "train_loop", "input_pipeline", "serving", "builder",
+          "memory")
+STEP_SUITES = {"plm": "pretrain_step", "classifier": "finetune_step", "tagger": "tagging_step"}  # step_rows' kinds
 REFERENCE_VARIANTS = ("eager", "compile")  # how HF runs; a row's reference is the fastest that worked
 COMPILE_NOTE = ("torch.compile (inductor) of the whole training step, which dynamo splits at backward() and at "
                 "the optimizer's own graph breaks into three compiled graphs: forward and loss (its backward "
@@ -74,6 +78,13 @@ FINETUNE_VARIANTS = [PRODUCTION, _ab("no XLA (jit_compile=False)", jit=False),
                      _ab("last layer over every row (reference formulation)", summary_rows_only=False),
                      _ab("AdamW outside the XLA cluster (the multi-replica path)", fused_step=False),
                      _ab("mixed_bfloat16", mixed_precision="bfloat16")]
+TAGGING_VARIANTS = [PRODUCTION, _ab("no XLA (jit_compile=False)", jit=False),
+                    _ab("AdamW outside the XLA cluster (the multi-replica path)", fused_step=False),
+                    _ab("mixed_bfloat16", mixed_precision="bfloat16")]
+# tagging_step: the universal part-of-speech tags (run/flags/transfer_pos_brown.flags), and the pieces per word
+# of its windows (P(1), P(2), P(3) pieces: 1.4 a word, so about 70% of positions carry a label)
+TAGGING_LABELS = 12
+PIECES_PER_WORD = (0.7, 0.2, 0.1)
 WORK_DIR = None  # main's scratch folder (the benchmarked Trainers' model_dirs, records), removed at the end
 
 
@@ -182,6 +193,9 @@ def _hf_model(config, kind: str):
     cfg.use_mems_train = bool(config.mem_len)
     if kind == "plm":
         return transformers.XLNetLMHeadModel(cfg)
+    if kind == "tagger":
+        cfg.num_labels = TAGGING_LABELS
+        return transformers.XLNetForTokenClassification(cfg)
     cfg.num_labels = 2
     return transformers.XLNetForSequenceClassification(cfg)
 
@@ -196,6 +210,51 @@ def _our_model(config, kind: str, policy: str = "float32"):
 
 def _inputs(config, batch, seq_len, num_predict, mlen=0):
     return inputs(config.n_token, config.n_layer, config.d_model, batch, seq_len, num_predict, mlen)
+
+
+def tagging_inputs(n_token: int, batch: int, seq_len: int, num_labels: int = TAGGING_LABELS, seed: int = 0) -> dict:
+    """A batch of tagging windows (NumPy) as the runner's reader yields them (tfrecords/tagging_data.py
+    `tagging_dataset`: dtypes, shapes, the layout of xlnet_tf/text/tagging.py `pack_window`): each window full of
+    random words of 1, 2 or 3 pieces (`PIECES_PER_WORD`), then `<sep> <cls>`; each word's label (uniform over
+    `num_labels`) on its first piece, `IGNORE_LABEL` (-100) on its other pieces and on the specials: about 70%
+    of the positions labelled."""
+    from xlnet_tf.text import tagging
+
+    rng = np.random.RandomState(seed)
+    windows = []
+    for _ in range(batch):
+        pieces, words, labels = [], [], []
+        while len(pieces) < seq_len - 2:
+            n = 1 + rng.choice(len(PIECES_PER_WORD), p=PIECES_PER_WORD)
+            words += [words[-1] + 1 if words else 0] * n
+            pieces += list(rng.randint(0, n_token, n))
+            labels += [rng.randint(num_labels)] + [tagging.IGNORE_LABEL] * (n - 1)
+        n = seq_len - 2  # the last word may be cut: a window boundary
+        windows.append(tagging.pack_window(pieces[:n], words[:n], labels[:n], [1] * n, seq_len))
+    data = {k: np.stack([w[k] for w in windows]).astype(np.float32 if k == "attention_mask" else np.int32)
+            for k in tagging.FEATURE_NAMES}
+    data.update(example_index=np.arange(batch, dtype=np.int32), window_index=np.zeros(batch, np.int32),
+                is_real_example=np.ones(batch, np.float32))
+    return data
+
+
+def torch_tagging_inputs(data: dict) -> dict:
+    """HF keyword arguments of `tagging_inputs`: labels -100 (PyTorch's ignore index) where ours ignores."""
+    torch = _torch()
+    return {"input_ids": torch.tensor(data["input_ids"]).long(),
+            "token_type_ids": torch.tensor(data["segment_ids"]).long(),
+            "attention_mask": torch.tensor(data["attention_mask"]),
+            "labels": torch.tensor(data["label_ids"]).long()}
+
+
+def step_inputs(config, kind: str, batch: int, seq_len: int, num_predict: int, mlen: int):
+    """One training batch of `kind` (`STEP_SUITES`): our features (NumPy) and HF's keyword arguments (PyTorch),
+    the same tokens and labels."""
+    if kind == "tagger":
+        data = tagging_inputs(config.n_token, batch, seq_len)
+        return data, torch_tagging_inputs(data)
+    data, mems = _inputs(config, batch, seq_len, num_predict, mlen)
+    return data, torch_inputs(data, mems, kind)
 
 
 def _compiled_graphs() -> int:
@@ -343,24 +402,26 @@ def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, mle
     torch = _torch()
     torch.set_num_threads(os.cpu_count())
     hf = _hf_model(config, kind)
-    data, mems = _inputs(config, batch, seq_len, num_predict, mlen)
+    data, pt = step_inputs(config, kind, batch, seq_len, num_predict, mlen)
     weights = {k: v.detach().numpy().copy() for k, v in hf.state_dict().items()}
     feats = {k: tf.constant(v) for k, v in data.items()}
     production, *others = variants
     with attention_variants.VARIANTS[production.attention]():
         step, forward = _build_variant(config, kind, production, weights, feats, batch, seq_len)
-    reference, hf_ms, ms = time_reference(
-        hf_step_variants(hf, torch_inputs(data, mems, kind), reference_variants), repeats, ours=step)
+    reference, hf_ms, ms = time_reference(hf_step_variants(hf, pt, reference_variants), repeats, ours=step)
     _reset_compiled()
     del hf
     flops = train_flops(config, batch, seq_len, num_predict if kind == "plm" else 0, mlen)
+    labels = {}
+    if kind == "tagger":
+        labels = {"num_labels": TAGGING_LABELS, "labelled_fraction": round(float((data["label_ids"] >= 0).mean()), 3)}
 
     def row(variant, variant_ms, ratio):
-        return {"suite": f"{'pretrain' if kind == 'plm' else 'finetune'}_step", "variant": variant.name,
+        return {"suite": STEP_SUITES[kind], "variant": variant.name,
                 "batch": batch, "seq_len": seq_len, "mem_len": mlen,
                 "num_predict": num_predict if kind == "plm" else 0, "n_layer": config.n_layer,
-                "d_model": config.d_model, "ours_ms": round(variant_ms, 1), **reference, "ratio": round(ratio, 3),
-                "tokens_per_s": round(batch * seq_len / (variant_ms / 1000), 1),
+                "d_model": config.d_model, **labels, "ours_ms": round(variant_ms, 1), **reference,
+                "ratio": round(ratio, 3), "tokens_per_s": round(batch * seq_len / (variant_ms / 1000), 1),
                 "mfu_fp32": round(flops / (variant_ms / 1000) / 1e9 / peak, 3)}
 
     first = row(production, ms, hf_ms / ms)
@@ -695,9 +756,13 @@ def _reference_line(ref: dict) -> str:
 
 
 OURS_LINE = ("Ours: the production training.Trainer, built as run/pretrain.py and the fine-tuning lifecycle "
-             "(run/lifecycle.py) build it from their CPU recipes (run/flags/pretrain_cpu.flags, "
-             "run/flags/transfer_topic.flags: optimizer, clipping, --jit_compile, loss), at the benchmark's model "
-             "size; the step rows time its per-batch step function (bench/ours.py TrainerStep), host loop excluded.")
+             "(run/lifecycle.py) build it from their CPU recipes (run/flags/pretrain_cpu.flags; "
+             "run/flags/transfer_topic.flags for run_classifier.py's job, finetune_step; "
+             "run/flags/transfer_pos_brown.flags for run_tagger.py's job, tagging_step: optimizer, clipping, "
+             "--jit_compile, loss), at the benchmark's model size; the step rows time its per-batch step function "
+             "(bench/ours.py TrainerStep), host loop excluded. tagging_step: 12 labels (universal POS tags), "
+             "windows of random words of 1-3 pieces, each word's label on its first piece (about 70% of positions "
+             "labelled; the others ignored: -100 for HF's XLNetForTokenClassification).")
 TRAIN_LOOP_LINE = ("train_loop: examples/s of a real short run of run/pretrain.py (its run(): host loops of "
                    "steps_per_loop steps in one tf.function, records read by its tf.data reader) against HF's "
                    "training loop over the same batches, pre-decoded in memory (HF's input pipeline costs nothing), each "
@@ -749,7 +814,8 @@ def write_report(report: dict, output_dir: str) -> str:
                                                       "dense_mb_per_example", "reference_variants_ms",
                                                       "reference_failures", "reference_compile_s",
                                                       "reference_examples_per_s", "loop_examples_per_s",
-                                                      "steps_per_loop", "loops", "n_token")}
+                                                      "steps_per_loop", "loops", "n_token", "num_labels",
+                                                      "labelled_fraction")}
         lines.append(f"| {r['suite']} | {r['variant']} | {shape} | {r.get('batch', '')} | {seq} | {ours} | {ref} | "
                      f"{r.get('ratio', '')} | {r.get('vs_production', '')} | {speed} | {r.get('mfu_fp32', '')} | "
                      f"{json.dumps(notes)[1:-1] if notes else ''} |")
@@ -762,12 +828,12 @@ def write_report(report: dict, output_dir: str) -> str:
 # Settings with a full and a quick value (`--quick`); a flag given on the command line wins over either.
 FULL = dict(suite="all", seq_lens="128,512", base_config=True, ab=True, breakdown=True, repeats=5,
             peak_sizes="1024,2048,4096", peak_dtypes="float32,bfloat16", loop_steps=10, loops=4)
-QUICK = dict(suite="pretrain_step,finetune_step,train_loop", seq_lens="128", base_config=False, ab=False,
+QUICK = dict(suite="pretrain_step,finetune_step,tagging_step,train_loop", seq_lens="128", base_config=False, ab=False,
              breakdown=False, repeats=3, peak_sizes="1024,2048", peak_dtypes="float32", loop_steps=4, loops=3)
 # What quick mode leaves out, per setting, for the report (only where the quick value was used).
 QUICK_SKIPS = {
-    "suite": "the memory, input_pipeline, serving and builder suites (only pretrain_step, finetune_step and "
-             "train_loop)",
+    "suite": "the memory, input_pipeline, serving and builder suites (only pretrain_step, finetune_step, "
+             "tagging_step and train_loop)",
     "seq_lens": "the longer sequence length (512): the step rows run at 128 only",
     "base_config": "the 12-layer base-config rows, whose HF torch.compile alone takes about 5 minutes each",
     "ab": "the A/B variants of our step (production only)",
@@ -812,8 +878,8 @@ def quick_loop_variants(quick: bool, rows, ref_variants, skipped: list):
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="The headline rows (pretraining and fine-tuning step, host loop, each vs HF's best "
-                             "variant) in minutes: every setting below left unset takes its quick value "
+                        help="The headline rows (pretraining, fine-tuning and tagging step, host loop, each vs "
+                             "HF's best variant) in minutes: every setting below left unset takes its quick value "
                              "(`QUICK`; what that skips is listed in the report).")
     parser.add_argument("--suite", help=f"all, or a comma-separated list of {', '.join(SUITES)} "
                                          f"(default: all; quick: {QUICK['suite']}).")
@@ -890,10 +956,11 @@ def main(argv=None):
               "rows": []}
     peak = report["peak_gflops"]["float32"]["best"]
     native_bf16 = report["machine"]["native_bfloat16"]
-    plm_variants, finetune_variants = PLM_VARIANTS, FINETUNE_VARIANTS
+    plm_variants, finetune_variants, tagging_variants = PLM_VARIANTS, FINETUNE_VARIANTS, TAGGING_VARIANTS
     if args.quick:
         plm_variants = without_emulated_bfloat16(plm_variants, native_bf16)
         finetune_variants = without_emulated_bfloat16(finetune_variants, native_bf16)
+        tagging_variants = without_emulated_bfloat16(tagging_variants, native_bf16)
     config = bench_config(args.n_layer, args.d_model)
     if "memory" in suites:  # first, while this process is small (each implementation runs in a child)
         report["rows"] += memory_rows(args.n_layer, args.d_model, args.batch, seq_lens[-1], predict(seq_lens[-1]),
@@ -909,6 +976,10 @@ def main(argv=None):
         if "finetune_step" in suites:
             report["rows"] += step_rows("classifier", config, args.batch, L, 0, 0, repeats, peak,
                                         finetune_variants if first and args.ab else finetune_variants[:1],
+                                        breakdown=args.breakdown, reference_variants=ref_variants)
+        if "tagging_step" in suites:
+            report["rows"] += step_rows("tagger", config, args.batch, L, 0, 0, repeats, peak,
+                                        tagging_variants if first and args.ab else tagging_variants[:1],
                                         breakdown=args.breakdown, reference_variants=ref_variants)
     L = seq_lens[0]
     if "train_loop" in suites:
@@ -927,6 +998,10 @@ def main(argv=None):
     if "finetune_step" in suites and args.base_config:
         report["rows"] += step_rows("classifier", bench_config(12, 768), args.batch, L, 0, 0,
                                     max(2, args.repeats // 2), peak, FINETUNE_VARIANTS[:1], breakdown=False,
+                                    reference_variants=ref_variants)
+    if "tagging_step" in suites and args.base_config:
+        report["rows"] += step_rows("tagger", bench_config(12, 768), args.batch, L, 0, 0,
+                                    max(2, args.repeats // 2), peak, TAGGING_VARIANTS[:1], breakdown=False,
                                     reference_variants=ref_variants)
     if "serving" in suites:
         report["rows"] += serving_rows(config, 32, 128, args.repeats, spiece_model, ref_variants)

@@ -161,11 +161,94 @@ def test_benchmark_times_the_trainers_own_step(tmp_path, monkeypatch):
     assert fine_step.function == classifier._replica_step  # the multi-replica path: AdamW outside XLA
 
 
+def test_tagging_row_times_the_taggers_own_step(tmp_path, monkeypatch):
+    """The tagging_step row times the production Trainer's own step (the fine-tuning lifecycle's, from the
+    tagging recipe, --jit_compile) around run_tagger.TaggerJob's model (XLNetTagger, 12 labels) and its loss
+    (`finetuning.task_loss_fn` -> `XLNetTagger.loss_sum_and_weight`, traced into the timed step), against
+    HF's XLNetForTokenClassification on the same tokens, labels (-100 where ours ignores) and weights: the two
+    losses agree before either trains."""
+    import tensorflow as tf
+    import torch
+    import transformers
+
+    from bench import ours, run
+    from xlnet_tf import finetuning
+    from xlnet_tf.models import XLNetTagger
+
+    monkeypatch.setattr(run, "WORK_DIR", str(tmp_path))
+    trainers, steps, timed, hf_side, traced = [], [], [], [], []
+
+    def trainer_spy(*args, **kwargs):
+        trainers.append(ours.production_trainer(*args, **kwargs))
+        return trainers[-1]
+
+    class StepSpy(ours.TrainerStep):
+        def __init__(self, trainer, features):
+            super().__init__(trainer, features)
+            self.losses = []
+            steps.append(self)
+
+        def __call__(self):
+            self.losses.append(float(super().__call__()))  # the first: the loss at HF's weights, before any update
+            return self.losses[-1]
+
+    def variants_spy(hf, pt, names):
+        with torch.no_grad():
+            hf_side.append((hf, pt, float(hf(**pt).loss)))
+        return original_variants(hf, pt, names)
+
+    def interleaved_spy(fns, repeats):
+        timed.append(dict(fns))
+        return original_interleaved(fns, repeats)
+
+    def loss_spy(self, features, outputs):
+        traced.append(True)
+        return original_loss(self, features, outputs)
+
+    original_variants, original_interleaved = run.hf_step_variants, run.interleaved_ms
+    original_loss = XLNetTagger.loss_sum_and_weight
+    monkeypatch.setattr(run, "production_trainer", trainer_spy)
+    monkeypatch.setattr(run, "TrainerStep", StepSpy)
+    monkeypatch.setattr(run, "hf_step_variants", variants_spy)
+    monkeypatch.setattr(run, "interleaved_ms", interleaved_spy)
+    monkeypatch.setattr(XLNetTagger, "loss_sum_and_weight", loss_spy)
+
+    config = ours.bench_config(1, 64, n_token=50)
+    rows = run.step_rows("tagger", config, 2, 16, 0, 0, 1, 1.0, run.TAGGING_VARIANTS[:1], breakdown=False,
+                         reference_variants=("eager",))
+    (row,) = rows
+    (trainer,), (step,), ((hf, pt, hf_loss),) = trainers, steps, hf_side
+    # the row timed the Trainer's own step function
+    assert len(timed) == 1 and timed[0]["ours"] is step and step.function is trainer._step
+    assert isinstance(trainer.model, XLNetTagger) and trainer.model.num_labels == run.TAGGING_LABELS == 12
+    assert trainer.loss_fn is finetuning.task_loss_fn and traced  # the tagger's loss, traced into the step
+    assert trainer.fused_step and trainer.config.jit_compile and trainer.optimizer.global_clipnorm == 1.0
+    assert isinstance(hf, transformers.XLNetForTokenClassification) and hf.config.num_labels == 12
+    labels = step.features["label_ids"].numpy()
+    assert np.array_equal(pt["labels"].numpy(), labels) and set(labels[labels < 0]) == {-100}
+    assert step.losses[0] == pytest.approx(hf_loss, rel=1e-4)  # same weights, same loss
+    assert row["suite"] == "tagging_step" and row["variant"] == run.PRODUCTION.name
+    assert (row["batch"], row["seq_len"], row["n_layer"], row["d_model"], row["num_labels"]) == (2, 16, 1, 64, 12)
+    assert 0.5 <= row["labelled_fraction"] == round(float((labels >= 0).mean()), 3) <= 0.9
+    _check_reference(row, ["hf_eager"])
+    assert row["ours_ms"] > 0 and np.isfinite(step())
+
+    data = run.tagging_inputs(50, 64, 128)  # the full-size mix: ~70% of positions labelled
+    assert 0.65 < (data["label_ids"] >= 0).mean() < 0.75
+    assert (data["label_ids"][:, -2:] == -100).all() and (data["segment_ids"][:, -1] == 2).all()
+    assert set(np.unique(data["label_ids"][data["label_ids"] >= 0])) == set(range(12))
+    assert {k: tf.constant(v).dtype for k, v in data.items()} == {
+        "input_ids": tf.int32, "segment_ids": tf.int32, "attention_mask": tf.float32, "label_ids": tf.int32,
+        "word_ids": tf.int32, "is_max_context": tf.int32, "example_index": tf.int32, "window_index": tf.int32,
+        "is_real_example": tf.float32}
+
+
 def test_runner_settings_are_the_recipes(tmp_path):
     from bench import ours
     from run import common_flags
 
-    for kind, lr, wd, eps in (("plm", 5e-4, 0.01, 1e-6), ("classifier", 2e-5, 0.01, 1e-6)):
+    for kind, lr, wd, eps in (("plm", 5e-4, 0.01, 1e-6), ("classifier", 2e-5, 0.01, 1e-6),
+                              ("tagger", 5e-5, 0.01, 1e-6)):
         fv = ours.runner_settings(kind, str(tmp_path), 4)
         opt, loop = common_flags.optimizer_settings(fv), common_flags.loop_config(fv, seq_len=16)
         assert (opt.learning_rate, opt.weight_decay, opt.adam_epsilon, opt.clip) == (lr, wd, eps, 1.0), kind
@@ -208,7 +291,8 @@ def test_quick_mode_settings():
     skipped = run.resolve_settings(args, native_bfloat16=False)
     assert {k: getattr(args, k) for k in run.QUICK} == run.QUICK
     assert skipped == [run.QUICK_SKIPS[k] for k in run.FULL if run.QUICK[k] != run.FULL[k]]
-    assert args.suite == "pretrain_step,finetune_step,train_loop" and not args.ab and not args.base_config
+    assert args.suite == "pretrain_step,finetune_step,tagging_step,train_loop" and not args.ab
+    assert not args.base_config
 
     _, args = run.parse_args(["--quick", "--ab", "--repeats=7", "--suite=finetune_step"])
     skipped = run.resolve_settings(args, native_bfloat16=False)
@@ -268,14 +352,14 @@ def test_vector_extensions_and_cpu_kind():
 
 
 def test_quick_mode_end_to_end(tmp_path):
-    """--quick at a tiny size: the headline rows (pretraining step, fine-tuning step, host loop) and a report
-    that says what quick mode skipped."""
+    """--quick at a tiny size: the headline rows (pretraining step, fine-tuning and tagging steps, host loop)
+    and a report that says what quick mode skipped."""
     cmd = [sys.executable, os.path.join(data_fixtures.REPO_ROOT, "bench", "run.py"), "--quick", "--n_layer=1",
            "--d_model=64", "--batch=2", "--seq_lens=16", "--peak_sizes=64,128", "--reference_variants=eager",
            f"--output_dir={tmp_path}"]
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1200)
     report, md = json.load(open(tmp_path / "report.json")), open(tmp_path / "report.md").read()
-    assert [r["suite"] for r in report["rows"]] == ["pretrain_step", "finetune_step", "train_loop"]
+    assert [r["suite"] for r in report["rows"]] == ["pretrain_step", "finetune_step", "tagging_step", "train_loop"]
     for r in report["rows"]:
         _check_reference(r, ["hf_eager"])
     assert set(report["peak_gflops"]) == {"float32"} and report["quick"] and "Quick mode (--quick)" in md
