@@ -71,7 +71,7 @@ def read_inputs(input_glob: str, tokenizer, skip_invalid_utf8: bool = False):
     return files, ids, skipped
 
 
-def check_checkpoint(checkpoint: str, spiece_model: str, tokenizer_sha256: str):
+def check_checkpoint(checkpoint: str, spiece_model: str, tokenizer_sha256: str, spiece_flag: str = "--spiece_model"):
     """The facts of `--checkpoint` (xlnet_tf.pretrain_info; None when it records none), after refusing what is not
     a pretrained left-to-right-readable LM: a fine-tuning model_dir, weights without the LM head, another
     SentencePiece model, a masked-LM (MLM) model."""
@@ -89,7 +89,7 @@ def check_checkpoint(checkpoint: str, spiece_model: str, tokenizer_sha256: str):
             "trained LM head; give a pretraining run's model_dir/final, the original release or a Hugging Face "
             "XLNetLMHeadModel's model.safetensors")
     info = pretrain_info.check_final(checkpoint, spiece_sha256=tokenizer_sha256, need_heads=(pretrain_info.LM_HEAD,),
-                                     spiece_flag=f"--spiece_model={spiece_model}")
+                                     spiece_flag=f"{spiece_flag}={spiece_model}")
     if info is not None and info.objective != "plm":
         raise common_flags.UserError(
             f"{where} was pretrained with objective {info.objective!r} (pretrained_model.json): a masked LM never "

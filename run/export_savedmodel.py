@@ -1,8 +1,14 @@
-"""Exports a fine-tuned (or pretrained, for `embedding`) XLNet as a TF Serving SavedModel.
+"""Exports a fine-tuned (or pretrained, for `embedding` and `lm`) XLNet as a TF Serving SavedModel.
 
   python run/export_savedmodel.py --model_dir=out/mrpc --export_dir=serving/mrpc --version=1
   python run/export_savedmodel.py --checkpoint=out/squad/ckpt-8000 --model_dir=out/squad \
       --export_dir=serving/squad --version=2
+  python run/export_savedmodel.py --task=lm --checkpoint=demo_output/model/final \
+      --export_spiece_model=demo_output/spiece.model --export_dir=serving/lm
+
+`--task=lm` exports a pretrained permutation-LM (a pretraining run's final/, the original release, a Hugging Face
+XLNetLMHeadModel) with `generate` (= `serving_default`: raw prompts in, continuations out, every decoding value
+a request input within the `--export_max_*` bounds checked in the graph) and `features` (xlnet_tf/serving_lm.py).
 
 Writes `<export_dir>/<version>/` with the signatures `serving_default` (raw UTF-8 strings, tokenized
 in-graph with the SentencePiece model embedded in the SavedModel), `from_ids`, `features` (per-token states and
@@ -32,8 +38,8 @@ def define_flags():
                         "checkpoints).")
     flags.DEFINE_string("checkpoint", None, "Weights to export (default: the latest checkpoint of --model_dir). "
                         "Any format --init_checkpoint accepts.")
-    flags.DEFINE_enum("task", None, ["classifier", "regression", "squad", "race", "embedding", "tagging"],
-                      "Default: from export_info.json.")
+    flags.DEFINE_enum("task", None, ["classifier", "regression", "squad", "race", "embedding", "tagging", "lm"],
+                      "Default: from export_info.json. lm: a pretrained model's generate and features signatures.")
     flags.DEFINE_string("export_dir", None, "Base directory of the exported versions.")
     flags.DEFINE_integer("version", 1, "Version sub-directory (TF Serving serves the highest).", lower_bound=0)
     flags.DEFINE_string("export_spiece_model", None, "SentencePiece model (default: export_info.json's).")
@@ -42,6 +48,62 @@ def define_flags():
     flags.DEFINE_integer("export_max_windows", None, "Tagging: the most windows of max_seq_length tokens one sentence "
                          "of a request may take (a longer one is refused; default "
                          "xlnet_tf.serving.DEFAULT_MAX_WINDOWS).", lower_bound=1)
+
+
+def define_lm_flags():
+    flags.DEFINE_string("model_config_path", None, "--task=lm: xlnet_config.json (default: next to --checkpoint).")
+    flags.DEFINE_integer("export_max_prompt_tokens", 512, "--task=lm: prompt tokens read (a longer prompt keeps its "
+                         "last ones, reported per row).", lower_bound=1)
+    flags.DEFINE_integer("export_max_new_tokens", 256, "--task=lm: the largest max_new_tokens a request may ask.",
+                         lower_bound=1)
+    flags.DEFINE_integer("export_max_top_k", 100, "--task=lm: the largest top_k a request may ask.", lower_bound=1)
+    flags.DEFINE_integer("export_max_batch_size", 16, "--task=lm: the most prompts of one generate request.",
+                         lower_bound=1)
+    flags.DEFINE_enum("export_layout", "causal", ["causal", "bidirectional_prompt"], "--task=lm: how the prompt's "
+                      "tokens see each other (xlnet_tf/generation.py).")
+    flags.DEFINE_list("export_stop_ids", ["7"], "--task=lm: token ids that end a continuation (default <eod>).")
+
+
+def export_lm(checkpoint, export_dir, version=1, spiece_model=None, model_config_path=None, max_seq_length=None,
+              **bounds):
+    """A pretrained LM's export (`generate`, `features`); `bounds`: `serving_lm.GenerationBounds` fields.
+    Refuses, before building anything, what `run/generate.py` refuses (a fine-tuning directory, weights without
+    the LM head, a masked LM, another SentencePiece model) and bounds out of range."""
+    import numpy as np
+
+    from run.evaluate_lm import check_checkpoint
+    from xlnet_tf import serving
+    from xlnet_tf.models import XLNetPretrainer
+    from xlnet_tf.serving_lm import GenerationBounds
+    from xlnet_tf.text.tokenization import XLNetTokenizer, file_sha256
+
+    check_destination(export_dir, version)
+    if not checkpoint:
+        raise UserError("--task=lm needs --checkpoint: a pretraining run's model_dir/final (or model_dir), the "
+                        "original release or a Hugging Face XLNetLMHeadModel's model.safetensors")
+    if not spiece_model or not os.path.isfile(spiece_model):
+        raise UserError(f"--export_spiece_model={spiece_model} does not exist: give the model's SentencePiece model")
+    info = check_checkpoint(checkpoint, spiece_model, file_sha256(spiece_model), spiece_flag="--export_spiece_model")
+    try:
+        bounds = GenerationBounds(**bounds)
+    except ValueError as e:
+        raise UserError(str(e).replace("GenerationBounds.", "--export_", 1)) from None
+    tokenizer = XLNetTokenizer(spiece_model)
+    model = XLNetPretrainer.from_checkpoint(
+        checkpoint, config=model_config_path, require_heads=True,
+        config_overrides={"mem_len": None, "reuse_len": None, "bi_data": False, "same_length": False,
+                          "dropout": 0.0, "dropatt": 0.0})
+    if model.config.n_token != tokenizer.vocab_size:
+        raise UserError(f"--export_spiece_model={spiece_model} has {tokenizer.vocab_size} pieces but the model "
+                        f"n_token={model.config.n_token}: give the model's own SentencePiece model")
+    options = dict(uncased=info.uncased if info else False, keep_accents=info.keep_accents if info else False,
+                   generation=bounds)
+    warmup = {"prompt": np.array([b"XLNet warm-up request for TF Serving."]), "max_new_tokens": np.array(1, np.int32),
+              "temperature": np.array(0.0, np.float32), "top_k": np.array(0, np.int32),
+              "top_p": np.array(1.0, np.float32), "repetition_penalty": np.array(1.0, np.float32),
+              "seed": np.array(0, np.int32)}
+    return serving.export(model, "lm", spiece_model, export_dir, version,
+                          max_seq_length or bounds.max_prompt_tokens, warmup, **options)
 
 
 def check_destination(export_dir: str, version: int) -> None:
@@ -136,6 +198,20 @@ def main(argv):
     if not FLAGS.export_dir or not (FLAGS.model_dir or FLAGS.checkpoint):
         raise app.UsageError("--export_dir and --model_dir (or --checkpoint with --model_dir) are required")
     try:
+        if FLAGS.task == "lm":
+            try:
+                stop_ids = tuple(int(i) for i in FLAGS.export_stop_ids)
+            except ValueError:
+                raise UserError(f"--export_stop_ids={','.join(FLAGS.export_stop_ids)}: give comma-separated token "
+                                "ids") from None
+            path = export_lm(FLAGS.checkpoint or (FLAGS.model_dir and os.path.join(FLAGS.model_dir, "final")),
+                             FLAGS.export_dir, FLAGS.version, FLAGS.export_spiece_model, FLAGS.model_config_path,
+                             FLAGS.export_max_seq_length, max_prompt_tokens=FLAGS.export_max_prompt_tokens,
+                             max_new_tokens=FLAGS.export_max_new_tokens, max_top_k=FLAGS.export_max_top_k,
+                             max_batch_size=FLAGS.export_max_batch_size, layout=FLAGS.export_layout,
+                             stop_ids=stop_ids)
+            print(f"Exported to {path}")
+            return
         path = export_from_model_dir(FLAGS.model_dir, FLAGS.export_dir, FLAGS.version, FLAGS.checkpoint, FLAGS.task,
                                      FLAGS.export_spiece_model, FLAGS.export_max_seq_length,
                                      FLAGS.export_max_windows)
@@ -146,4 +222,5 @@ def main(argv):
 
 if __name__ == "__main__":
     define_flags()
+    define_lm_flags()
     app.run(main, flags_parser=common_flags.parse_flags_or_report)

@@ -4,42 +4,16 @@ predictions do (same windows, same stitching), and its `from_words` and `feature
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from tests import data_fixtures, tie_safe
+from tests import data_fixtures, fresh_serving, tie_safe
 
 DATA = os.path.join(data_fixtures.REPO_ROOT, "data", "finetune", "brown_pos")
 LENGTH, STRIDE = 64, 32
 MAX_WINDOWS = 8  # at most 62 + 7 * 32 = 286 pieces a sentence (the dev slice needs 7 windows)
 MAX_PIECES = LENGTH - 2 + (MAX_WINDOWS - 1) * STRIDE
-
-RELOAD = r'''
-import json, sys
-import numpy as np
-import tensorflow as tf
-import tensorflow_text  # noqa: F401  (registers the SentencePiece ops)
-path, inputs_file, out_file, errors_file = sys.argv[1:]
-loaded = tf.saved_model.load(path)
-out, errors = {}, {}
-for name, request in json.load(open(inputs_file)).items():
-    dtypes = request.get("dtypes", {})
-    tensors = {k: tf.constant(v, dtype=dtypes.get(k, "string")) for k, v in request["args"].items()}
-    try:
-        result = loaded.signatures[request["signature"]](**tensors)
-    except (tf.errors.InvalidArgumentError, ValueError, TypeError) as e:
-        errors[name] = str(e)
-        continue
-    for key, value in result.items():
-        value = value.numpy()
-        out[f"{name}/{key}"] = value.astype("S") if value.dtype == object else value
-np.savez(out_file, **out)
-json.dump(errors, open(errors_file, "w"))
-'''
-
 
 def _sentences(split="dev"):
     from tfrecords import conll
@@ -111,17 +85,7 @@ def served(tmp_path_factory):
         "bad_num_words": {"signature": "from_words", "dtypes": {"num_words": "int32"},
                           "args": {"words": [["a", "b"]], "num_words": [3]}},
     }
-    tmp = root / "reload"
-    tmp.mkdir()
-    (tmp / "reload.py").write_text(RELOAD)
-    (tmp / "requests.json").write_text(json.dumps(requests))
-    proc = subprocess.run([sys.executable, str(tmp / "reload.py"), path, str(tmp / "requests.json"),
-                           str(tmp / "out.npz"), str(tmp / "errors.json")], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": ""},
-                          cwd=str(tmp))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = dict(np.load(tmp / "out.npz", allow_pickle=False))
-    errors = json.load(open(tmp / "errors.json"))
+    out, errors = fresh_serving.serve(path, requests, root / "reload")
     return {"root": root, "path": path, "out": out, "errors": errors, "dev": dev, "long_words": long_words,
             "some": some}
 

@@ -349,22 +349,33 @@ def _values(s: GenerationSettings) -> Dict[str, tf.Tensor]:
 
 def sampling_logits(logits, seen, structure: _Structure, values):
     """The logits whose softmax the next token is drawn from: repetition penalty on `seen [B, V]` (True =
-    in the prompt or output), then `/ temperature`, then top-k and top-p (filtered tokens get -1e30)."""
+    in the prompt or output), then `/ temperature`, then top-k and top-p (filtered tokens get -1e30).
+
+    `structure.greedy` None: greedy or sampling is decided at run time (`temperature == 0` is greedy; the
+    division then uses 1); `values["top_k"]`, when given, is a run-time k in `[0, structure.top_k]` (0 = off)."""
     x = logits
     if structure.penalty:
         pen = values["penalty"]
         x = tf.where(seen, tf.where(x > 0, x / pen, x * pen), x)
     if structure.greedy:
         return x
-    x = x / values["temperature"]
+    temperature = values["temperature"]
+    if structure.greedy is None:
+        temperature = tf.where(temperature > 0, temperature, tf.ones_like(temperature))
+    x = x / temperature
     if structure.top_k:
-        kth = tf.math.top_k(x, k=min(structure.top_k, x.shape[-1])).values[:, -1:]
-        x = tf.where(x < kth, NEG, x)
+        best = tf.math.top_k(x, k=min(structure.top_k, x.shape[-1])).values
+        if "top_k" in values:  # a run-time k within the compiled bound
+            k = tf.cast(values["top_k"], tf.int32)
+            kth = tf.gather(best, tf.maximum(tf.minimum(k, best.shape[-1]) - 1, 0), axis=1)[:, None]
+            x = tf.where((k > 0) & (x < kth), NEG, x)
+        else:
+            x = tf.where(x < best[:, -1:], NEG, x)
     if structure.top_p:
         ordered = tf.sort(x, axis=-1, direction="DESCENDING")
         before = tf.math.cumsum(tf.nn.softmax(ordered, -1), axis=-1, exclusive=True)
         cut = tf.reduce_min(tf.where(before < values["top_p"], ordered, -NEG), -1, keepdims=True)
-        x = tf.where(x < cut, NEG, x)
+        x = tf.where((values["top_p"] < 1.0) & (x < cut), NEG, x)  # top_p = 1 keeps every token
     return x
 
 
@@ -376,10 +387,14 @@ def _choose(logits, seen, step, row_keys, structure: _Structure, values, forced=
     else:
         noise = gumbel_noise(values["seed"], row_keys, step, x.shape[-1])
         token = tf.argmax(x + noise, -1, output_type=tf.int32)
+        if structure.greedy is None:  # decided at run time
+            token = tf.where(values["temperature"] > 0, token, tf.argmax(x, -1, output_type=tf.int32))
     if forced is not None:
         token = forced
     pick = lambda v: tf.gather(v, token, batch_dims=1)  # noqa: E731
     sampled = tf.zeros_like(pick(logits)) if structure.greedy else pick(tf.nn.log_softmax(x, -1))
+    if structure.greedy is None:
+        sampled = tf.where(values["temperature"] > 0, sampled, tf.zeros_like(sampled))
     return token, pick(tf.nn.log_softmax(logits, -1)), sampled
 
 
@@ -496,8 +511,10 @@ def _run(model, st: _Structure, ids, mask, row_keys, values, forced, mem_len: in
                                                                   buffers)
         return k + 1, token, kv, real, seen, finished, lengths, stopped, buffers
 
+    limit = values.get("max_new_tokens", n_new)  # a run-time bound <= n_new (the buffers' width)
+
     def cond(k, token, kv, real, seen, finished, *rest):
-        return (k < n_new) & tf.logical_not(tf.reduce_all(finished))
+        return (k < limit) & tf.logical_not(tf.reduce_all(finished))
 
     kv, real = _ring(model, mems, mem_real, ids.shape[1])
     state = tf.while_loop(cond, body, (tf.constant(1), token, kv, real, seen, finished, lengths, stopped, buffers),
@@ -536,6 +553,29 @@ def serving_function(model, settings: GenerationSettings, prompt_len: int):
         return {"token_ids": out["ids"], "log_probs": out["log_probs"],
                 "sampling_log_probs": out["sampling_log_probs"], "lengths": out["lengths"], "stopped": out["stopped"]}
     return serve
+
+
+def request_program(model, layout: str, max_new_tokens: int, max_top_k: int, stop_ids: Sequence[int],
+                    prompt_len: int, segment_len: int = 512):
+    """The compiled program behind a server's `generate` (xlnet_tf/serving_lm.py), every decoding value a run-time
+    input within bounds fixed here. Returns `(program, mem_len)`; `program(ids, mask, row_keys, values)`:
+    `ids [B, prompt_len]` int32 left-padded, `mask [B, prompt_len]` bool (**True = real token**), `row_keys [B]`
+    uint32, `values` a dict of scalars: `seed` uint32, `temperature` float32 (0 = greedy), `top_k` int32 in
+    `[0, max_top_k]` (0 = off), `top_p` float32 in (0, 1], `penalty` float32 > 0 (1 = off), `max_new_tokens`
+    int32 in `[1, max_new_tokens]`. Outputs as `_run`'s, `[B, max_new_tokens]` wide (a row ends at its `lengths`).
+    The caller enforces the bounds; greedy and sampling share the program (greedy is decided per request)."""
+    check_model(model, layout)
+    if prompt_len % min(segment_len, prompt_len):
+        raise ValueError(f"prompt_len {prompt_len} must be a multiple of segment_len {segment_len} (or below it)")
+    st = _Structure(greedy=None, top_k=int(max_top_k), top_p=True, penalty=True, layout=layout,
+                    max_new_tokens=int(max_new_tokens), stop_ids=tuple(int(i) for i in stop_ids), jit_compile=True)
+    mem_len = prompt_len + int(max_new_tokens)
+    seg = min(segment_len, prompt_len)
+
+    @tf.function(jit_compile=True)
+    def program(ids, mask, row_keys, values):
+        return _run(model, st, ids, mask, row_keys, values, None, mem_len, seg, False)
+    return program, mem_len
 
 
 def teacher_force(model, prompt: Sequence[int], continuation: Sequence[int], settings: GenerationSettings = None):

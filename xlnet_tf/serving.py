@@ -71,7 +71,7 @@ import tensorflow as tf
 
 from xlnet_tf.text import layout, packing_tf, preprocessing, tagging, tokenization
 
-TASKS = ("classifier", "regression", "squad", "race", "embedding", "tagging")
+TASKS = ("classifier", "regression", "squad", "race", "embedding", "tagging", "lm")
 DEFAULT_MAX_WINDOWS = 16  # a tagger's windows per sentence of a request
 WARMUP_FILE = "tf_serving_warmup_requests"
 
@@ -140,7 +140,7 @@ class ServingModule(tf.Module):
                  keep_accents: bool = False, labels: Optional[Sequence[str]] = None, text_pair: bool = False,
                  max_query_length: int = 64, max_qa_length: int = 128, max_answer_length: int = 64,
                  max_segments: int = 1, qa_truncation: str = "tail", split_unknown: bool = True,
-                 doc_stride: Optional[int] = None, max_windows: int = DEFAULT_MAX_WINDOWS):
+                 doc_stride: Optional[int] = None, max_windows: int = DEFAULT_MAX_WINDOWS, generation=None):
         super().__init__(name=f"xlnet_{task}")
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}, got {task!r}")
@@ -165,6 +165,13 @@ class ServingModule(tf.Module):
             tagging.check_window(max_seq_length, doc_stride)
             if isinstance(max_windows, bool) or not isinstance(max_windows, (int, np.integer)) or max_windows < 1:
                 raise ValueError(f"max_windows must be an integer >= 1, got {max_windows!r}")
+        if task == "lm":
+            from xlnet_tf.serving_lm import GenerationBounds
+
+            generation = GenerationBounds(**generation) if isinstance(generation, dict) else generation
+            if not isinstance(generation, GenerationBounds):
+                raise ValueError("an lm export needs generation bounds (xlnet_tf.serving_lm.GenerationBounds)")
+        self.generation = generation
         self.doc_stride = None if doc_stride is None else int(doc_stride)
         self.max_windows = int(max_windows)
         num = getattr(model, "num_labels", 4 if task == "race" else 0)
@@ -525,6 +532,14 @@ class ServingModule(tf.Module):
 
     # ------------------------------------------------------------------------------------ signatures
     def signatures(self) -> Dict[str, tf.types.experimental.ConcreteFunction]:
+        if self.task == "lm":  # xlnet_tf/serving_lm.py
+            from xlnet_tf import serving_lm
+
+            self.serve_generate = serving_lm.generate_function(self, self.generation)
+            self.serve_features = serving_lm.features_function(self)
+            generate = self.serve_generate.get_concrete_function()
+            return {"serving_default": generate, serving_lm.SIGNATURE: generate,
+                    "features": self.serve_features.get_concrete_function()}
         S = tf.TensorSpec
         ids_specs = [S([None, None], tf.int32, name="input_ids"), S([None, None], tf.int32, name="segment_ids"),
                      S([None, None], tf.float32, name="attention_mask")]
@@ -642,7 +657,8 @@ def export(model, task: str, spiece_model: str, export_dir: str, version: int, m
     with tf.io.gfile.GFile(os.path.join(tmp, "assets.extra", "xlnet_export.json"), "w") as f:
         json.dump({"task": task, "max_seq_length": max_seq_length, "config": model.config.to_dict(),
                    "spiece_model_sha256": tokenization.file_sha256(spiece_model),
-                   **{k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in options.items()}}, f,
+                   **{k: (list(v) if isinstance(v, (list, tuple)) else v.to_dict() if hasattr(v, "to_dict") else v)
+                      for k, v in options.items()}}, f,
                   indent=2)
     tf.io.gfile.rename(tmp, path)
     return path
