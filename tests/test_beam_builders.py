@@ -27,6 +27,7 @@ from tfrecords import manifest as manifest_lib
 from tfrecords import pretrain_data as PD
 from tfrecords import processors
 from tfrecords import race_data
+from tfrecords import tagging_data
 
 S = F.SMALL
 
@@ -319,6 +320,9 @@ def test_downstream_jobs_equal_local_builders_and_a_failing_job_fails(BP, tmp_pa
         max_seq_length=32, eval_batch_size=8, seed=3)
     race_data.build_race_records(mc, spm, str(local / "mc"), max_seq_length=48,
                                  max_qa_length=16, eval_batch_size=8, seed=5, task="mc_wordnet")
+    brown = os.path.join(F.REPO_ROOT, "data", "finetune", "brown_pos")
+    tagging_data.build_tagging_records(brown, spm, str(local / "pos"), max_seq_length=32, doc_stride=16,
+                                       splits=("train", "dev"), eval_batch_size=8, seed=4, tagset="universal")
     beam_out = tmp_path / "beam"
     jobs = DP.parse_jobs([
         f"classifier --task=mrpc --data_dir={glue} --spiece_model={spm} \\",
@@ -326,10 +330,12 @@ def test_downstream_jobs_equal_local_builders_and_a_failing_job_fails(BP, tmp_pa
         "# a comment",
         f"race --data_dir={mc} --spiece_model={spm} --output_dir={beam_out / 'mc'} "
         "--max_seq_length=48 --max_qa_length=16 --eval_batch_size=8 --seed=5 --task=mc_wordnet",
+        f"tagging --data_dir={brown} --spiece_model={spm} --output_dir={beam_out / 'pos'} --max_seq_length=32 "
+        "--doc_stride=16 --splits=train,dev --eval_batch_size=8 --seed=4 --tagset=universal",
     ])
-    assert [j.builder for j in jobs] == ["classifier", "race"]
+    assert [j.builder for j in jobs] == ["classifier", "race", "tagging"]
     DP.run_jobs(jobs, log=None)
-    for name in ("mrpc", "mc"):
+    for name in ("mrpc", "mc", "pos"):
         a, b = local / name, beam_out / name
         assert sorted(os.listdir(a)) == sorted(os.listdir(b))
         for n in os.listdir(a):

@@ -1,8 +1,8 @@
-"""Build classification / SQuAD / RACE records for many tasks at once on a Beam runner.
+"""Build classification / SQuAD / RACE / tagging records for many tasks at once on a Beam runner.
 
   python -m tfrecords.beam.build_downstream --jobs=jobs.txt --num_processes=2
 
-`jobs.txt`: one build per line, `<classifier|squad|race> <flags of tfrecords/build_<x>.py>`
+`jobs.txt`: one build per line, `<classifier|squad|race|tagging> <flags of tfrecords/build_<x>.py>`
 (see `tfrecords/beam/downstream_pipeline.py`). `--runner` picks the Beam runner; Beam
 pipeline options go after `--`. Each job gives the files of the local CLI.
 """

@@ -1,4 +1,4 @@
-"""The classification, SQuAD and RACE builders on a Beam runner: one build per element.
+"""The classification, SQuAD, RACE and tagging builders on a Beam runner: one build per element.
 
 Those builders write ONE record file per split, in a seeded order over the whole split
 (train shuffled, eval padded to a multiple of the eval batch), from data sets of at most
@@ -13,6 +13,7 @@ A job is one command line of the existing CLIs, without the program name:
     squad --train_file=train-v2.0.json --predict_file=dev-v2.0.json --spiece_model=sp.model \
         --output_dir=out/squad2
     race --data_dir=RACE --spiece_model=sp.model --output_dir=out/race
+    tagging --data_dir=conll2003 --spiece_model=sp.model --output_dir=out/ner --splits=train,dev,test
 
 and runs as `python -m tfrecords.build_<builder> <flags>` in a subprocess on a worker: the
 very code and flags of the local CLI (its own absl flags, `--flagfile` included), so the
@@ -35,7 +36,7 @@ import apache_beam as beam
 
 from tfrecords.beam import pretrain_pipeline
 
-BUILDERS = ("classifier", "squad", "race")
+BUILDERS = ("classifier", "squad", "race", "tagging")
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
