@@ -175,8 +175,35 @@ def main():
                 else:
                     lines.append(f"| {r['prompt_len']} | {r['new_tokens']} | {way} | {r[f'{way}_tokens_per_s']} | "
                                  f"{r[f'{way}_first_token_ms']} | {r[f'{way}_warmup_s']} |")
+        lines += ["", "Ratios (ours_xla tokens/s over the other's; time to first token of the best Hugging Face way "
+                  "over ours):", "", "| prompt | new | vs best Hugging Face | vs recompute | first token vs HF |",
+                  "|---|---|---|---|---|"]
+        for r in results:
+            lines.append(f"| {r['prompt_len']} | {r['new_tokens']} | " + " | ".join(ratios(r)) + " |")
         with open(args.output + ".md", "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
+
+
+def ratios(row):
+    """`(vs best HF, vs recompute, first-token ratio)` as text cells ("-" where a way was not run)."""
+    ours = row.get("ours_xla_tokens_per_s")
+    hf = {w: row[f"{w}_tokens_per_s"] for w in ("hf_mems", "hf_no_mems", "hf_compiled") if f"{w}_tokens_per_s" in row}
+    if not ours:
+        return ["-", "-", "-"]
+    cells = []
+    if hf:
+        best = max(hf, key=hf.get)
+        cells.append(f"{ours / hf[best]:.1f}x ({best})")
+    else:
+        cells.append("-")
+    rec = row.get("recompute_tokens_per_s")
+    cells.append(f"{ours / rec:.1f}x" if rec else "-")
+    if hf:
+        first = min(row[f"{w}_first_token_ms"] for w in hf)
+        cells.append(f"{first / row['ours_xla_first_token_ms']:.1f}x")
+    else:
+        cells.append("-")
+    return cells
 
 
 if __name__ == "__main__":

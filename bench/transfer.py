@@ -228,21 +228,20 @@ def run_dir(work: str, task: str, init: str, lr: str, seed: str) -> str:
 
 
 def read_score(path: str, task: TransferSet) -> Optional[Dict[str, float]]:
-    """The run's metrics at its last dev evaluation (eval_results.json, any runner), plus "test_<metric>"
-    from its last evaluation of the task's test split when it has one."""
+    """The run's metrics at its last evaluation (eval_results.json, any runner) other than of the task's test split,
+    plus "test_<metric>" from its last evaluation of the test split when it has one."""
     from xlnet_tf import results
 
     recorded = results.load(path)
     if recorded is None:
         return None
-    last = {}
-    for evaluation in recorded.evaluations:  # in order: the last of each split wins
-        last[evaluation.get("split", "dev")] = evaluation
-    if "dev" not in last:
+    dev = [e for e in recorded.evaluations if not task.test_split or e.get("split") != task.test_split]
+    test = [e for e in recorded.evaluations if task.test_split and e.get("split") == task.test_split]
+    if not dev:
         return None
-    score = {m: float(last["dev"][m]) * task.to_percent for m in task.metrics if m in last["dev"]}
-    if task.test_split and task.test_split in last:
-        test = last[task.test_split]
+    score = {m: float(dev[-1][m]) * task.to_percent for m in task.metrics if m in dev[-1]}
+    if test:
+        test = test[-1]
         score.update({m: float(test[m[len("test_"):]]) * task.to_percent for m in task.metrics
                       if m.startswith("test_") and m[len("test_"):] in test})
     return score

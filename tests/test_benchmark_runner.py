@@ -33,8 +33,10 @@ def test_command_and_table(tmp_path):
 
 
 def _runner_of(flagfile_name):
-    from run import run_classifier, run_race, run_squad
+    from run import run_classifier, run_race, run_squad, run_tagger
 
+    if "pos_" in flagfile_name:
+        return run_tagger
     if "squad" in flagfile_name:
         return run_squad
     if "race" in flagfile_name or "mc_" in flagfile_name:
