@@ -294,21 +294,23 @@ def _step(model, token, t, kv, real, k_rs):
                       [batch]), tf.fill([batch * backbone.config.n_head], slot)], 1)
     h = backbone.embed(token[:, None])
     g = tf.tile(tf.cast(backbone.mask_emb, backbone.compute_dtype), [batch, 1, 1])
+    # the two streams as two rows of one [B, 2, D] input: every position-wise matmul (query projection, output
+    # projection, feed-forward) reads its weights once for both (one position per step is bound by reading them)
+    hg = tf.concat([h, g], 1)
     shared = None if backbone.config.untie_r else (backbone.r_w_bias, backbone.r_r_bias, backbone.r_s_bias)
     new_kv = []
     for layer, (keys, values), k_r in zip(backbone.xl_layers, kv, k_rs):
         att = layer.rel_attn
         biases = shared or (att.r_w_bias, att.r_r_bias, att.r_s_bias)
-        k_new, v_new = (tf.reshape(x, [-1, att.d_head]) for x in att._project_keys_values(h))
+        k_new, v_new = (tf.reshape(x, [-1, att.d_head]) for x in att._project_keys_values(hg[:, :1]))
         keys = tf.tensor_scatter_nd_update(keys, where, k_new)
         values = tf.tensor_scatter_nd_update(values, where, v_new)
         new_kv.append((keys, values))
-        content = _attend(att, att._project(h, att.q)[:, 0], keys, values, k_r, biases, content_rows, content_blocked)
-        query = _attend(att, att._project(g, att.q)[:, 0], keys, values, k_r, biases, content_rows - 1,
-                        query_blocked)
-        h = layer.ff(att._post_attention(h, content[:, None], False), training=False)
-        g = layer.ff(att._post_attention(g, query[:, None], False), training=False)
-    return model.lm_head(g, backbone.word_embedding)[:, 0], new_kv, real
+        q = att._project(hg, att.q)  # [B, 2, H, Dh]
+        content = _attend(att, q[:, 0], keys, values, k_r, biases, content_rows, content_blocked)
+        query = _attend(att, q[:, 1], keys, values, k_r, biases, content_rows - 1, query_blocked)
+        hg = layer.ff(att._post_attention(hg, tf.stack([content, query], 1), False), training=False)
+    return model.lm_head(hg[:, 1:], backbone.word_embedding)[:, 0], new_kv, real
 
 
 # -------------------------------------------------------------------------------------------- choosing
