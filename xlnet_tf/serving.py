@@ -69,60 +69,13 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf.text import layout, packing_tf, preprocessing, tagging, tokenization
+from xlnet_tf.serving_checks import _rank_is, _same_batch, _trim_left, _valid_utf8
+from xlnet_tf.serving_tagging import TaggingSignatures
+from xlnet_tf.text import layout, preprocessing, tagging, tokenization
 
 TASKS = ("classifier", "regression", "squad", "race", "embedding", "tagging", "lm")
 DEFAULT_MAX_WINDOWS = 16  # a tagger's windows per sentence of a request
 WARMUP_FILE = "tf_serving_warmup_requests"
-
-
-def _first_real_column(attention_mask):
-    """The first column where some row is real (left-padded inputs), at most the last column."""
-    real = tf.reduce_max(tf.cast(attention_mask, tf.int32), axis=0)  # [L]: 1 where some row is real
-    first = tf.argmax(tf.concat([real, [1]], 0), output_type=tf.int32)
-    return tf.maximum(tf.minimum(first, tf.shape(attention_mask)[1] - 1), 0)
-
-
-def _trim_left(input_ids, segment_ids, attention_mask):
-    """Drops leading columns that are padding in every row (left-padded inputs), keeping >= 1 column."""
-    first = _first_real_column(attention_mask)
-    return input_ids[:, first:], segment_ids[:, first:], attention_mask[:, first:]
-
-
-def _rank_is(signature: str, name: str, tensor, rank: int):
-    """`tensor`, checked at run time to have `rank` dimensions (a loaded signature called in Python with a
-    tensor of another rank raises TypeError and then runs the function anyway)."""
-    # EnsureShape checks the run-time shape (tf.rank would be folded to the signature's static rank)
-    return tf.ensure_shape(tensor, [None] * rank, name=f"{signature}_{name}_must_be_rank_{rank}")
-
-
-def _valid_utf8(name: str, text, rank: int = 1, signature: str = "serving_default"):
-    """`text` unchanged, after asserting its rank and that every element is valid UTF-8 (the message names
-    the input)."""
-    text = _rank_is(signature, name, text, rank)
-    flat = tf.reshape(text, [-1])
-    clean = tf.strings.unicode_transcode(flat, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
-    check = tf.debugging.Assert(tf.reduce_all(tf.equal(clean, flat)),
-                                [f"{signature}: {name} holds invalid UTF-8; send UTF-8 text (the record "
-                                 "builders reject such input too)"])
-    with tf.control_dependencies([check]):
-        return tf.identity(text)
-
-
-def _same_batch(names, *tensors, signature: str = "serving_default"):
-    """Asserts the inputs of one request have the same batch size."""
-    first = tf.shape(tensors[0])[0]
-    return [tf.debugging.Assert(tf.equal(tf.shape(t)[0], first),
-                                [f"{signature}: {name} and {names[0]} must have the same batch size"])
-            for name, t in zip(names[1:], tensors[1:])]
-
-
-def _split_words(text):
-    """`[N]` strings -> words RaggedTensor `[N, (w)]` split at Python's whitespace (`str.split()`), and their
-    byte offsets `begin`, `end` `[N, (w)]` int64 in the strings."""
-    import tensorflow_text as tf_text
-
-    return tf_text.regex_split_with_offsets(text, f"{packing_tf.PYTHON_SPACE}+")
 
 
 class _Untracked:
@@ -133,7 +86,7 @@ class _Untracked:
         self.value = value
 
 
-class ServingModule(tf.Module):
+class ServingModule(TaggingSignatures, tf.Module):
     """The exported module: the task model, the in-graph encoder and the signatures of one task."""
 
     def __init__(self, model, task: str, spiece_proto: bytes, max_seq_length: int, uncased: bool = False,
@@ -325,97 +278,6 @@ class ServingModule(tf.Module):
         return {"answer": tf.where(has, answer, ""), "answer_start": begin, "answer_end": end,
                 "score": tf.where(has, tf.gather(score, best, batch_dims=1), -np.inf), **result}
 
-    # --------------------------------------------------------------------------------------- tagging
-    def _tagging_windows(self, words, signature: str):
-        """Words `[N, (w)]` -> the tagging records' windows of their pieces (`tagging.word_piece_ids_tf`,
-        `tagging.pack_sentences_tf`), every `[T, L]` feature cut to the columns some window uses (windows are
-        left-padded). Fails, naming `signature`, when a sentence needs more than `max_windows` windows."""
-        pieces = tagging.word_piece_ids_tf(self.encoder, words)  # [N, (w), (k)]
-        max_pieces = self.max_seq_length - tagging.SPECIALS
-        limit = max_pieces + (self.max_windows - 1) * min(max_pieces, self.doc_stride)  # pieces in max_windows
-        per_sentence = tf.reduce_sum(pieces.row_lengths(axis=2), axis=1)
-        check = tf.debugging.Assert(
-            tf.reduce_all(per_sentence <= limit),
-            [f"{signature}: a sentence has more than {limit} pieces, more than max_windows={self.max_windows} "
-             f"windows of max_seq_length={self.max_seq_length} (doc_stride={self.doc_stride}) hold; send shorter "
-             "sentences or export with a larger --export_max_windows. Pieces per sentence:", per_sentence])
-        with tf.control_dependencies([check]):
-            packed = tagging.pack_sentences_tf(pieces, self.max_seq_length, self.doc_stride,
-                                               max_windows=self.max_windows)
-        first = _first_real_column(packed["attention_mask"])
-        return {k: (v[:, first:] if v.shape.rank == 2 else v) for k, v in packed.items()}
-
-    def _model_inputs(self, packed):
-        return {k: packed[k] for k in ("input_ids", "segment_ids", "attention_mask")}
-
-    def _tag_words(self, words, width=None, signature: str = "serving_default"):
-        """Words RaggedTensor `[N, (w)]` -> one tag per word (module docstring), dense `[N, width]` (default: the
-        most words of a sentence) with their padding values, and `num_words [N]` int32."""
-        packed = self._tagging_windows(words, signature)
-        logits = self.model(self._model_inputs(packed), training=False)["logits"]  # [T, L, C]
-        num_words = words.row_lengths()
-        per_word = tagging.stitch_tf(packed["example_index"], packed["word_ids"], packed["is_max_context"],
-                                     logits, num_words)  # [N, (w), C]
-        flat = per_word.flat_values
-        tag_ids = tf.argmax(flat, -1, output_type=tf.int32)
-        probabilities = tf.reduce_max(tf.nn.softmax(flat, -1), -1)
-        n = tf.shape(num_words, out_type=tf.int64)[0]
-        width = tf.reduce_max(tf.concat([num_words, [0]], 0)) if width is None else tf.cast(width, tf.int64)
-        classes = tf.shape(logits, out_type=tf.int64)[-1]
-
-        def dense(values, fill, shape=None):
-            return per_word.with_flat_values(values).to_tensor(fill, shape=tf.stack([n, width] + (shape or [])))
-
-        return {"tags": dense(tf.gather(self.labels, tag_ids), ""), "tag_ids": dense(tag_ids, -1),
-                "probabilities": dense(probabilities, 0.0), "logits": dense(flat, 0.0, [classes]),
-                "num_words": tf.cast(num_words, tf.int32)}
-
-    def _tag_text(self, text):
-        words, begin, end = _split_words(text)
-        result = self._tag_words(words)
-        width = tf.shape(result["tag_ids"], out_type=tf.int64)[1]
-        shape = tf.stack([tf.shape(text, out_type=tf.int64)[0], width])
-        result["word_begin"] = begin.to_tensor(tf.constant(-1, tf.int64), shape=shape)
-        result["word_end"] = end.to_tensor(tf.constant(-1, tf.int64), shape=shape)
-        return result
-
-    def _tag_positions(self, logits):
-        """`from_ids` of a tagger: per position `logits [T, L, C]` -> probabilities, tag ids and names."""
-        tag_ids = tf.argmax(logits, -1, output_type=tf.int32)
-        return {"logits": logits, "probabilities": tf.nn.softmax(logits, -1), "tag_ids": tag_ids,
-                "tags": tf.gather(self.labels, tag_ids)}
-
-    def _tagging_signatures(self):
-        S = tf.TensorSpec
-
-        def tag_words(words, num_words):
-            words = _valid_utf8("words", words, rank=2, signature="from_words")
-            num_words = _rank_is("from_words", "num_words", num_words, 1)
-            width = tf.shape(words)[1]
-            checks = _same_batch(("words", "num_words"), words, num_words, signature="from_words")
-            checks.append(tf.debugging.Assert(
-                tf.reduce_all((num_words >= 0) & (num_words <= width)),
-                ["from_words: num_words must be in [0, W], W the words axis of words"]))
-            with tf.control_dependencies(checks):
-                ragged = tf.RaggedTensor.from_tensor(words, lengths=tf.cast(num_words, tf.int64))
-            return self._tag_words(ragged, width, signature="from_words")
-
-        def tag_ids(input_ids, segment_ids, attention_mask):
-            ids, segs, mask = _trim_left(*self._checked_ids(input_ids, segment_ids, attention_mask))
-            out = self.model({"input_ids": ids, "segment_ids": segs, "attention_mask": mask}, training=False)
-            # logits 0 at the columns dropped (padding in every window): outputs keep the request's length
-            pad = tf.shape(input_ids)[1] - tf.shape(ids)[1]
-            return self._tag_positions(tf.pad(out["logits"], [[0, 0], [pad, 0], [0, 0]]))
-
-        text_fn = tf.function(lambda text: self._tag_text(_valid_utf8("text", text)),
-                              input_signature=[S([None], tf.string, name="text")])
-        words_fn = tf.function(tag_words, input_signature=[S([None, None], tf.string, name="words"),
-                                                           S([None], tf.int32, name="num_words")])
-        ids_fn = tf.function(tag_ids, input_signature=[
-            S([None, None], tf.int32, name="input_ids"), S([None, None], tf.int32, name="segment_ids"),
-            S([None, None], tf.float32, name="attention_mask")])
-        return text_fn, ids_fn, words_fn
-
     # -------------------------------------------------------------------------------------- features
     def _states(self, input_ids, segment_ids, attention_mask, trim: str = "left"):
         """Packed `[N, L]` -> the backbone's last-layer content stream (every row) and the masks, the columns
@@ -470,21 +332,6 @@ class ServingModule(tf.Module):
                                     trim="right")
         content = tf.cast(content, tf.float32)
         return {**out, "token_states": content, "pooled": tf.gather(content, features["cls_index"], batch_dims=1)}
-
-    def _tagging_features(self, text):
-        words, _, _ = _split_words(text)
-        packed = self._tagging_windows(words, "features")
-        content = tf.cast(self.model.backbone(packed["input_ids"], segment_ids=packed["segment_ids"],
-                                              attention_mask=packed["attention_mask"], training=False)["content"],
-                          tf.float32)
-        num_words = words.row_lengths()
-        word_states = tagging.stitch_tf(packed["example_index"], packed["word_ids"], packed["is_max_context"],
-                                        content, num_words)
-        return {"token_states": content, "input_ids": packed["input_ids"],
-                "attention_mask": packed["attention_mask"], "pooled": content[:, -1],  # <cls> ends each window
-                "example_index": packed["example_index"], "word_ids": packed["word_ids"],
-                "is_max_context": packed["is_max_context"], "word_states": word_states.to_tensor(0.0),
-                "num_words": tf.cast(num_words, tf.int32)}
 
     def _features_signature(self):
         """The `features` function: the text path's inputs and bounds (module docstring)."""

@@ -83,7 +83,7 @@ def _tail(ids: tf.RaggedTensor, keep) -> tf.RaggedTensor:
 
 def generate_function(module, bounds: GenerationBounds):
     """The `generate` tf.function of a `ServingModule` of task `lm` (module docstring)."""
-    from xlnet_tf.serving import _valid_utf8  # the shared request checks
+    from xlnet_tf.serving_checks import _valid_utf8
 
     model, encoder = module.model, module.encoder
     program, _ = generation.request_program(model, bounds.layout, bounds.max_new_tokens, bounds.max_top_k,
@@ -137,7 +137,7 @@ def generate_function(module, bounds: GenerationBounds):
 
 def features_function(module):
     """The `features` tf.function of a `ServingModule` of task `lm` (module docstring)."""
-    from xlnet_tf.serving import _valid_utf8
+    from xlnet_tf.serving_checks import _valid_utf8
 
     def features(text):
         f = preprocessing.encode_and_pack(module.encoder, _valid_utf8("text", text, signature="features"), None,
