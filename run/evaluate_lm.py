@@ -103,19 +103,42 @@ def check_checkpoint(checkpoint: str, spiece_model: str, tokenizer_sha256: str, 
     return info
 
 
+def lm_tokenizer(checkpoint: str, spiece_model: str, spiece_flag: str = "--spiece_model"):
+    """`(tokenizer, facts)` of a pretrained LM (`check_checkpoint`'s refusals first): the tokenizer normalizes as
+    the model's records were (a run's facts; the release's default otherwise)."""
+    from xlnet_tf.text.tokenization import XLNetTokenizer, file_sha256
+
+    info = check_checkpoint(checkpoint, spiece_model, file_sha256(spiece_model), spiece_flag)
+    tokenizer = XLNetTokenizer(spiece_model, uncased=info.uncased if info else False,
+                               keep_accents=info.keep_accents if info else False)
+    return tokenizer, info
+
+
+def load_lm(checkpoint: str, model_config_path, tokenizer, spiece_model: str, mem_len=None,
+            spiece_flag: str = "--spiece_model"):
+    """The `XLNetPretrainer` (LM head required) of `checkpoint`, read left to right: memories of `mem_len` (None: the
+    caller keeps its own buffer), no pretraining layouts (bi_data is the second half of the rows read backward,
+    same_length a pretraining mask), no dropout; refuses a SentencePiece model of another vocabulary size."""
+    from xlnet_tf.models import XLNetPretrainer
+
+    model = XLNetPretrainer.from_checkpoint(
+        checkpoint, config=model_config_path, require_heads=True,
+        config_overrides={"mem_len": mem_len, "reuse_len": None, "bi_data": False, "same_length": False,
+                          "dropout": 0.0, "dropatt": 0.0})
+    if model.config.n_token != tokenizer.vocab_size:
+        raise common_flags.UserError(f"{spiece_flag}={spiece_model} has {tokenizer.vocab_size} pieces but the "
+                                     f"model n_token={model.config.n_token}: give the model's own SentencePiece model")
+    return model
+
+
 def run():
     from xlnet_tf import lm_eval
     from xlnet_tf import files as files_lib
-    from xlnet_tf.models import XLNetPretrainer
-    from xlnet_tf.text.tokenization import XLNetTokenizer, file_sha256
 
     common_flags.require(FLAGS, "checkpoint", "spiece_model", "input_glob")
     if not os.path.isfile(FLAGS.spiece_model):
         raise common_flags.UserError(f"--spiece_model={FLAGS.spiece_model} does not exist")
-    info = check_checkpoint(FLAGS.checkpoint, FLAGS.spiece_model, file_sha256(FLAGS.spiece_model))
-    # the text is normalized as the model's records were (a run's facts; the release's default otherwise)
-    tokenizer = XLNetTokenizer(FLAGS.spiece_model, uncased=info.uncased if info else False,
-                               keep_accents=info.keep_accents if info else False)
+    tokenizer, _ = lm_tokenizer(FLAGS.checkpoint, FLAGS.spiece_model)
     files, ids, skipped = read_inputs(FLAGS.input_glob, tokenizer, FLAGS.skip_invalid_utf8)
     stream_tokens = len(ids)
     if FLAGS.max_tokens:
@@ -127,14 +150,7 @@ def run():
             f"--input_glob={FLAGS.input_glob} gives {len(ids)} tokens{limit}, fewer than one segment of "
             f"--seg_len={FLAGS.seg_len} for each of --batch_size={FLAGS.batch_size} rows ({needed}): give more text "
             "or a smaller --seg_len / --batch_size")
-    model = XLNetPretrainer.from_checkpoint(
-        FLAGS.checkpoint, config=FLAGS.model_config_path, require_heads=True,
-        # bi_data is the pretraining batch layout (second half of the rows backward): off for reading a stream
-        config_overrides={"mem_len": FLAGS.mem_len, "reuse_len": None, "bi_data": False, "same_length": False,
-                          "dropout": 0.0, "dropatt": 0.0})
-    if model.config.n_token != tokenizer.vocab_size:
-        raise common_flags.UserError(f"--spiece_model={FLAGS.spiece_model} has {tokenizer.vocab_size} pieces but the "
-                                     f"model n_token={model.config.n_token}: give the model's own SentencePiece model")
+    model = load_lm(FLAGS.checkpoint, FLAGS.model_config_path, tokenizer, FLAGS.spiece_model, FLAGS.mem_len)
     report = lm_eval.compare(model, ids, FLAGS.seg_len, tokenizer, batch_size=FLAGS.batch_size)
     report.update(checkpoint=FLAGS.checkpoint, files=files, seg_len=FLAGS.seg_len, mem_len=FLAGS.mem_len,
                   batch_size=FLAGS.batch_size, stream_tokens=len(ids), skipped_invalid_utf8_lines=skipped)

@@ -71,11 +71,9 @@ def export_lm(checkpoint, export_dir, version=1, spiece_model=None, model_config
     the LM head, a masked LM, another SentencePiece model) and bounds out of range."""
     import numpy as np
 
-    from run.evaluate_lm import check_checkpoint
+    from run.evaluate_lm import lm_tokenizer, load_lm
     from xlnet_tf import serving
-    from xlnet_tf.models import XLNetPretrainer
     from xlnet_tf.serving_lm import GenerationBounds
-    from xlnet_tf.text.tokenization import XLNetTokenizer, file_sha256
 
     check_destination(export_dir, version)
     if not checkpoint:
@@ -83,19 +81,12 @@ def export_lm(checkpoint, export_dir, version=1, spiece_model=None, model_config
                         "original release or a Hugging Face XLNetLMHeadModel's model.safetensors")
     if not spiece_model or not os.path.isfile(spiece_model):
         raise UserError(f"--export_spiece_model={spiece_model} does not exist: give the model's SentencePiece model")
-    info = check_checkpoint(checkpoint, spiece_model, file_sha256(spiece_model), spiece_flag="--export_spiece_model")
+    tokenizer, info = lm_tokenizer(checkpoint, spiece_model, spiece_flag="--export_spiece_model")
     try:
         bounds = GenerationBounds(**bounds)
     except ValueError as e:
         raise UserError(str(e).replace("GenerationBounds.", "--export_", 1)) from None
-    tokenizer = XLNetTokenizer(spiece_model)
-    model = XLNetPretrainer.from_checkpoint(
-        checkpoint, config=model_config_path, require_heads=True,
-        config_overrides={"mem_len": None, "reuse_len": None, "bi_data": False, "same_length": False,
-                          "dropout": 0.0, "dropatt": 0.0})
-    if model.config.n_token != tokenizer.vocab_size:
-        raise UserError(f"--export_spiece_model={spiece_model} has {tokenizer.vocab_size} pieces but the model "
-                        f"n_token={model.config.n_token}: give the model's own SentencePiece model")
+    model = load_lm(checkpoint, model_config_path, tokenizer, spiece_model, spiece_flag="--export_spiece_model")
     options = dict(uncased=info.uncased if info else False, keep_accents=info.keep_accents if info else False,
                    generation=bounds)
     warmup = {"prompt": np.array([b"XLNet warm-up request for TF Serving."]), "max_new_tokens": np.array(1, np.int32),

@@ -97,28 +97,17 @@ def settings_from_flags():
 
 
 def run():
-    from run.evaluate_lm import check_checkpoint
+    from run.evaluate_lm import lm_tokenizer, load_lm
     from xlnet_tf import files as files_lib
     from xlnet_tf import generation
-    from xlnet_tf.models import XLNetPretrainer
-    from xlnet_tf.text.tokenization import XLNetTokenizer, file_sha256
 
     common_flags.require(FLAGS, "checkpoint", "spiece_model")
     settings = settings_from_flags()
     prompts = read_prompts()
     if not os.path.isfile(FLAGS.spiece_model):
         raise common_flags.UserError(f"--spiece_model={FLAGS.spiece_model} does not exist")
-    info = check_checkpoint(FLAGS.checkpoint, FLAGS.spiece_model, file_sha256(FLAGS.spiece_model))
-    tokenizer = XLNetTokenizer(FLAGS.spiece_model, uncased=info.uncased if info else False,
-                               keep_accents=info.keep_accents if info else False)
-    model = XLNetPretrainer.from_checkpoint(
-        FLAGS.checkpoint, config=FLAGS.model_config_path, require_heads=True,
-        # generation keeps its own memory buffer; bi_data/same_length are pretraining layouts
-        config_overrides={"mem_len": None, "reuse_len": None, "bi_data": False, "same_length": False,
-                          "dropout": 0.0, "dropatt": 0.0})
-    if model.config.n_token != tokenizer.vocab_size:
-        raise common_flags.UserError(f"--spiece_model={FLAGS.spiece_model} has {tokenizer.vocab_size} pieces but the "
-                                     f"model n_token={model.config.n_token}: give the model's own SentencePiece model")
+    tokenizer, _ = lm_tokenizer(FLAGS.checkpoint, FLAGS.spiece_model)
+    model = load_lm(FLAGS.checkpoint, FLAGS.model_config_path, tokenizer, FLAGS.spiece_model)  # own memory buffer
     for i, prompt in enumerate(prompts):
         if not tokenizer.encode(prompt):
             raise common_flags.UserError(f"prompt {i} ({prompt!r}) has no tokens: give some text")
