@@ -560,7 +560,8 @@ def serving_function(model, settings: GenerationSettings, prompt_len: int):
 def request_program(model, layout: str, max_new_tokens: int, max_top_k: int, stop_ids: Sequence[int],
                     prompt_len: int, segment_len: int = 512):
     """The compiled program behind a server's `generate` (xlnet_tf/serving_lm.py), every decoding value a run-time
-    input within bounds fixed here. Returns `(program, mem_len)`; `program(ids, mask, row_keys, values)`:
+    input within bounds fixed here (memory buffer: prompt_len + max_new_tokens). Returns
+    `program(ids, mask, row_keys, values)`:
     `ids [B, prompt_len]` int32 left-padded, `mask [B, prompt_len]` bool (**True = real token**), `row_keys [B]`
     uint32, `values` a dict of scalars: `seed` uint32, `temperature` float32 (0 = greedy), `top_k` int32 in
     `[0, max_top_k]` (0 = off), `top_p` float32 in (0, 1], `penalty` float32 > 0 (1 = off), `max_new_tokens`
@@ -577,7 +578,7 @@ def request_program(model, layout: str, max_new_tokens: int, max_top_k: int, sto
     @tf.function(jit_compile=True)
     def program(ids, mask, row_keys, values):
         return _run(model, st, ids, mask, row_keys, values, None, mem_len, seg, False)
-    return program, mem_len
+    return program
 
 
 def teacher_force(model, prompt: Sequence[int], continuation: Sequence[int], settings: GenerationSettings = None):

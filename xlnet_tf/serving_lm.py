@@ -67,9 +67,8 @@ class GenerationBounds:
     @property
     def prompt_len(self) -> int:
         """The prompt buffer: `max_prompt_tokens` rounded up to a multiple of 8, then of the segment."""
-        length = -(-self.max_prompt_tokens // 8) * 8
-        seg = min(self.segment_len, length)
-        return -(-length // seg) * seg
+        length = generation._round_up(self.max_prompt_tokens, 8)
+        return generation._round_up(length, min(self.segment_len, length))
 
     def to_dict(self) -> Dict:
         return {**dataclasses.asdict(self), "stop_ids": list(self.stop_ids)}
@@ -86,7 +85,7 @@ def generate_function(module, bounds: GenerationBounds):
     from xlnet_tf.serving_checks import _valid_utf8
 
     model, encoder = module.model, module.encoder
-    program, _ = generation.request_program(model, bounds.layout, bounds.max_new_tokens, bounds.max_top_k,
+    program = generation.request_program(model, bounds.layout, bounds.max_new_tokens, bounds.max_top_k,
                                             bounds.stop_ids, bounds.prompt_len, bounds.segment_len)
     S = tf.TensorSpec
     sig = SIGNATURE
