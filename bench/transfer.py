@@ -253,11 +253,8 @@ def evaluate_test(work: str, task: TransferSet, init: str, lr: str, seed: str) -
     score = read_score(out, task)
     if not task.test_split or score is None or any(m.startswith("test_") for m in score):
         return
-    cmd = [sys.executable, f"run/{task.runner}", f"--flagfile={task.flagfile}", *task.data_args,
-           f"--record_dir={work}/finetune_records/{task.name}", f"--model_dir={out}",
-           f"--spiece_model_file={work}/spiece.model", f"--seed={seed}",
-           f"--model_config_path={pretrained_dir(work, 'plm')}/xlnet_config.json",
-           "--do_train=false", "--do_eval=true", f"--eval_split={task.test_split}"]
+    cmd = runner_command(work, task, out, seed) + ["--do_train=false", "--do_eval=true",
+                                                  f"--eval_split={task.test_split}"]
     run_logged(cmd, out + f".{task.test_split}.log")
     _say(f"{task.name} {init} lr {lr} seed {seed} on {task.test_split}: {read_score(out, task)}")
 
@@ -287,6 +284,14 @@ def most_frequent_tag(pos_dir: str) -> Dict[str, float]:
     return out
 
 
+def runner_command(work: str, task: TransferSet, model_dir: str, seed: str) -> List[str]:
+    """The task's runner on its flag file, data, shared records, SentencePiece model and model config."""
+    return [sys.executable, f"run/{task.runner}", f"--flagfile={task.flagfile}", *task.data_args,
+            f"--record_dir={work}/finetune_records/{task.name}", f"--model_dir={model_dir}",
+            f"--spiece_model_file={work}/spiece.model", f"--seed={seed}",
+            f"--model_config_path={pretrained_dir(work, 'plm')}/xlnet_config.json"]
+
+
 def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra: str) -> Dict[str, float]:
     out = run_dir(work, task.name, init, lr, seed)
     score = read_score(out, task)
@@ -294,10 +299,7 @@ def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra:
         return score
     if os.path.isdir(out):  # a killed run: start it again (records are kept outside)
         shutil.rmtree(out)
-    cmd = [sys.executable, f"run/{task.runner}", f"--flagfile={task.flagfile}", *task.data_args,
-           f"--record_dir={work}/finetune_records/{task.name}", f"--model_dir={out}",
-           f"--spiece_model_file={work}/spiece.model", f"--learning_rate={lr}", f"--seed={seed}",
-           f"--model_config_path={pretrained_dir(work, 'plm')}/xlnet_config.json"]
+    cmd = runner_command(work, task, out, seed) + [f"--learning_rate={lr}"]
     if init != "scratch":
         cmd.append(f"--init_checkpoint={pretrained_dir(work, init)}/final")
     cmd += extra.split()
