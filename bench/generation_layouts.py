@@ -55,31 +55,43 @@ def documents(path):
     return docs
 
 
+def load_model(model_dir):
+    """`(XLNetPretrainer, tokenizer)` of a pretrained model directory (final/, spiece.model), read left to right."""
+    from xlnet_tf.checkpoints import load_init_checkpoint
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.models import XLNetPretrainer
+    from xlnet_tf.text.tokenization import XLNetTokenizer
+
+    final = os.path.join(model_dir, "final")
+    config = XLNetConfig.from_json_file(os.path.join(final, "xlnet_config.json"), dropout=0.0, dropatt=0.0,
+                                        bi_data=False, same_length=False)
+    model = XLNetPretrainer(config)
+    load_init_checkpoint(model, final)
+    return model, XLNetTokenizer(os.path.join(model_dir, "spiece.model"))
+
+
+def heldout_passages(tok, heldout, length, limit):
+    """The first `length` tokens of each of the first `limit` held-out documents that long."""
+    out = []
+    for doc in documents(heldout):
+        ids = tok.encode(doc)
+        if len(ids) >= length:
+            out.append(ids[:length])
+        if len(out) == limit:
+            break
+    return out
+
+
 def main(argv):
     del argv
     import numpy as np
 
     from bench import host
     from xlnet_tf import generation
-    from xlnet_tf.checkpoints import load_init_checkpoint
-    from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.models import XLNetPretrainer
-    from xlnet_tf.text.tokenization import XLNetTokenizer
 
-    final = os.path.join(FLAGS.model_dir, "final")
-    config = XLNetConfig.from_json_file(os.path.join(final, "xlnet_config.json"), dropout=0.0, dropatt=0.0,
-                                        bi_data=False, same_length=False)
-    model = XLNetPretrainer(config)
-    load_init_checkpoint(model, final)
-    tok = XLNetTokenizer(os.path.join(FLAGS.model_dir, "spiece.model"))
-    need = FLAGS.prompt_tokens + FLAGS.continuation_tokens
-    passages = []
-    for doc in documents(FLAGS.heldout):
-        ids = tok.encode(doc)
-        if len(ids) >= need:
-            passages.append(ids[:need])
-        if len(passages) == FLAGS.num_passages:
-            break
+    model, tok = load_model(FLAGS.model_dir)
+    passages = heldout_passages(tok, FLAGS.heldout, FLAGS.prompt_tokens + FLAGS.continuation_tokens,
+                                FLAGS.num_passages)
     nll = {}
     for layout in generation.LAYOUTS:
         settings = generation.GenerationSettings(layout=layout, stop_ids=())

@@ -44,24 +44,14 @@ def main(argv):
     import numpy as np
 
     from bench import host
-    from bench.generation_layouts import documents
+    from bench.generation_layouts import heldout_passages, load_model
     from xlnet_tf import generation
-    from xlnet_tf.checkpoints import load_init_checkpoint
-    from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.models import XLNetPretrainer
     from xlnet_tf.text.layout import EOD_ID
-    from xlnet_tf.text.tokenization import XLNetTokenizer
 
-    final = os.path.join(FLAGS.model_dir, "final")
-    config = XLNetConfig.from_json_file(os.path.join(final, "xlnet_config.json"), dropout=0.0, dropatt=0.0,
-                                        bi_data=False, same_length=False)
-    model = XLNetPretrainer(config)
-    load_init_checkpoint(model, final)
-    tok = XLNetTokenizer(os.path.join(FLAGS.model_dir, "spiece.model"))
+    model, tok = load_model(FLAGS.model_dir)
     prefix = tok.encode(generation.PADDING_TEXT) + [EOD_ID]
-    need = FLAGS.prompt_tokens + FLAGS.continuation_tokens
-    passages = [ids[:need] for ids in map(tok.encode, documents(FLAGS.heldout)) if len(ids) >= need]
-    passages = passages[:FLAGS.num_passages]
+    passages = heldout_passages(tok, FLAGS.heldout, FLAGS.prompt_tokens + FLAGS.continuation_tokens,
+                                FLAGS.num_passages)
     settings = generation.GenerationSettings(layout="causal", stop_ids=())
     nll = {}
     for name, before in (("plain", []), ("eod_only", [EOD_ID]), ("padding_text", prefix)):
