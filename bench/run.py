@@ -47,6 +47,7 @@ import tensorflow as tf  # noqa: E402
 from bench.host import describe  # noqa: E402
 from bench.ours import PRODUCTION, TrainerStep, Variant, bench_config, production_trainer  # noqa: E402,F401
 from bench.peak_rss import flush_denormals, hf_train_step, inputs, torch_inputs  # noqa: E402 (no TF or torch there)
+from tfrecords.brown_pos import UNIVERSAL_TAGS  # noqa: E402
 
 tf.get_logger().setLevel("ERROR")  # each A/B variant traces its own functions on purpose
 
@@ -83,7 +84,7 @@ TAGGING_VARIANTS = [PRODUCTION, _ab("no XLA (jit_compile=False)", jit=False),
                     _ab("mixed_bfloat16", mixed_precision="bfloat16")]
 # tagging_step: the universal part-of-speech tags (run/flags/transfer_pos_brown.flags), and the pieces per word
 # of its windows (P(1), P(2), P(3) pieces: 1.4 a word, so about 70% of positions carry a label)
-TAGGING_LABELS = 12
+TAGGING_LABELS = len(UNIVERSAL_TAGS)  # bench/ours.py's tagger manifest: the same tags
 PIECES_PER_WORD = (0.7, 0.2, 0.1)
 WORK_DIR = None  # main's scratch folder (the benchmarked Trainers' model_dirs, records), removed at the end
 
