@@ -21,6 +21,7 @@ no other labelled split here except topic and paraphrase); the same choice is ma
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -28,7 +29,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -45,7 +46,7 @@ DATA_FLAGS = ("seq_len", "reuse_len", "num_predict", "perm_size", "bi_data")
 class TransferSet:
     """One labeled set of the transfer table: its runner, flag file, data arguments and headline metrics."""
 
-    def __init__(self, name, runner, data_args, metrics, primary, test_split=None, baseline=None):
+    def __init__(self, name, runner, data_args, metrics, primary, test_split=None, baseline=None, baseline_note=""):
         self.name, self.runner, self.data_args, self.metrics, self.primary = (
             name, runner, data_args, metrics, primary)
         # A labelled test split: the runs at each init's best rate are also evaluated on it, and its scores
@@ -53,6 +54,7 @@ class TransferSet:
         self.test_split = test_split
         # Baseline scores beside the row: a callable returning {metric: percent} (test metrics "test_...").
         self.baseline = baseline
+        self.baseline_note = baseline_note  # what the baseline column holds for this task (the report's note)
         # classifier/RACE metrics are fractions, SQuAD's percentages; the report is in percent
         self.to_percent = 1.0 if runner == "run_squad.py" else 100.0
 
@@ -61,13 +63,22 @@ class TransferSet:
         return os.path.join(REPO, "run", "flags", f"transfer_{self.name}.flags")
 
 
-def tasks(labeled: str, pos_dir: Optional[str] = None) -> Dict[str, TransferSet]:
+def tasks(labeled: str, pos_dir: Optional[str] = None, cloze_dir: Optional[str] = None) -> Dict[str, TransferSet]:
     sq = os.path.join(labeled, "squad_wordnet")
     pos_dir = pos_dir or os.path.join(labeled, "brown_pos")
+    cloze_dir = cloze_dir or os.path.join(labeled, "cloze")
+    corpus = sorted(glob.glob(os.path.join(os.path.dirname(labeled), "corpus", "train", "*.txt")))
     return {t.name: t for t in (
         TransferSet("pos_brown", "run_tagger.py", [f"--data_dir={pos_dir}"],
                     ("token_accuracy", "test_token_accuracy"), "token_accuracy", test_split="test",
-                    baseline=lambda: most_frequent_tag(pos_dir)),
+                    baseline=lambda: most_frequent_tag(pos_dir),
+                    baseline_note="pos_brown's is the most-frequent-tag tagger (each word's most frequent tag in "
+                                  "train.txt, the most frequent tag overall for unseen words)"),
+        TransferSet("cloze", "run_race.py", [f"--data_dir={cloze_dir}"], ("accuracy", "test_accuracy"), "accuracy",
+                    test_split="test", baseline=lambda: cloze_baseline(cloze_dir, corpus),
+                    baseline_note="cloze's is the best of bench/cloze_baselines.py's (a word-bigram model of the "
+                                  "pretraining corpus; frequency in the passage and corpus unigram frequency score "
+                                  "lower), chance 25"),
         TransferSet("topic", "run_classifier.py", [f"--data_dir={labeled}/topic"], ("accuracy", "macro_f1"), "accuracy"),
         TransferSet("paraphrase", "run_classifier.py", [f"--data_dir={labeled}/paraphrase"], ("accuracy", "f1"),
              "accuracy"),
@@ -90,6 +101,8 @@ def define_flags():
     flags.DEFINE_integer("vocab_size", 8000, "SentencePiece vocabulary (must equal the recipe's --n_token).")
     flags.DEFINE_string("pos_data_dir", None, "Brown part-of-speech CoNLL split for the pos_brown task "
                         "(python tfrecords/brown_pos.py --output_dir=DIR; default: <data_root>/labeled/brown_pos).")
+    flags.DEFINE_string("cloze_data_dir", None, "The cloze task's RACE folders for the cloze task (python "
+                        "tfrecords/cloze.py --output_dir=DIR ...; default: <data_root>/labeled/cloze).")
     flags.DEFINE_list("tasks", ["topic", "paraphrase", "mc_wordnet", "squad_v1", "squad_v2"], "Tasks.")
     flags.DEFINE_list("inits", list(INITS), "Initialisations: scratch, mlm, plm.")
     flags.DEFINE_list("learning_rates", ["1e-4", "3e-4"], "Fine-tuning learning-rate grid (seed 0).")
@@ -282,6 +295,14 @@ def most_frequent_tag(pos_dir: str) -> Dict[str, float]:
                 total += 1
         out[key] = 100.0 * right / total
     return out
+
+
+def cloze_baseline(cloze_dir: str, corpus: Sequence[str]) -> Dict[str, float]:
+    """The word-bigram baseline's accuracy (percent) on dev ("accuracy") and test ("test_accuracy")."""
+    from bench import cloze_baselines
+
+    scores = cloze_baselines.baselines(cloze_dir, corpus)
+    return {"accuracy": scores["dev"]["bigram"], "test_accuracy": scores["test"]["bigram"]}
 
 
 def runner_command(work: str, task: TransferSet, model_dir: str, seed: str) -> List[str]:
@@ -481,7 +502,8 @@ def machine() -> Dict[str, str]:
     return {"cpu": m["cpu"], "cores": str(m["cores"]), "vector_extensions": m["vector_extensions"]}
 
 
-def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Dict, baselines: Dict) -> None:
+def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Dict, baselines: Dict,
+                 task_list: Sequence[TransferSet] = ()) -> None:
     complete = all(row.get(f"{i}_seeds") == len(FLAGS.seeds) for row in rows for i in FLAGS.inits)
     carried = sorted({row[k] for row in rows for k in row if k.endswith("_from")})
     report = {
@@ -527,10 +549,11 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
     for row in rows:
         base = f"{row['baseline']:.1f}" if "baseline" in row else "-"
         lines.append(f"| {row['task']} | {row['metric']} | {base} | " + " | ".join(cell(row, i) for i in INITS) + " |")
-    if any("baseline" in row for row in rows):
-        lines += ["", "Baseline: pos_brown's is the most-frequent-tag tagger (each word's most frequent tag in "
-                      "train.txt, the most frequent tag overall for unseen words). test_ metrics: the runs at "
-                      "the dev-chosen rate, evaluated once on the test split."]
+    notes = [t.baseline_note for t in task_list if t.baseline_note and any(
+        "baseline" in row and row["task"] == t.name for row in rows)]
+    if notes:
+        lines += ["", f"Baseline: {'; '.join(notes)}. test_ metrics: the runs at the dev-chosen rate, evaluated once "
+                      "on the test split."]
     sources = sorted({row[k] for row in rows for k in row if k.endswith("_from")})
     if sources:
         lines += ["", f"† some seed-0 runs (grid) carried over from an earlier run of the same command "
@@ -626,7 +649,8 @@ def main(argv):
     recipe = read_flagfile(recipe_path)
     if int(recipe["n_token"]) != FLAGS.vocab_size:
         raise app.UsageError(f"--vocab_size={FLAGS.vocab_size} but {recipe_path} has --n_token={recipe['n_token']}")
-    task_map = tasks(os.path.join(data_root, "labeled"), FLAGS.pos_data_dir and os.path.abspath(FLAGS.pos_data_dir))
+    task_map = tasks(os.path.join(data_root, "labeled"), FLAGS.pos_data_dir and os.path.abspath(FLAGS.pos_data_dir),
+                     FLAGS.cloze_data_dir and os.path.abspath(FLAGS.cloze_data_dir))
     unknown = sorted(set(FLAGS.tasks) - set(task_map))
     if unknown:
         raise app.UsageError(f"unknown task(s) {unknown}; known: {sorted(task_map)}")
@@ -649,7 +673,8 @@ def main(argv):
     if "report" in FLAGS.stages:
         baselines = {o: unigram(work, o, FLAGS.vocab_size) for o in FLAGS.objectives}
         rows, curves = collect(work, task_map, carried, source), pretrain_curves(work)
-        write_report(work, recipe, rows, curves, {k: v for k, v in baselines.items() if v is not None})
+        write_report(work, recipe, rows, curves, {k: v for k, v in baselines.items() if v is not None},
+                     list(task_map.values()))
         _say(f"report: {FLAGS.results_prefix}.md")
 
 

@@ -1,0 +1,119 @@
+"""Baselines of the cloze task (tfrecords/cloze.py) that know no neural network: what a pretrained model must beat.
+
+  python bench/cloze_baselines.py --cloze_dir=/work/cloze --corpus_glob='../shared/data/corpus/train/*.txt'
+
+- `frequency`: the candidate that occurs most often in the passage (the Children's Book Test's strong
+  context-frequency baseline);
+- `unigram`: the candidate most frequent in the corpus;
+- `bigram`: the candidate that makes the likeliest word bigrams around the blank, `P(w | previous word) *
+  P(next word | w)`, a word bigram model of the corpus (lowercased words as tfrecords/cloze.py splits them,
+  sentence starts and ends as words; Jelinek-Mercer interpolation with the add-one unigram, lambda 0.7).
+Ties share the credit (k tied candidates including the answer score 1/k), so no tie-break can flatter a baseline.
+The corpus should be the pretraining text of the models compared (the transfer table's: shared/data
+corpus/train/*.txt; the held-out documents the dev and test questions come from are not in it).
+Prints and returns `{split: {baseline: accuracy in %}}`.
+"""
+
+from __future__ import annotations
+
+import collections
+import glob
+import math
+import os
+import sys
+from typing import Dict, Iterable, List, Sequence
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from tfrecords import cloze  # noqa: E402
+
+START, END = "<s>", "</s>"
+LAMBDA = 0.7
+
+
+def sentence_words(sentence: str) -> List[str]:
+    """Lowercased words of a sentence (edge punctuation stripped; tokens with no letters dropped)."""
+    out = []
+    for token in sentence.split():
+        word = cloze.split_token(token)[1].lower()
+        if any(c.isalpha() for c in word):
+            out.append(word)
+    return out
+
+
+class BigramModel:
+    def __init__(self, sentences: Iterable[str]):
+        self.unigrams: collections.Counter = collections.Counter()
+        self.bigrams: collections.Counter = collections.Counter()
+        for sentence in sentences:
+            words = [START] + sentence_words(sentence) + [END]
+            self.unigrams.update(words)
+            self.bigrams.update(zip(words, words[1:]))
+        self.total = sum(self.unigrams.values())
+        self.vocab = len(self.unigrams) + 1
+
+    def unigram(self, word: str) -> float:
+        return (self.unigrams[word] + 1) / (self.total + self.vocab)
+
+    def bigram(self, previous: str, word: str) -> float:
+        seen = self.unigrams[previous]
+        ml = self.bigrams[(previous, word)] / seen if seen else 0.0
+        return LAMBDA * ml + (1 - LAMBDA) * self.unigram(word)
+
+
+def _credit(scores: Sequence[float], answer: int) -> float:
+    best = max(scores)
+    tied = [k for k, s in enumerate(scores) if s == best]
+    return 1.0 / len(tied) if answer in tied else 0.0
+
+
+def _context(question: str):
+    """The words before and after the blank (sentence boundaries as START / END)."""
+    before, _, after = question.partition("_")
+    return ([START] + sentence_words(before))[-1], (sentence_words(after) + [END])[0]
+
+
+def score(questions: Sequence[Dict], model: BigramModel) -> Dict[str, float]:
+    credit = collections.Counter()
+    for q in questions:
+        options, answer = q["options"][0], cloze.LETTERS.index(q["answers"][0])
+        passage = collections.Counter(w for s in [q["article"]] for w in sentence_words(s))
+        previous, following = _context(q["questions"][0])
+        credit["frequency"] += _credit([passage[o] for o in options], answer)
+        credit["unigram"] += _credit([model.unigrams[o] for o in options], answer)
+        credit["bigram"] += _credit([math.log(model.bigram(previous, o)) + math.log(model.bigram(o, following))
+                                     for o in options], answer)
+    return {name: 100.0 * credit[name] / len(questions) for name in ("frequency", "unigram", "bigram")}
+
+
+def corpus_sentences(paths: Sequence[str]) -> Iterable[str]:
+    for path in paths:
+        for doc in cloze.read_documents(path):
+            yield from doc
+
+
+def baselines(cloze_dir: str, corpus_paths: Sequence[str], splits: Sequence[str] = ("dev", "test")
+              ) -> Dict[str, Dict[str, float]]:
+    if not corpus_paths:
+        raise cloze.ClozeError("--corpus_glob matches no files")
+    model = BigramModel(corpus_sentences(corpus_paths))
+    return {split: score(cloze.read_questions(os.path.join(cloze_dir, split)), model) for split in splits}
+
+
+def main(argv):
+    from absl import flags
+
+    FLAGS = flags.FLAGS
+    results = baselines(FLAGS.cloze_dir, sorted(glob.glob(FLAGS.corpus_glob)))
+    for split, row in results.items():
+        print(split, " ".join(f"{k} {v:.1f}" for k, v in row.items()), flush=True)
+
+
+if __name__ == "__main__":
+    from absl import app, flags
+
+    flags.DEFINE_string("cloze_dir", None, "tfrecords/cloze.py's --output_dir.")
+    flags.DEFINE_string("corpus_glob", os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "shared", "data", "corpus", "train", "*.txt"), "The corpus of the n-gram models.")
+    flags.mark_flag_as_required("cloze_dir")
+    app.run(main)
