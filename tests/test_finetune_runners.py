@@ -200,3 +200,10 @@ def test_race_metrics_per_level():
     out = race_metrics(labels, logits, levels, weights)
     assert out["accuracy"] == pytest.approx(3 / 5)
     assert out["accuracy_middle"] == 1.0 and out["accuracy_high"] == pytest.approx(1 / 3)
+    # the chance-level diagnostics: loss against log 4, the spread of each question's 4 logits, letter collapse
+    top, rest = np.log(np.e / (np.e + 3)), np.log(1 / (np.e + 3))
+    assert out["loss"] == pytest.approx(-(top * 3 + rest * 2) / 5)
+    assert out["logit_std"] == pytest.approx(np.std([1, 0, 0, 0]))
+    assert out["top_letter_share"] == pytest.approx(4 / 5)
+    flat = race_metrics(labels, np.zeros([6, 4]), levels, weights)
+    assert flat["loss"] == pytest.approx(np.log(4)) and flat["logit_std"] == 0.0
