@@ -79,9 +79,11 @@ def tasks(labeled: str, pos_dir: Optional[str] = None, cloze_dir: Optional[str] 
                     baseline_note="cloze's is the best of bench/cloze_baselines.py's (a word-bigram model of the "
                                   "pretraining corpus; frequency in the passage and corpus unigram frequency score "
                                   "lower), chance 25"),
-        TransferSet("topic", "run_classifier.py", [f"--data_dir={labeled}/topic"], ("accuracy", "macro_f1"), "accuracy"),
+        TransferSet("topic", "run_classifier.py", [f"--data_dir={labeled}/topic"], ("accuracy", "macro_f1"), "accuracy",
+                    baseline=lambda: linear_baseline(f"{labeled}/topic"), baseline_note=LINEAR_NOTE),
         TransferSet("paraphrase", "run_classifier.py", [f"--data_dir={labeled}/paraphrase"], ("accuracy", "f1"),
-             "accuracy"),
+                    "accuracy", baseline=lambda: linear_baseline(f"{labeled}/paraphrase"),
+                    baseline_note=LINEAR_NOTE),
         TransferSet("mc_wordnet", "run_race.py", [f"--data_dir={labeled}/mc_wordnet"], ("accuracy",), "accuracy"),
         TransferSet("squad_v1", "run_squad.py", [f"--train_file={sq}/train-v1.1.json", f"--predict_file={sq}/dev-v1.1.json"],
              ("exact_match", "f1"), "f1"),
@@ -297,6 +299,26 @@ def most_frequent_tag(pos_dir: str) -> Dict[str, float]:
     return out
 
 
+LINEAR_NOTE = ("the classification rows' is bench/linear_baseline.py's TF-IDF word 1-2-gram logistic regression "
+               "(C chosen on dev; a pair's features [a, b, a*b]), and `majority` always answers the most frequent "
+               "train label")
+
+
+def linear_baseline(data_dir: str) -> Dict[str, float]:
+    """The linear baseline's and the majority class's dev scores (percent): `{metric: linear,
+    "majority_<metric>": majority}`, and "test_..." of both when the set has a test split."""
+    from bench import linear_baseline as lb
+
+    splits = ("dev", "test") if os.path.exists(os.path.join(data_dir, "test.tsv")) else ("dev",)
+    out = lb.baselines(data_dir, splits=splits)
+    scores = {}
+    for split in splits:
+        prefix = "" if split == "dev" else "test_"
+        scores.update({prefix + m: v for m, v in out["tfidf_logreg"][split].items()})
+        scores.update({"majority_" + prefix + m: v for m, v in out["majority"][split].items()})
+    return scores
+
+
 def cloze_baseline(cloze_dir: str, corpus: Sequence[str]) -> Dict[str, float]:
     """The word-bigram baseline's accuracy (percent) on dev ("accuracy") and test ("test_accuracy")."""
     from bench import cloze_baselines
@@ -425,6 +447,8 @@ def collect(work: str, task_map: Dict[str, TransferSet], carried: Optional[Grids
             row = {"task": name, "metric": metric, "primary": metric == task.primary}
             if metric in baseline:
                 row["baseline"] = baseline[metric]
+            if "majority_" + metric in baseline:
+                row["majority"] = baseline["majority_" + metric]
             for init, (grid, best, seeds, from_earlier) in runs.items():
                 vals = [s[metric] for s in seeds if metric in s]
                 if not vals:
@@ -545,10 +569,11 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
              report["description"], "", f"Command: `{report['command']}`", "",
              *([] if complete else ["**Partial results**: some cells are missing or have fewer seeds than "
                                     f"{len(FLAGS.seeds)}; the command resumes the rest.", ""]),
-             "| task | metric | baseline | scratch | MLM | PLM |", "|---|---|---|---|---|---|"]
+             "| task | metric | majority | baseline | scratch | MLM | PLM |", "|---|---|---|---|---|---|---|"]
     for row in rows:
-        base = f"{row['baseline']:.1f}" if "baseline" in row else "-"
-        lines.append(f"| {row['task']} | {row['metric']} | {base} | " + " | ".join(cell(row, i) for i in INITS) + " |")
+        base, majority = (f"{row[k]:.1f}" if k in row else "-" for k in ("baseline", "majority"))
+        lines.append(f"| {row['task']} | {row['metric']} | {majority} | {base} | "
+                     + " | ".join(cell(row, i) for i in INITS) + " |")
     notes = [t.baseline_note for t in task_list if t.baseline_note and any(
         "baseline" in row and row["task"] == t.name for row in rows)]
     if notes:

@@ -115,7 +115,7 @@ transfer.define_flags()
 work = os.path.dirname(sys.argv[1])
 flags.FLAGS(["transfer", "--tasks=topic", "--objectives=plm,mlm", f"--work_dir={work}", "--seeds=0,1",
              "--learning_rates=3e-4,1e-3"])
-task = transfer.tasks("labeled")["topic"]
+task = transfer.tasks("data/finetune")["topic"]  # the shipped slice: its linear baseline is computed for real
 recipe = {"n_token": "8000"}
 curve = [{"step": 0, "loss": 9.0, "accuracy": 0.0}, {"step": 300, "loss": 6.1, "accuracy": 0.1}]
 def cell(grid):
@@ -142,6 +142,7 @@ assert acc["plm"] == 55.0 and acc["plm_seeds"] == 2 and acc["plm_from"] == "earl
 assert rows["macro_f1"]["plm"] == 35.0, rows["macro_f1"]
 assert acc["scratch_best_lr"] == "3e-4" and acc["scratch_seeds"] == 1 and acc["scratch_from"], acc
 assert "mlm" not in acc, acc
+assert 9 < acc["majority"] < 30 < acc["baseline"] <= 100, acc  # 11 topics; TF-IDF + logistic regression learns
 ran = []
 def fake_finetune(work, task, init, lr, seed, extra):  # bench/transfer.finetune without the training
     done = transfer.read_score(transfer.run_dir(work, task.name, init, lr, seed), task)
@@ -172,3 +173,24 @@ def test_transfer_carries_over_only_seed0_runs_of_the_same_pretrained_model(tmp_
     out = subprocess.run([sys.executable, "-c", CARRY_CHECK, str(tmp_path / "earlier.json")], cwd=repo,
                          capture_output=True, text=True, timeout=300)
     assert out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+
+
+def test_linear_baseline_reads_the_runners_rows_and_sees_shared_ngrams_of_pairs(tmp_path):
+    from bench import linear_baseline as lb
+
+    rows = ["label\tsentence1\tsentence2"]
+    words = ["red apple pie", "blue river boat", "green tree house", "old stone wall", "tall grass field",
+             "warm sunny day", "cold dark night", "fast train ride"]
+    for k, a in enumerate(words * 6):
+        same = (k // len(words)) % 2 == 0  # every text on both sides of both labels: no side alone tells
+        b = a if same else words[(words.index(a) + 3) % len(words)]
+        rows.append(f"{int(same)}\t{a} today\tsee {b}")
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    out = lb.baselines(str(tmp_path), splits=("dev",))
+    majority = out["majority"]["dev"]
+    assert majority["accuracy"] == 50.0 and min(abs(majority["f1"] - v) for v in (0.0, 200 / 3)) < 1e-6
+    # no single side tells the label; only the product features [a * b] of the shared n-grams do
+    assert out["tfidf_logreg"]["dev"]["accuracy"] == 100.0 and out["C"] in lb.C_GRID
+    texts, texts_b, labels = lb.read_split(str(tmp_path), "dev")
+    assert texts[0] == "red apple pie today" and texts_b[0] == "see red apple pie" and labels[0] == "1"
