@@ -21,7 +21,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-C_GRID = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
+C_GRID = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
 
 
 def read_split(data_dir: str, split: str, task: str = "tsv") -> Tuple[List[str], Optional[List[str]], List[str]]:

@@ -55,6 +55,9 @@ class TransferSet:
         # Baseline scores beside the row: a callable returning {metric: percent} (test metrics "test_...").
         self.baseline = baseline
         self.baseline_note = baseline_note  # what the baseline column holds for this task (the report's note)
+        # "last": a run's score is its last dev evaluation (the recipe's fixed budget); "best_checkpoint": its best
+        # dev evaluation over the checkpoints of a longer run (SELECTIONS), the step chosen as the rate is
+        self.selection = "last"
         # classifier/RACE metrics are fractions, SQuAD's percentages; the report is in percent
         self.to_percent = 1.0 if runner == "run_squad.py" else 100.0
 
@@ -63,8 +66,10 @@ class TransferSet:
         return os.path.join(REPO, "run", "flags", f"transfer_{self.name}.flags")
 
 
-def tasks(labeled: str, pos_dir: Optional[str] = None, cloze_dir: Optional[str] = None) -> Dict[str, TransferSet]:
+def tasks(labeled: str, pos_dir: Optional[str] = None, cloze_dir: Optional[str] = None,
+          ood_dir: Optional[str] = None) -> Dict[str, TransferSet]:
     sq = os.path.join(labeled, "squad_wordnet")
+    ood_dir = ood_dir or os.path.join(labeled, "ood")
     pos_dir = pos_dir or os.path.join(labeled, "brown_pos")
     cloze_dir = cloze_dir or os.path.join(labeled, "cloze")
     corpus = sorted(glob.glob(os.path.join(os.path.dirname(labeled), "corpus", "train", "*.txt")))
@@ -74,6 +79,10 @@ def tasks(labeled: str, pos_dir: Optional[str] = None, cloze_dir: Optional[str] 
                     baseline=lambda: most_frequent_tag(pos_dir),
                     baseline_note="pos_brown's is the most-frequent-tag tagger (each word's most frequent tag in "
                                   "train.txt, the most frequent tag overall for unseen words)"),
+        *(TransferSet(name, "run_classifier.py", [f"--data_dir={ood_dir}/{name}"],
+                      ("accuracy", "macro_f1", "test_accuracy", "test_macro_f1"), "accuracy", test_split="test",
+                      baseline=lambda name=name: linear_baseline(f"{ood_dir}/{name}"), baseline_note=LINEAR_NOTE)
+          for name in ("tweets", "spam")),
         TransferSet("cloze", "run_race.py", [f"--data_dir={cloze_dir}"], ("accuracy", "test_accuracy"), "accuracy",
                     test_split="test", baseline=lambda: cloze_baseline(cloze_dir, corpus),
                     baseline_note="cloze's is the best of bench/cloze_baselines.py's (a word-bigram model of the "
@@ -103,6 +112,16 @@ def define_flags():
     flags.DEFINE_integer("vocab_size", 8000, "SentencePiece vocabulary (must equal the recipe's --n_token).")
     flags.DEFINE_string("pos_data_dir", None, "Brown part-of-speech CoNLL split for the pos_brown task "
                         "(python tfrecords/brown_pos.py --output_dir=DIR; default: <data_root>/labeled/brown_pos).")
+    flags.DEFINE_enum("selection", "last", ["last", "best_checkpoint"], "How a run is scored on dev: its last "
+                      "checkpoint (the flag file's budget, the same for every init), or its best of "
+                      "--checkpoints_per_run checkpoints over --steps_multiplier times that budget (the number of "
+                      "steps chosen on dev, like the rate; test is then scored at that checkpoint).")
+    flags.DEFINE_integer("steps_multiplier", 4, "--selection=best_checkpoint: run length over the flag file's steps.",
+                         lower_bound=1)
+    flags.DEFINE_integer("checkpoints_per_run", 8, "--selection=best_checkpoint: checkpoints scored on dev.",
+                         lower_bound=1)
+    flags.DEFINE_string("ood_data_dir", None, "The out-of-domain sets' folder (python tfrecords/ood_sets.py "
+                        "--output_dir=DIR; default: <data_root>/labeled/ood), for the tweets and spam tasks.")
     flags.DEFINE_string("cloze_data_dir", None, "The cloze task's RACE folders for the cloze task (python "
                         "tfrecords/cloze.py --output_dir=DIR ...; default: <data_root>/labeled/cloze).")
     flags.DEFINE_list("tasks", ["topic", "paraphrase", "mc_wordnet", "squad_v1", "squad_v2"], "Tasks.")
@@ -243,8 +262,9 @@ def run_dir(work: str, task: str, init: str, lr: str, seed: str) -> str:
 
 
 def read_score(path: str, task: TransferSet) -> Optional[Dict[str, float]]:
-    """The run's metrics at its last evaluation (eval_results.json, any runner) other than of the task's test split,
-    plus "test_<metric>" from its last evaluation of the test split when it has one."""
+    """The run's dev metrics, plus "test_<metric>" of the same checkpoint's test evaluation when there is one.
+    Dev: the last evaluation of any split but the task's test split (`task.selection == "last"`), or the one with
+    the best primary metric, the earliest on a tie ("best_checkpoint"); its checkpoint's step is "step"."""
     from xlnet_tf import results
 
     recorded = results.load(path)
@@ -254,7 +274,12 @@ def read_score(path: str, task: TransferSet) -> Optional[Dict[str, float]]:
     test = [e for e in recorded.evaluations if task.test_split and e.get("split") == task.test_split]
     if not dev:
         return None
-    score = {m: float(dev[-1][m]) * task.to_percent for m in task.metrics if m in dev[-1]}
+    chosen = dev[-1]
+    if task.selection == "best_checkpoint":
+        chosen = max(dev, key=lambda e: (float(e[task.primary]), -int(e["step"])))
+        test = [e for e in test if int(e["step"]) == int(chosen["step"])]
+    score = {m: float(chosen[m]) * task.to_percent for m in task.metrics if m in chosen}
+    score["step"] = int(chosen["step"])
     if test:
         test = test[-1]
         score.update({m: float(test[m[len("test_"):]]) * task.to_percent for m in task.metrics
@@ -270,6 +295,8 @@ def evaluate_test(work: str, task: TransferSet, init: str, lr: str, seed: str) -
         return
     cmd = runner_command(work, task, out, seed) + ["--do_train=false", "--do_eval=true",
                                                   f"--eval_split={task.test_split}"]
+    if task.selection == "best_checkpoint":
+        cmd += ["--eval_all_checkpoints=true"]  # read_score takes the dev-chosen checkpoint's
     run_logged(cmd, out + f".{task.test_split}.log")
     _say(f"{task.name} {init} lr {lr} seed {seed} on {task.test_split}: {read_score(out, task)}")
 
@@ -335,6 +362,18 @@ def runner_command(work: str, task: TransferSet, model_dir: str, seed: str) -> L
             f"--model_config_path={pretrained_dir(work, 'plm')}/xlnet_config.json"]
 
 
+def budget_flags(task: TransferSet) -> List[str]:
+    """`--selection=best_checkpoint`: the run lasts `--steps_multiplier` times the flag file's steps (warm-up
+    scaled alike) and keeps `--checkpoints_per_run` evenly spaced checkpoints, each scored on dev."""
+    if task.selection != "best_checkpoint":
+        return []
+    recipe = read_flagfile(task.flagfile)
+    steps = int(recipe["train_steps"]) * FLAGS.steps_multiplier
+    every = max(steps // FLAGS.checkpoints_per_run, 1)
+    return [f"--train_steps={steps}", f"--warmup_steps={int(recipe.get('warmup_steps', 0)) * FLAGS.steps_multiplier}",
+            f"--save_steps={every}", f"--keep_checkpoints={FLAGS.checkpoints_per_run}", "--eval_all_checkpoints=true"]
+
+
 def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra: str) -> Dict[str, float]:
     out = run_dir(work, task.name, init, lr, seed)
     score = read_score(out, task)
@@ -342,7 +381,7 @@ def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra:
         return score
     if os.path.isdir(out):  # a killed run: start it again (records are kept outside)
         shutil.rmtree(out)
-    cmd = runner_command(work, task, out, seed) + [f"--learning_rate={lr}"]
+    cmd = runner_command(work, task, out, seed) + [f"--learning_rate={lr}"] + budget_flags(task)
     if init != "scratch":
         cmd.append(f"--init_checkpoint={pretrained_dir(work, init)}/final")
     cmd += extra.split()
@@ -458,6 +497,7 @@ def collect(work: str, task_map: Dict[str, TransferSet], carried: Optional[Grids
                 row[f"{init}_seeds"] = len(vals)
                 row[f"{init}_runs"] = vals
                 row[f"{init}_best_lr"] = best
+                row[f"{init}_steps"] = [s.get("step") for s in seeds if metric in s]
                 row[f"{init}_grid"] = {lr: s.get(metric) for lr, s in grid.items()}
                 if from_earlier:
                     row[f"{init}_from"] = source
@@ -562,7 +602,8 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
         if std is not None:
             s += f" ± {std:.1f}"
         carried = "†" if row.get(f"{init}_from") else ""
-        return s + f" (lr {row[f'{init}_best_lr']}, n={row[f'{init}_seeds']}){carried}"
+        steps = f", steps {'/'.join(map(str, row[f'{init}_steps']))}" if FLAGS.selection == "best_checkpoint" else ""
+        return s + f" (lr {row[f'{init}_best_lr']}{steps}, n={row[f'{init}_seeds']}){carried}"
 
     lines = [f"# Transfer: scratch vs MLM vs PLM pretraining ({report['machine']['cpu']}, "
              f"{report['machine']['cores']} cores; {report['machine']['vector_extensions']})", "",
@@ -675,7 +716,10 @@ def main(argv):
     if int(recipe["n_token"]) != FLAGS.vocab_size:
         raise app.UsageError(f"--vocab_size={FLAGS.vocab_size} but {recipe_path} has --n_token={recipe['n_token']}")
     task_map = tasks(os.path.join(data_root, "labeled"), FLAGS.pos_data_dir and os.path.abspath(FLAGS.pos_data_dir),
-                     FLAGS.cloze_data_dir and os.path.abspath(FLAGS.cloze_data_dir))
+                     FLAGS.cloze_data_dir and os.path.abspath(FLAGS.cloze_data_dir),
+                     FLAGS.ood_data_dir and os.path.abspath(FLAGS.ood_data_dir))
+    for task in task_map.values():
+        task.selection = FLAGS.selection
     unknown = sorted(set(FLAGS.tasks) - set(task_map))
     if unknown:
         raise app.UsageError(f"unknown task(s) {unknown}; known: {sorted(task_map)}")

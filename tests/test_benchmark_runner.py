@@ -39,7 +39,7 @@ def _runner_of(flagfile_name):
         return run_tagger
     if "squad" in flagfile_name:
         return run_squad
-    if "race" in flagfile_name or "mc_" in flagfile_name:
+    if "race" in flagfile_name or "mc_" in flagfile_name or "cloze" in flagfile_name:
         return run_race
     return run_classifier
 
@@ -161,6 +161,20 @@ try:
     raise SystemExit("a report of another recipe was carried over")
 except Exception as e:  # app.UsageError
     assert "another pretraining recipe" in str(e)
+# --selection=best_checkpoint: 4x the flag file's 120 steps, 8 checkpoints scored on dev; the best (the earliest of a
+# tie) is the run's score, and its test evaluation is the test score
+spam = transfer.tasks("data/finetune")["spam"]
+spam.selection = "best_checkpoint"
+assert transfer.budget_flags(spam) == ["--train_steps=480", "--warmup_steps=48", "--save_steps=60",
+                                       "--keep_checkpoints=8", "--eval_all_checkpoints=true"]
+out = os.path.join(work, "best")
+for step, dev, test in ((60, 0.5, 0.9), (120, 0.7, 0.6), (180, 0.7, 0.95), (240, 0.6, 0.99)):
+    for split, acc in (("dev", dev), ("test", test)):
+        results.record(out, "classifier", "accuracy", step, {"accuracy": acc, "macro_f1": acc / 2}, split=split)
+score = transfer.read_score(out, spam)
+assert score == {"accuracy": 70.0, "macro_f1": 35.0, "step": 120, "test_accuracy": 60.0, "test_macro_f1": 30.0}, score
+spam.selection = "last"
+assert transfer.read_score(out, spam)["step"] == 240 and transfer.budget_flags(spam) == []
 print("ok")
 '''
 
