@@ -3,8 +3,8 @@
   python bench/peak_rss.py --impl=ours|hf --n_layer=4 --d_model=768 --batch=8 --seq_len=512 \
       --num_predict=85 --mem_len=256
 
-Imports only the framework it measures (TensorFlow for `ours`, PyTorch for `hf`), builds the model,
-records the resident set size, takes 3 training steps (forward, backward, AdamW; ours: the step of the
+Imports only the framework it measures (TensorFlow for `ours`, PyTorch for `hf`), builds the model (`--remat`:
+ours with each layer rematerialized), records the resident set size, takes 3 training steps (forward, backward, AdamW; ours: the step of the
 Trainer run/pretrain.py builds) and prints one JSON line:
 the process's peak RSS and the peak growth during training. bench/run.py's `memory` suite runs it twice.
 PyTorch runs with denormals flushed (`flush_denormals`), as wherever the benchmarks run HF.
@@ -15,6 +15,7 @@ import json
 import os
 import resource
 import sys
+import time
 
 import numpy as np
 
@@ -118,12 +119,32 @@ def hf_step(args, data, mems):
     return hf_train_step(transformers.XLNetLMHeadModel(cfg), torch_inputs(data, mems, "plm"))
 
 
+def xla_heap_mb(dump_dir: str):
+    """XLA's own account of the step program's memory: "Total bytes used" of its buffer assignment (every
+    buffer the compiled step allocates, live ranges overlapped by the heap simulator; weights and optimizer
+    slots included), in MiB; None when no dump was written."""
+    import glob
+    import re
+
+    for path in sorted(glob.glob(os.path.join(dump_dir, "*replica_step*buffer-assignment.txt"))):
+        with open(path, encoding="utf-8") as f:
+            match = re.search(r"Total bytes used: (\d+)", f.read())
+        if match:
+            return round(int(match.group(1)) / 2 ** 20, 1)
+    return None
+
+
 def our_step(args, data, mems):
     del mems  # ours: the Trainer's own memories (zeros, then carried from step to step), of the same shape
     import atexit
     import shutil
     import tempfile
 
+    # XLA dumps the compiled step's buffer assignment here (read by xla_heap_mb); set before TensorFlow loads
+    args.xla_dump = tempfile.mkdtemp(prefix="xlnet_xla_dump_")
+    atexit.register(shutil.rmtree, args.xla_dump, True)
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={args.xla_dump}"
+                               " --xla_dump_hlo_module_re=.*replica_step.*").strip()
     import tensorflow as tf
 
     from bench.ours import TrainerStep, bench_config, production_trainer
@@ -134,6 +155,7 @@ def our_step(args, data, mems):
     model_dir = tempfile.mkdtemp(prefix="xlnet_rss_")
     atexit.register(shutil.rmtree, model_dir, True)
     trainer = production_trainer("plm", config, args.batch, args.seq_len, model_dir)
+    trainer.model.backbone.remat = args.remat  # before the step is traced (its first call)
     return TrainerStep(trainer, feats)
 
 
@@ -147,16 +169,24 @@ def main():
     ap.add_argument("--seq_len", type=int, default=512)
     ap.add_argument("--num_predict", type=int, default=85)
     ap.add_argument("--mem_len", type=int, default=256)
+    ap.add_argument("--remat", action="store_true", help="ours: rematerialize each layer (XLNetBackbone remat)")
     args = ap.parse_args()
+    if args.remat and args.impl != "ours":
+        ap.error("--remat: Hugging Face's XLNet has no gradient checkpointing")
     data, mems = inputs(args.n_token, args.n_layer, args.d_model, args.batch, args.seq_len, args.num_predict,
                         args.mem_len)
     step = (hf_step if args.impl == "hf" else our_step)(args, data, mems)
     built = current_rss_mb()
+    times = []
     for _ in range(3):
+        t0 = time.perf_counter()
         step()
-    print(json.dumps({"impl": args.impl, "peak_rss_mb": round(peak_rss_mb(), 1),
+        times.append(time.perf_counter() - t0)
+    print(json.dumps({"impl": args.impl, "remat": args.remat, "peak_rss_mb": round(peak_rss_mb(), 1),
                       "rss_after_build_mb": round(built, 1),
-                      "training_growth_mb": round(peak_rss_mb() - built, 1)}))
+                      "training_growth_mb": round(peak_rss_mb() - built, 1),
+                      "step_s_after_first": round(min(times[1:]), 3),
+                      **({"xla_heap_mb": xla_heap_mb(args.xla_dump)} if args.impl == "ours" else {})}))
 
 
 if __name__ == "__main__":

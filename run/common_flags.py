@@ -95,6 +95,8 @@ def define_model_flags(fv: flags.FlagValues):
     d.integer("clamp_len", -1, "Clamp relative distances (-1 = off).", lower_bound=-1)
     d.bool("same_length", False, "Same-length attention (uni only).")
     d.float("init_range", 0.02, "Std of the normal initializer.", lower_bound=0.0)
+    d.bool("remat", False, "Rematerialize each layer's activations in training (XLNetBackbone remat): the same "
+                           "losses and gradients in less memory, for a second forward pass per layer.")
     d.string("init_checkpoint", None, "Initial weights: our checkpoint (file or directory), "
                         "the converted/original release, or HF model.safetensors.")
 

@@ -150,6 +150,7 @@ def _run_on_records(task: FineTuningJob, config: XLNetConfig, log: Callable[[str
     keras.utils.set_random_seed(s.seed)
     with strategy.scope():
         model = task.build_model(config, training.dtype_policy(s.mixed_precision))
+        model.backbone.remat = bool(getattr(s, "remat", False))
         if s.init_checkpoint:
             report = checkpoints.load_init_checkpoint(model, s.init_checkpoint)
             log(f"Initialized {len(report['loaded'])} variables from {s.init_checkpoint}; "

@@ -99,6 +99,7 @@ def run():
     with strategy.scope():
         model = XLNetPretrainer(config, objective=FLAGS.objective, nsp=FLAGS.nsp,
                                 dtype=common_flags.dtype_policy(FLAGS))
+        model.backbone.remat = FLAGS.remat
         if FLAGS.init_checkpoint:
             checkpoints.load_init_checkpoint(model, FLAGS.init_checkpoint)
         optimizer = common_flags.optimizer_settings(FLAGS).create(model)

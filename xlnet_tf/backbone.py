@@ -50,6 +50,9 @@ class XLNetBackbone(keras.layers.Layer):
       query_stream: `"targets"` computes the query stream only at the P target positions (gathering mask
         and relative-position rows); `"full"` is the original full-length formulation (scatter to L rows
         and gather back). Both give the same numbers; `"targets"` is O(P * klen) instead of O(L * klen).
+      remat: rematerialize each layer's activations in training (`tf.recompute_grad`; the same losses and
+        gradients, dropout masks replayed): a step holds one layer's activations instead of all of them, for a
+        second forward pass per layer. A plain attribute: `backbone.remat = True` before the step is traced.
 
     Call inputs (batch-major):
       input_ids: `[B, L]` int. segment_ids: `[B, L]` int or None (only equality matters; 0 = A, 1 = B,
@@ -73,8 +76,10 @@ class XLNetBackbone(keras.layers.Layer):
       or None when `config.mem_len` is 0/None.
     """
 
-    def __init__(self, config: Union[XLNetConfig, dict], query_stream: str = "targets", **kwargs):
+    def __init__(self, config: Union[XLNetConfig, dict], query_stream: str = "targets", remat: bool = False,
+                 **kwargs):
         super().__init__(**kwargs)
+        self.remat = bool(remat)
         if isinstance(config, dict):
             config = XLNetConfig.from_dict(config)
         if query_stream not in QUERY_STREAM_MODES:
@@ -212,16 +217,39 @@ class XLNetBackbone(keras.layers.Layer):
             if new_mems is not None:
                 new_mems.append(cache_mems(content, mem, c.mem_len, c.reuse_len, stop_gradient=not mem_gradient))
             last = i == len(self.xl_layers) - 1
-            content, query = layer(content, query, pos_emb=pos_emb, per_example_positions=per_example,
-                                   mems=mem, content_mask=content_mask, seg_diff=seg_diff, biases=biases,
-                                   content_pos=output_positions if last else None, training=training,
-                                   **query_kwargs)
+            kwargs = dict(pos_emb=pos_emb, per_example_positions=per_example, content_mask=content_mask,
+                          seg_diff=seg_diff, biases=biases, content_pos=output_positions if last else None,
+                          training=training, **query_kwargs)
+            if self.remat and training:
+                content, query = self._recomputed(layer, content, query, mem, kwargs)
+            else:
+                content, query = layer(content, query, mems=mem, **kwargs)
         content = self.drop(content, training=training)
         if query is not None:
             query = self.drop(query, training=training)
         return {"content": content, "query": query, "new_mems": new_mems}
 
+    def _recomputed(self, layer, content, query, mem, kwargs):
+        """`layer(content, query, mems=mem, **kwargs)` under `tf.recompute_grad`: its activations are not kept for
+        the gradient but rebuilt from its inputs, so a training step holds one layer's activations at a time. The
+        dropout masks come from one seed drawn here, outside the recomputed function (`seeded_dropout`), so the
+        recomputation replays the forward pass's masks."""
+        seed = None
+        drops = [d for d in (self.drop, layer.rel_attn.prob_dropout) if d.rate]
+        if drops:
+            seed = drops[0].seed_generator.next()
+        args = [content] + ([query] if query is not None else []) + ([mem] if mem is not None else [])
+
+        def run(*xs):
+            q = xs[1] if query is not None else None
+            m = xs[-1] if mem is not None else None
+            c_out, q_out = layer(xs[0], q, mems=m, dropout_seed=seed, **kwargs)
+            return (c_out,) if q_out is None else (c_out, q_out)
+
+        out = tf.recompute_grad(run)(*args)
+        return out[0], (out[1] if query is not None else None)
+
     def get_config(self):
         config = super().get_config()
-        config.update(config=self.config.to_dict(), query_stream=self.query_stream)
+        config.update(config=self.config.to_dict(), query_stream=self.query_stream, remat=self.remat)
         return config

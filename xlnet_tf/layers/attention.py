@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf import initializers
+from xlnet_tf.layers import seeded_dropout
 
 # Added to blocked scores. Scores are always float32 when masked (softmax runs in float32), so this
 # never overflows, whatever the compute dtype.
@@ -161,7 +162,7 @@ class RelativeAttention(keras.layers.Layer):
         return tf.reshape(scores, tf.concat([[shape[0]], tf.shape(scores)[2:]], 0))
 
     def _core(self, q_head, k_head, v_head, k_r, biases, seg_diff, mask, query_pos, qlen, training,
-              per_example=False):
+              per_example=False, dropout_seed=None, site=0):
         """Attention of queries `[B, Q, H, Dh]` over keys/values `[B, klen, H, Dh]` -> `[B, Q, H, Dh]`."""
         r_w_bias, r_r_bias, r_s_bias = (self._w(b) for b in biases)
         klen = tf.shape(k_head)[1]
@@ -176,18 +177,19 @@ class RelativeAttention(keras.layers.Layer):
         if mask is not None:
             score = tf.where(mask[:, None], tf.constant(MASK_VALUE, tf.float32), score)
         prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
-        prob = self.prob_dropout(prob, training=training)
+        prob = seeded_dropout.apply(self.prob_dropout, prob, training, dropout_seed, site)
         return tf.einsum("bnij,bjnd->bind", prob, v_head)
 
-    def _post_attention(self, residual, attn_vec, training):
+    def _post_attention(self, residual, attn_vec, training, dropout_seed=None, site=1):
         out = tf.einsum("bind,hnd->bih", attn_vec, self._w(self.o))
-        out = self.output_dropout(out, training=training)
+        out = seeded_dropout.apply(self.output_dropout, out, training, dropout_seed, site)
         return self.layer_norm(out + residual)
 
     # --------------------------------------------------------------------------------------------- call
     def call(self, content, query=None, *, pos_emb, per_example_positions=False, mems=None,
              content_mask=None, seg_diff=None, query_mask=None, query_seg_diff=None, query_pos=None,
-             query_weight=None, target_mapping=None, biases=None, content_pos=None, training=False):
+             query_weight=None, target_mapping=None, biases=None, content_pos=None, training=False,
+             dropout_seed=None):
         if biases is None:
             if not self.own_biases:
                 raise ValueError(f"{self.name}: biases must be passed when own_biases=False")
@@ -203,8 +205,8 @@ class RelativeAttention(keras.layers.Layer):
             content_mask = gather_rows(content_mask, content_pos, shape)
             seg_diff = gather_rows(seg_diff, content_pos, shape)
         vec = self._core(self._project(rows, self.q), k_head, v_head, k_r, biases, seg_diff,
-                         content_mask, content_pos, qlen, training, per_example_positions)
-        content_out = self._post_attention(rows, vec, training)
+                         content_mask, content_pos, qlen, training, per_example_positions, dropout_seed, 0)
+        content_out = self._post_attention(rows, vec, training, dropout_seed, 1)
         if query is None:
             return content_out, None
 
@@ -213,14 +215,14 @@ class RelativeAttention(keras.layers.Layer):
             mapping = tf.cast(target_mapping, q_head.dtype)
             q_full = tf.einsum("bknd,bkl->blnd", q_head, mapping)
             vec = self._core(q_full, k_head, v_head, k_r, biases, query_seg_diff, query_mask, None, qlen,
-                             training, per_example_positions)
+                             training, per_example_positions, dropout_seed, 2)
             vec = tf.einsum("blnd,bkl->bknd", vec, mapping)
         else:
             vec = self._core(q_head, k_head, v_head, k_r, biases, query_seg_diff, query_mask, query_pos,
-                             qlen, training, per_example_positions)
+                             qlen, training, per_example_positions, dropout_seed, 2)
             if query_weight is not None:
                 vec *= tf.cast(query_weight, vec.dtype)[:, :, None, None]
-        return content_out, self._post_attention(query, vec, training)
+        return content_out, self._post_attention(query, vec, training, dropout_seed, 3)
 
     def get_config(self):
         config = super().get_config()

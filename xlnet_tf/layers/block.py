@@ -47,13 +47,16 @@ class XLNetLayer(keras.layers.Layer):
         self.ff.build()
         super().build(input_shape)
 
-    def call(self, content, query=None, training=False, per_example_positions=False, **attention_kwargs):
+    def call(self, content, query=None, training=False, per_example_positions=False, dropout_seed=None,
+             **attention_kwargs):
         # (a Python flag: Keras does not allow mixing it into the tensor kwargs)
-        content, query = self.rel_attn(content, query, training=training,
+        # dropout_seed: `[2]` int, every dropout mask of the layer drawn from it (xlnet_tf/layers/seeded_dropout.py:
+        # a recomputed layer replays its masks); None: the dropout layers' own generators
+        content, query = self.rel_attn(content, query, training=training, dropout_seed=dropout_seed,
                                        per_example_positions=per_example_positions, **attention_kwargs)
-        content = self.ff(content, training=training)
+        content = self.ff(content, training=training, dropout_seed=dropout_seed, site=4)
         if query is not None:
-            query = self.ff(query, training=training)
+            query = self.ff(query, training=training, dropout_seed=dropout_seed, site=6)
         return content, query
 
     def get_config(self):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import keras
 
 from xlnet_tf import initializers
+from xlnet_tf.layers import seeded_dropout
 
 ACTIVATIONS = ("gelu", "gelu_exact", "relu")
 
@@ -58,9 +59,10 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.layer_norm.build((None, None, self.d_model))
         super().build(input_shape)
 
-    def call(self, x, training=False):
-        y = self.drop(self.layer_1(x), training=training)
-        y = self.drop(self.layer_2(y), training=training)
+    def call(self, x, training=False, dropout_seed=None, site=0):
+        """`dropout_seed`: see `seeded_dropout` (sites `site` and `site + 1`)."""
+        y = seeded_dropout.apply(self.drop, self.layer_1(x), training, dropout_seed, site)
+        y = seeded_dropout.apply(self.drop, self.layer_2(y), training, dropout_seed, site + 1)
         return self.layer_norm(y + x)
 
     def get_config(self):
