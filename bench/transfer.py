@@ -575,10 +575,15 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
         "unit": "percent (dev set)",
         "description": "Fine-tuning from random weights (scratch), BERT's masked LM (mlm) and XLNet's "
                        "permutation LM (plm), pretrained with run/flags/pretrain_cpu.flags on the same records "
-                       "layout, model, optimizer and steps; dev-set scores at the end of a fixed budget "
-                       "(run/flags/transfer_<task>.flags); learning rate = best of the grid on dev with seed 0, "
-                       "then mean and sample std over the seeds at that rate.",
-        "command": "python bench/transfer.py --flagfile=run/flags/transfer_cpu.flags"
+                       "layout, model, optimizer and steps; " + (
+                           "dev-set scores at the end of a fixed budget (run/flags/transfer_<task>.flags)"
+                           if FLAGS.selection == "last" else
+                           f"dev-set scores at each run's best of {FLAGS.checkpoints_per_run} evenly spaced "
+                           f"checkpoints over {FLAGS.steps_multiplier}x the budget of run/flags/"
+                           "transfer_<task>.flags (the step chosen on dev, listed in each cell; test scored at it)")
+                       + "; learning rate = best of the grid on dev with seed 0, then mean and sample std over the "
+                         "seeds at that rate.",
+        "command": " ".join(["python", "bench/transfer.py", *sys.argv[1:]])
                    + (f" --carry_over={carried[0]}" if carried else ""),
         "machine": machine(),
         "learning_rates": FLAGS.learning_rates,
@@ -651,7 +656,8 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
     lines += ["", "Pretraining held-out loss (nats per predicted token; the unigram baseline in brackets):", ""]
     for objective, curve in curves.items():
         lines.append(f"- {objective}: " + ", ".join(f"{r['step']}: {r['loss']:.3f}" for r in curve)
-                     + f" [{baselines.get(objective, float('nan')):.3f}]")
+                     + (f" [{baselines[objective]:.3f}]" if objective in baselines else
+                        " [unigram baseline not computed: this work_dir has no pretraining records]"))
     with open(FLAGS.results_prefix + ".md", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     plot(rows, curves, baselines, FLAGS.results_prefix + ".png")
