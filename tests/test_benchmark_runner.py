@@ -208,3 +208,27 @@ def test_linear_baseline_reads_the_runners_rows_and_sees_shared_ngrams_of_pairs(
     assert out["tfidf_logreg"]["dev"]["accuracy"] == 100.0 and out["C"] in lb.C_GRID
     texts, texts_b, labels = lb.read_split(str(tmp_path), "dev")
     assert texts[0] == "red apple pie today" and texts_b[0] == "see red apple pie" and labels[0] == "1"
+
+
+def test_mc_diagnosis_variants_keep_each_answer_and_drop_the_article(tmp_path):
+    import json
+
+    from bench import mc_diagnosis
+
+    source = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "finetune",
+                          "mc_wordnet")
+    shuffled = mc_diagnosis.write_variant(source, str(tmp_path / "shuffled"), "shuffled")
+    bare = mc_diagnosis.write_variant(source, str(tmp_path / "bare"), "no_article")
+    moved = 0
+    for name in sorted(os.listdir(os.path.join(source, "dev")))[:20]:
+        original = json.load(open(os.path.join(source, "dev", name)))
+        new = json.load(open(os.path.join(shuffled, "dev", name)))
+        assert json.load(open(os.path.join(bare, "dev", name)))["article"] == ""
+        assert new["article"] == original["article"] and new["questions"] == original["questions"]
+        for k, options in enumerate(original["options"]):
+            answer = options["ABCD".index(original["answers"][k])]
+            assert sorted(new["options"][k]) == sorted(options)
+            assert new["options"][k]["ABCD".index(new["answers"][k])] == answer  # the answer follows its option
+            moved += new["answers"][k] != original["answers"][k]
+    assert moved > 20  # most answers changed letter
+    assert mc_diagnosis.letters(shuffled, "dev") != mc_diagnosis.letters(source, "dev")
