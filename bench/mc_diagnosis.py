@@ -10,6 +10,8 @@ letter collapse. What changes between runs (`RUNS`):
 - `full`: the set as the table trains it;
 - `no_article`: the article removed (question + option only, 64-piece windows): does the model use it?
 - `shuffled`: each question's options in a new seeded order (the answer letter follows): a position prior?
+  (None can form: each choice is scored on its own by the same network, so the model is permutation-
+  equivariant and this run equals `full` up to float rounding; it checks that, nothing more.)
 - the budget: 80 steps (the table) against 400 (5x, 1.3 epochs of the 5,000 questions).
 Also the answer letters' distribution (a majority-letter baseline) and the bag-of-bigram overlap baseline.
 Writes `<results_prefix>.{json,md,png}`.
