@@ -77,7 +77,7 @@ def score(questions: Sequence[Dict], model: BigramModel) -> Dict[str, float]:
     credit = collections.Counter()
     for q in questions:
         options, answer = q["options"][0], cloze.LETTERS.index(q["answers"][0])
-        passage = collections.Counter(w for s in [q["article"]] for w in sentence_words(s))
+        passage = collections.Counter(sentence_words(q["article"]))
         previous, following = _context(q["questions"][0])
         credit["frequency"] += _credit([passage[o] for o in options], answer)
         credit["unigram"] += _credit([model.unigrams[o] for o in options], answer)

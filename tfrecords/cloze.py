@@ -50,8 +50,6 @@ import json
 import os
 import random
 import re
-import shutil
-import tempfile
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from tfrecords import conll
@@ -288,10 +286,7 @@ def write(questions: Mapping[str, Sequence[Dict]], output_dir: str, info: Dict) 
     unless everything is written (temporary folder, then one rename)."""
     if os.path.isdir(output_dir) and os.listdir(output_dir):
         raise ClozeError(f"--output_dir={output_dir} exists and is not empty; give a new folder")
-    parent = os.path.dirname(os.path.abspath(output_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".cloze-", dir=parent)
-    try:
+    with files.directory_written_aside(output_dir) as tmp:
         for split, items in questions.items():
             os.makedirs(os.path.join(tmp, split))
             for q in items:
@@ -302,12 +297,6 @@ def write(questions: Mapping[str, Sequence[Dict]], output_dir: str, info: Dict) 
                 for split, items in questions.items()}
         files.write_json_atomic(os.path.join(tmp, CLOZE_INFO), dict(info, version=CLOZE_INFO_VERSION,
                                                                    questions=counts, answer_tags=tags))
-        if os.path.isdir(output_dir):
-            os.rmdir(output_dir)
-        os.replace(tmp, output_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def read_questions(split_dir: str) -> List[Dict]:

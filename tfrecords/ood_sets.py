@@ -38,10 +38,8 @@ import json
 import os
 import random
 import re
-import shutil
 import subprocess
 import tarfile
-import tempfile
 import unicodedata
 from typing import Dict, List, Sequence, Tuple
 
@@ -191,10 +189,7 @@ def select_slice(splits: Dict[str, List[Row]], sizes: Dict[str, int], seed: int 
 
 def write_set(directory: str, splits: Dict[str, List[Row]], info: Dict) -> None:
     """`directory/{train,dev,test}.tsv`, `labels.txt`, `SOURCE.json`; written aside, then renamed into place."""
-    parent = os.path.dirname(os.path.abspath(directory))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".ood-", dir=parent)
-    try:
+    with files.directory_written_aside(directory) as tmp:
         for split, rows in splits.items():
             with open(os.path.join(tmp, f"{split}.tsv"), "w", encoding="utf-8", newline="\n") as f:
                 f.write("label\ttext\n" + "".join(f"{label}\t{text}\n" for label, text in rows))
@@ -204,12 +199,6 @@ def write_set(directory: str, splits: Dict[str, List[Row]], info: Dict) -> None:
         counts = {split: dict(sorted(collections.Counter(lab for lab, _ in rows).items()))
                   for split, rows in splits.items()}
         files.write_json_atomic(os.path.join(tmp, "SOURCE.json"), dict(info, rows=counts))
-        if os.path.isdir(directory):
-            shutil.rmtree(directory)
-        os.replace(tmp, directory)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 def build(name: str, archive: str, seed: int = DEFAULT_SEED) -> Tuple[Dict[str, List[Row]], Dict]:

@@ -5,16 +5,21 @@ latter, so record builders and light tools that import this module stay free of 
 
 - `write_json_atomic(path, values)`: JSON (sorted keys, indent 2, a final newline) under a temporary name in the
   same directory, then renamed over `path`: a reader sees the old file or the new one, never half of one.
+- `directory_written_aside(path)`: a local folder filled under a temporary name beside it, then renamed over
+  `path` (an existing `path` is replaced); on any failure the temporary folder is removed and `path` is untouched.
 - `file_sha256(path)`: hex SHA-256 of a file's bytes, read in 1 MiB chunks (SentencePiece checksums, input
   fingerprints of record sets).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
-from typing import Any, BinaryIO, Union
+import shutil
+import tempfile
+from typing import Any, BinaryIO, Iterator, Union
 
 PathLike = Union[str, os.PathLike]
 
@@ -51,6 +56,24 @@ def write_text_atomic(path: PathLike, text: str) -> None:
     with open_file(tmp, "w") as f:
         f.write(text)
     replace(tmp, path)
+
+
+@contextlib.contextmanager
+def directory_written_aside(path: PathLike) -> Iterator[str]:
+    """Yields a new temporary folder beside the local folder `path`; when the block ends without an error it
+    replaces `path` (removed first if it exists), else it is deleted and `path` is left as it was."""
+    path = os.path.abspath(os.fspath(path))
+    parent = os.path.dirname(path)
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}-", dir=parent)
+    try:
+        yield tmp
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def json_text(values: Any) -> str:
