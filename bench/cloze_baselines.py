@@ -8,6 +8,9 @@
 - `bigram`: the candidate that makes the likeliest word bigrams around the blank, `P(w | previous word) *
   P(next word | w)`, a word bigram model of the corpus (lowercased words as tfrecords/cloze.py splits them,
   sentence starts and ends as words; Jelinek-Mercer interpolation with the add-one unigram, lambda 0.7).
+- `lm_zero_shot` (with `--lm_checkpoint`): a pretrained XLNet's own probability of each candidate in the blank,
+  both sides of it visible (xlnet_tf/blank_scoring.py), no fine-tuning: what the language model knows, read
+  without a multiple-choice head.
 Ties share the credit (k tied candidates including the answer score 1/k), so no tie-break can flatter a baseline.
 The corpus should be the pretraining text of the models compared (the transfer table's: shared/data
 corpus/train/*.txt; the held-out documents the dev and test questions come from are not in it).
@@ -92,19 +95,43 @@ def corpus_sentences(paths: Sequence[str]) -> Iterable[str]:
             yield from doc
 
 
-def baselines(cloze_dir: str, corpus_paths: Sequence[str], splits: Sequence[str] = ("dev", "test")
+def lm_zero_shot(questions: Sequence[Dict], scorer) -> float:
+    """Accuracy (%) of the candidate a `blank_scoring.BlankScorer` finds likeliest (ties share the credit)."""
+    scores = scorer.score_questions(questions)
+    credit = sum(_credit(list(s), cloze.LETTERS.index(q["answers"][0])) for s, q in zip(scores, questions))
+    return 100.0 * credit / len(questions)
+
+
+def load_scorer(checkpoint: str, spiece_model: str, seq_len: int = 256):
+    """A BlankScorer over the pretrained LM at `checkpoint` (refusals as run/evaluate_lm.py's)."""
+    from run.evaluate_lm import lm_tokenizer, load_lm
+    from xlnet_tf import blank_scoring
+
+    tokenizer, _ = lm_tokenizer(checkpoint, spiece_model, "--lm_spiece_model")
+    return blank_scoring.BlankScorer(load_lm(checkpoint, None, tokenizer, spiece_model, spiece_flag="--lm_spiece_model"),
+                                     tokenizer, seq_len=seq_len)
+
+
+def baselines(cloze_dir: str, corpus_paths: Sequence[str], splits: Sequence[str] = ("dev", "test"), scorer=None
               ) -> Dict[str, Dict[str, float]]:
     if not corpus_paths:
         raise cloze.ClozeError("--corpus_glob matches no files")
     model = BigramModel(corpus_sentences(corpus_paths))
-    return {split: score(cloze.read_questions(os.path.join(cloze_dir, split)), model) for split in splits}
+    out = {}
+    for split in splits:
+        questions = cloze.read_questions(os.path.join(cloze_dir, split))
+        out[split] = score(questions, model)
+        if scorer is not None:
+            out[split]["lm_zero_shot"] = lm_zero_shot(questions, scorer)
+    return out
 
 
 def main(argv):
     from absl import flags
 
     FLAGS = flags.FLAGS
-    results = baselines(FLAGS.cloze_dir, sorted(glob.glob(FLAGS.corpus_glob)))
+    scorer = load_scorer(FLAGS.lm_checkpoint, FLAGS.lm_spiece_model) if FLAGS.lm_checkpoint else None
+    results = baselines(FLAGS.cloze_dir, sorted(glob.glob(FLAGS.corpus_glob)), scorer=scorer)
     for split, row in results.items():
         print(split, " ".join(f"{k} {v:.1f}" for k, v in row.items()), flush=True)
 
@@ -115,5 +142,8 @@ if __name__ == "__main__":
     flags.DEFINE_string("cloze_dir", None, "tfrecords/cloze.py's --output_dir.")
     flags.DEFINE_string("corpus_glob", os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))), "shared", "data", "corpus", "train", "*.txt"), "The corpus of the n-gram models.")
+    flags.DEFINE_string("lm_checkpoint", None, "A pretrained LM (e.g. ../shared/models/plm_cpu/final): adds the "
+                        "lm_zero_shot column.")
+    flags.DEFINE_string("lm_spiece_model", None, "The LM's SentencePiece model.")
     flags.mark_flag_as_required("cloze_dir")
     app.run(main)
