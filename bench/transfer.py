@@ -46,7 +46,8 @@ DATA_FLAGS = ("seq_len", "reuse_len", "num_predict", "perm_size", "bi_data")
 class TransferSet:
     """One labeled set of the transfer table: its runner, flag file, data arguments and headline metrics."""
 
-    def __init__(self, name, runner, data_args, metrics, primary, test_split=None, baseline=None, baseline_note=""):
+    def __init__(self, name, runner, data_args, metrics, primary, test_split=None, baseline=None, baseline_note="",
+                 zero_shot=None):
         self.name, self.runner, self.data_args, self.metrics, self.primary = (
             name, runner, data_args, metrics, primary)
         # A labelled test split: the runs at each init's best rate are also evaluated on it, and its scores
@@ -55,6 +56,8 @@ class TransferSet:
         # Baseline scores beside the row: a callable returning {metric: percent} (test metrics "test_...").
         self.baseline = baseline
         self.baseline_note = baseline_note  # what the baseline column holds for this task (the report's note)
+        # A pretrained model's score without fine-tuning: a callable (work, init) -> {metric: percent}, or None.
+        self.zero_shot = zero_shot
         # "last": a run's score is its last dev evaluation (the recipe's fixed budget); "best_checkpoint": its best
         # dev evaluation over the checkpoints of a longer run (SELECTIONS), the step chosen as the rate is
         self.selection = "last"
@@ -87,7 +90,8 @@ def tasks(labeled: str, pos_dir: Optional[str] = None, cloze_dir: Optional[str] 
                     test_split="test", baseline=lambda: cloze_baseline(cloze_dir, corpus),
                     baseline_note="cloze's is the best of bench/cloze_baselines.py's (a word-bigram model of the "
                                   "pretraining corpus; frequency in the passage and corpus unigram frequency score "
-                                  "lower), chance 25"),
+                                  "lower), chance 25",
+                    zero_shot=lambda work, init: cloze_zero_shot(work, init, cloze_dir)),
         TransferSet("topic", "run_classifier.py", [f"--data_dir={labeled}/topic"], ("accuracy", "macro_f1"), "accuracy",
                     baseline=lambda: linear_baseline(f"{labeled}/topic"), baseline_note=LINEAR_NOTE),
         TransferSet("paraphrase", "run_classifier.py", [f"--data_dir={labeled}/paraphrase"], ("accuracy", "f1"),
@@ -354,6 +358,33 @@ def cloze_baseline(cloze_dir: str, corpus: Sequence[str]) -> Dict[str, float]:
     return {"accuracy": scores["dev"]["bigram"], "test_accuracy": scores["test"]["bigram"]}
 
 
+def cloze_zero_shot(work: str, init: str, cloze_dir: str) -> Optional[Dict[str, float]]:
+    """The pretrained `init`'s zero-shot cloze accuracy (percent; xlnet_tf/blank_scoring.py: its own probability
+    of each candidate in the blank) on dev ("accuracy") and test ("test_accuracy"); None without the model.
+    Kept in <work>/zero_shot_cloze_<init>.json, keyed by the model's checkpoint and the cloze set's info."""
+    from bench import cloze_baselines
+    from tfrecords import cloze
+    from xlnet_tf import files
+
+    checkpoint = os.path.join(pretrained_dir(work, init), "final")
+    if not os.path.exists(os.path.join(checkpoint, "xlnet_model.ckpt.index")):
+        return None
+    with open(os.path.join(cloze_dir, cloze.CLOZE_INFO), encoding="utf-8") as f:
+        key = {"checkpoint": os.path.realpath(checkpoint), "cloze_info": json.load(f)}
+    cache = os.path.join(work, f"zero_shot_cloze_{init}.json")
+    if os.path.exists(cache):
+        with open(cache, encoding="utf-8") as f:
+            kept = json.load(f)
+        if kept.get("key") == key:
+            return kept["scores"]
+    scorer = cloze_baselines.load_scorer(checkpoint, os.path.join(work, "spiece.model"))
+    scores = {("" if split == "dev" else "test_") + "accuracy":
+              cloze_baselines.lm_zero_shot(cloze.read_questions(os.path.join(cloze_dir, split)), scorer)
+              for split in ("dev", "test")}
+    files.write_json_atomic(cache, {"key": key, "scores": scores})
+    return scores
+
+
 def runner_command(work: str, task: TransferSet, model_dir: str, seed: str) -> List[str]:
     """The task's runner on its flag file, data, shared records, SentencePiece model and model config."""
     return [sys.executable, f"run/{task.runner}", f"--flagfile={task.flagfile}", *task.data_args,
@@ -482,12 +513,17 @@ def collect(work: str, task_map: Dict[str, TransferSet], carried: Optional[Grids
                 seeds = [s for s in at_best if s is not None]
                 runs[init] = (grid, best, seeds, len(grid) > len(here))
         baseline = task.baseline() if task.baseline else {}
+        zero_shot = {init: task.zero_shot(work, init) for init in FLAGS.inits
+                     if init != "scratch" and task.zero_shot} if task.zero_shot else {}
         for metric in task.metrics:
             row = {"task": name, "metric": metric, "primary": metric == task.primary}
             if metric in baseline:
                 row["baseline"] = baseline[metric]
             if "majority_" + metric in baseline:
                 row["majority"] = baseline["majority_" + metric]
+            for init, scores in zero_shot.items():
+                if scores and metric in scores:
+                    row[f"{init}_zero_shot"] = scores[metric]
             for init, (grid, best, seeds, from_earlier) in runs.items():
                 vals = [s[metric] for s in seeds if metric in s]
                 if not vals:
@@ -625,6 +661,14 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
     if notes:
         lines += ["", f"Baseline: {'; '.join(notes)}. test_ metrics: the runs at the dev-chosen rate, evaluated once "
                       "on the test split."]
+    zero_shot = [row for row in rows if any(f"{i}_zero_shot" in row for i in INITS)]
+    if zero_shot:
+        lines += ["", "Zero-shot, no fine-tuning (xlnet_tf/blank_scoring.py: the pretrained LM's own probability of "
+                      "each candidate in the blank, both sides of it visible):", "",
+                  "| task | metric | MLM | PLM |", "|---|---|---|---|"]
+        for row in zero_shot:
+            lines.append(f"| {row['task']} | {row['metric']} | " + " | ".join(
+                f"{row[f'{i}_zero_shot']:.1f}" if f"{i}_zero_shot" in row else "-" for i in ("mlm", "plm")) + " |")
     sources = sorted({row[k] for row in rows for k in row if k.endswith("_from")})
     if sources:
         lines += ["", f"† some seed-0 runs (grid) carried over from an earlier run of the same command "

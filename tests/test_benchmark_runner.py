@@ -175,6 +175,15 @@ score = transfer.read_score(out, spam)
 assert score == {"accuracy": 70.0, "macro_f1": 35.0, "step": 120, "test_accuracy": 60.0, "test_macro_f1": 30.0}, score
 spam.selection = "last"
 assert transfer.read_score(out, spam)["step"] == 240 and transfer.budget_flags(spam) == []
+# zero-shot cells (cloze): a pretrained init's score without fine-tuning, none where there is no model
+cloze_task = transfer.tasks("data/finetune")["cloze"]
+assert cloze_task.zero_shot(work, "plm") is None  # this work_dir has no pretrained model
+cloze_task.zero_shot = lambda work, init: {"accuracy": 44.0, "test_accuracy": 47.0} if init == "plm" else None
+cloze_task.baseline = None
+flags.FLAGS.tasks = ["cloze"]
+rows = {r["metric"]: r for r in transfer.collect(work, {"cloze": cloze_task})}
+assert rows["accuracy"]["plm_zero_shot"] == 44.0 and rows["test_accuracy"]["plm_zero_shot"] == 47.0, rows
+assert "mlm_zero_shot" not in rows["accuracy"] and "scratch_zero_shot" not in rows["accuracy"], rows
 print("ok")
 '''
 
