@@ -94,7 +94,7 @@ def test_mlm_models_read_the_candidate_as_masks():
     row = blank_scoring.FilledRow(list(range(10, 40)), [0] * 30, [5, 6])
     batch = blank_scoring.features([row], 32, 3, mlm=True)
     assert list(batch["input_ids"][0, 7:9]) == [MASK_ID, MASK_ID]
-    assert list(batch["target_ids"][0]) == [15, 16, 0] and list(batch["target_weights"][0]) == [1, 1, 0]
+    assert list(batch["target_ids"][0]) == [15, 16, 0] and list(batch["target_mask"][0]) == [1, 1, 0]
     assert not batch["perm_mask"].any()
     logp, _ = _piece_log_probs(_model("mlm"), [row, blank_scoring.FilledRow(list(range(10, 40)), [0] * 30, [5])],
                                seq_len=32, max_pieces=3, mlm=True)

@@ -27,7 +27,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf.text.layout import CLS_ID, MASK_ID, PAD_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEP_ID
+from xlnet_tf.text.layout import CLS_ID, MASK_ID, PAD_ID, SEG_ID_A, SEG_ID_B, SEG_ID_CLS, SEG_ID_PAD, SEP_ID
 
 BLANK = "_"
 
@@ -74,10 +74,10 @@ def fill(tokenizer, passage: str, query: str, word: str, seq_len: int) -> Filled
 
 def features(rows: Sequence[FilledRow], seq_len: int, max_pieces: int, mlm: bool = False) -> Dict[str, np.ndarray]:
     """Batch features of `rows`, left-padded to `seq_len`; `target_mapping [B, max_pieces, seq_len]` with
-    `target_weights [B, max_pieces]` (1 = a candidate piece, 0 = an unused slot)."""
+    `target_mask [B, max_pieces]` (1 = a candidate piece, 0 = a padded slot)."""
     batch = len(rows)
     input_ids = np.full([batch, seq_len], PAD_ID, np.int32)
-    segment_ids = np.full([batch, seq_len], SEG_ID_A, np.int32)
+    segment_ids = np.full([batch, seq_len], SEG_ID_PAD, np.int32)
     attention = np.zeros([batch, seq_len], np.float32)
     perm = np.zeros([batch, seq_len, seq_len], np.float32)
     mapping = np.zeros([batch, max_pieces, seq_len], np.float32)
@@ -101,7 +101,7 @@ def features(rows: Sequence[FilledRow], seq_len: int, max_pieces: int, mlm: bool
             input_ids[b, targets] = MASK_ID
             perm[b] = 0.0
     return {"input_ids": input_ids, "segment_ids": segment_ids, "attention_mask": attention, "perm_mask": perm,
-            "target_mapping": mapping, "target_ids": target_ids, "target_weights": weights}
+            "target_mapping": mapping, "target_ids": target_ids, "target_mask": weights}
 
 
 class BlankScorer:
@@ -117,13 +117,13 @@ class BlankScorer:
                 "perm_mask": tf.TensorSpec([None, seq_len, seq_len], tf.float32),
                 "target_mapping": tf.TensorSpec([None, max_pieces, seq_len], tf.float32),
                 "target_ids": tf.TensorSpec([None, max_pieces], tf.int32),
-                "target_weights": tf.TensorSpec([None, max_pieces], tf.float32)}
+                "target_mask": tf.TensorSpec([None, max_pieces], tf.float32)}
 
         @tf.function(input_signature=[spec])
         def log_probs(batch):
             logits = tf.cast(self.model(batch, training=False)["logits"], tf.float32)
             logp = -tf.nn.sparse_softmax_cross_entropy_with_logits(labels=batch["target_ids"], logits=logits)
-            return tf.reduce_sum(logp * batch["target_weights"], axis=1)
+            return tf.reduce_sum(logp * batch["target_mask"], axis=1)
 
         self._log_probs = log_probs
 
