@@ -102,14 +102,14 @@ def lm_zero_shot(questions: Sequence[Dict], scorer) -> float:
     return 100.0 * credit / len(questions)
 
 
-def load_scorer(checkpoint: str, spiece_model: str, seq_len: int = 256):
+def load_scorer(checkpoint: str, spiece_model: str, seq_len: int = 256, max_pieces: int = 8):
     """A BlankScorer over the pretrained LM at `checkpoint` (refusals as run/evaluate_lm.py's)."""
     from run.evaluate_lm import lm_tokenizer, load_lm
     from xlnet_tf import blank_scoring
 
     tokenizer, _ = lm_tokenizer(checkpoint, spiece_model, "--lm_spiece_model")
     return blank_scoring.BlankScorer(load_lm(checkpoint, None, tokenizer, spiece_model, spiece_flag="--lm_spiece_model"),
-                                     tokenizer, seq_len=seq_len)
+                                     tokenizer, seq_len=seq_len, max_pieces=max_pieces)
 
 
 def baselines(cloze_dir: str, corpus_paths: Sequence[str], splits: Sequence[str] = ("dev", "test"), scorer=None

@@ -13,7 +13,10 @@ letter collapse. What changes between runs (`RUNS`):
   (None can form: each choice is scored on its own by the same network, so the model is permutation-
   equivariant and this run equals `full` up to float rounding; it checks that, nothing more.)
 - the budget: 80 steps (the table) against 400 (5x, 1.3 epochs of the 5,000 questions).
-Also the answer letters' distribution (a majority-letter baseline) and the bag-of-bigram overlap baseline.
+Also the answer letters' distribution (a majority-letter baseline), and what the PLM knows before any fine-tuning
+(`zero_shot`, xlnet_tf/blank_scoring.py): its own probability of each option written into a blank after the
+question, with and without the article, and in a "_ means <definition>." sentence (the cloze task's zero-shot
+reading, where the same model is well above chance).
 Writes `<results_prefix>.{json,md,png}`.
 """
 
@@ -115,10 +118,36 @@ def run_one(work: str, data_root: str, variant: str, init: str, steps: int) -> D
             "train_loss": losses}
 
 
-def write_report(runs: List[Dict], letter_counts: Dict, prefix: str) -> None:
+ZERO_SHOT_READINGS = {  # name -> (query with one blank made from a question "Which word means: <definition>?", article?)
+    "question _ (with article)": (lambda q: q + " _", True),
+    "question _ (no article)": (lambda q: q + " _", False),
+    "_ means <definition>. (with article)": (lambda q: "_ means " + q.split(": ", 1)[1].rstrip("?") + ".", True),
+}
+
+
+def zero_shot(mc_dir: str, plm_dir: str) -> Dict[str, float]:
+    """Dev accuracy (%) of the PLM's own probability of each option in the blank, per reading (no fine-tuning)."""
+    from bench import cloze_baselines
+
+    scorer = cloze_baselines.load_scorer(os.path.join(plm_dir, "final"), os.path.join(plm_dir, "spiece.model"),
+                                         seq_len=256, max_pieces=24)
+    out = {}
+    for name, (template, with_article) in ZERO_SHOT_READINGS.items():
+        questions = []
+        for file_name in sorted(os.listdir(os.path.join(mc_dir, "dev"))):
+            with open(os.path.join(mc_dir, "dev", file_name), encoding="utf-8") as f:
+                art = json.load(f)
+            questions += [{"article": art["article"] if with_article else "", "questions": [template(q)],
+                           "options": [art["options"][k]], "answers": [art["answers"][k]]}
+                          for k, q in enumerate(art["questions"])]
+        out[name] = cloze_baselines.lm_zero_shot(questions, scorer)
+    return out
+
+
+def write_report(runs: List[Dict], letter_counts: Dict, prefix: str, zero: Dict[str, float]) -> None:
     machine = host.describe()
     report = {"machine": machine, "command": " ".join(["python", "bench/mc_diagnosis.py"] + sys.argv[1:]),
-              "log4": math.log(4), "answer_letters": letter_counts, "runs": runs}
+              "log4": math.log(4), "answer_letters": letter_counts, "zero_shot_plm": zero, "runs": runs}
     with open(prefix + ".json", "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)
     lines = [f"# Multiple choice at chance: mc_wordnet diagnosis ({machine['cpu']}, {machine['cores']} cores; "
@@ -136,6 +165,8 @@ def write_report(runs: List[Dict], letter_counts: Dict, prefix: str) -> None:
                      f"{100 * last['accuracy']:.1f} | {100 * best['accuracy']:.1f} ({best['step']}) | "
                      f"{last.get('loss', float('nan')):.3f} | {last.get('logit_std', float('nan')):.3f} | "
                      f"{last.get('top_letter_share', float('nan')):.2f} |")
+    lines += ["", "What the PLM knows before fine-tuning (zero-shot, xlnet_tf/blank_scoring.py: its own probability "
+              "of each option in the blank; dev, chance 25): " + "; ".join(f"`{k}` {v:.1f}" for k, v in zero.items())]
     with open(prefix + ".md", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     import matplotlib
@@ -170,7 +201,8 @@ def main(argv):
     wanted = [r for r in RUNS if not FLAGS.only or f"{r[0]}-{r[1]}-{r[2]}" in FLAGS.only]
     runs = [run_one(work, data_root, *r) for r in wanted]
     mc = os.path.join(data_root, "labeled", "mc_wordnet")
-    write_report(runs, {s: letters(mc, s) for s in ("train", "dev")}, FLAGS.results_prefix)
+    write_report(runs, {s: letters(mc, s) for s in ("train", "dev")}, FLAGS.results_prefix,
+                 zero_shot(mc, os.path.abspath(FLAGS.plm_dir)))
 
 
 if __name__ == "__main__":

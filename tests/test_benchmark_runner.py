@@ -241,3 +241,8 @@ def test_mc_diagnosis_variants_keep_each_answer_and_drop_the_article(tmp_path):
             moved += new["answers"][k] != original["answers"][k]
     assert moved > 20  # most answers changed letter
     assert mc_diagnosis.letters(shuffled, "dev") != mc_diagnosis.letters(source, "dev")
+    # the zero-shot readings make one-blank queries from the slice's questions
+    question = json.load(open(os.path.join(source, "dev", name)))["questions"][0]
+    for reading, (template, _) in mc_diagnosis.ZERO_SHOT_READINGS.items():
+        query = template(question)
+        assert query.count("_") == 1 and (question in query or question.split(": ", 1)[1].rstrip("?") in query)

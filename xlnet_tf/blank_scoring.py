@@ -85,7 +85,8 @@ def features(rows: Sequence[FilledRow], seq_len: int, max_pieces: int, mlm: bool
     weights = np.zeros([batch, max_pieces], np.float32)
     for b, row in enumerate(rows):
         if len(row.candidate) > max_pieces:
-            raise BlankError(f"a candidate of {len(row.candidate)} pieces: more than max_pieces {max_pieces}")
+            raise BlankError(f"a candidate of {len(row.candidate)} pieces: more than max_pieces {max_pieces} "
+                             "(give the scorer a larger max_pieces)")
         pad = seq_len - len(row.input_ids)
         input_ids[b, pad:] = row.input_ids
         segment_ids[b, pad:] = row.segment_ids
