@@ -96,14 +96,17 @@ def test_transfer_flag_file_parses_and_names_real_tasks():
     import sys
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    code = ("import sys; sys.argv=['transfer', '--flagfile=run/flags/transfer_cpu.flags']; "
-            "from bench import transfer; from absl import flags; transfer.define_flags(); flags.FLAGS(sys.argv); "
-            "F = flags.FLAGS; tasks = transfer.tasks('labeled'); "
-            "assert set(F.tasks) <= set(tasks) and set(F.inits) == set(transfer.INITS), F.tasks; "
-            "assert all(__import__('os').path.exists(tasks[t].flagfile) for t in F.tasks); "
-            "r = transfer.read_flagfile(F.pretrain_flagfile); assert int(r['n_token']) == F.vocab_size; print('ok')")
-    out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=300)
-    assert out.stdout.strip().endswith("ok"), out.stderr[-2000:]
+    for flagfile in ("transfer_cpu.flags", "transfer_cpu_ood.flags"):  # the table; its out-of-domain rows
+        code = (f"import sys; sys.argv=['transfer', '--flagfile=run/flags/{flagfile}']; "
+                "from bench import transfer; from absl import flags; transfer.define_flags(); flags.FLAGS(sys.argv); "
+                "F = flags.FLAGS; tasks = transfer.tasks('labeled'); "
+                "assert set(F.tasks) <= set(tasks) and set(F.inits) == set(transfer.INITS), F.tasks; "
+                "assert all(__import__('os').path.exists(tasks[t].flagfile) for t in F.tasks); "
+                "r = transfer.read_flagfile(F.pretrain_flagfile); assert int(r['n_token']) == F.vocab_size; "
+                "assert set(F.stages) <= set(transfer.STAGES) and F.extra_finetune_flags.split() in "
+                "([], ['--dropout=0.1', '--dropatt=0.1']); print('ok')")
+        out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=300)
+        assert out.stdout.strip().endswith("ok"), (flagfile, out.stderr[-2000:])
 
 
 CARRY_CHECK = r'''
