@@ -697,22 +697,36 @@ def builder_rows(corpus_glob: str):
 
 def memory_rows(n_layer: int, d_model: int, batch: int, seq_len: int, num_predict: int, mlen: int):
     """Peak RSS of the pretraining step at `seq_len`, each implementation alone in its own process
-    (bench/peak_rss.py imports only TensorFlow or only PyTorch)."""
+    (bench/peak_rss.py imports only TensorFlow or only PyTorch): ours as the runners train by default, ours with
+    `--remat` (every layer rematerialized), and HF. Two rows, each against HF; the notes carry each process's
+    training growth, XLA's own heap for the step (ours) and the step time (the faster of the last two of three
+    calls: a memory run, not a timing one; the remat row's `step_time_vs_production` = its step / the
+    production step, measured in the same way)."""
     result = {}
-    for impl in ("ours", "hf"):
+    for name, impl, extra in (("ours", "ours", []), ("ours_remat", "ours", ["--remat"]), ("hf", "hf", [])):
         cmd = [sys.executable, os.path.join(REPO, "bench", "peak_rss.py"), f"--impl={impl}", f"--n_layer={n_layer}",
                f"--d_model={d_model}", f"--batch={batch}", f"--seq_len={seq_len}", f"--num_predict={num_predict}",
-               f"--mem_len={mlen}"]
+               f"--mem_len={mlen}", *extra]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
-        result[impl] = json.loads(out)
-    row = {"suite": "memory", "variant": "peak RSS of the pretraining step (whole process)", "batch": batch,
-           "seq_len": seq_len, "mem_len": mlen, "n_layer": n_layer, "d_model": d_model,
-           "ours_mb": result["ours"]["peak_rss_mb"], "reference_mb": result["hf"]["peak_rss_mb"],
-           "ratio": round(result["hf"]["peak_rss_mb"] / result["ours"]["peak_rss_mb"], 3),
-           "ours_training_growth_mb": result["ours"]["training_growth_mb"],
-           "reference_training_growth_mb": result["hf"]["training_growth_mb"]}
-    print(json.dumps(row), flush=True)
-    return [row]
+        result[name] = json.loads(out)
+        print(json.dumps({name: result[name]}), flush=True)
+    hf = result["hf"]
+    rows = []
+    for name, variant in (("ours", "peak RSS of the pretraining step (whole process)"),
+                          ("ours_remat", "peak RSS of the pretraining step (whole process), --remat")):
+        ours = result[name]
+        row = {"suite": "memory", "variant": variant, "batch": batch, "seq_len": seq_len, "mem_len": mlen,
+               "n_layer": n_layer, "d_model": d_model, "ours_mb": ours["peak_rss_mb"], "reference_mb": hf["peak_rss_mb"],
+               "ratio": round(hf["peak_rss_mb"] / ours["peak_rss_mb"], 3),
+               "ours_training_growth_mb": ours["training_growth_mb"],
+               "reference_training_growth_mb": hf["training_growth_mb"],
+               "ours_xla_heap_mb": ours.get("xla_heap_mb"), "ours_step_s": ours["step_s_after_first"],
+               "reference_step_s": hf["step_s_after_first"]}
+        if name == "ours_remat":
+            row["step_time_vs_production"] = round(ours["step_s_after_first"] / result["ours"]["step_s_after_first"], 3)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    return rows
 
 
 def _fmt(row, *keys):
@@ -812,6 +826,8 @@ def write_report(report: dict, output_dir: str) -> str:
                                                       "constant_input_ms", "input_overhead", "seconds",
                                                       "input_mb_per_s", "record_bytes_per_example",
                                                       "ours_training_growth_mb", "reference_training_growth_mb",
+                                                      "ours_xla_heap_mb", "ours_step_s", "reference_step_s",
+                                                      "step_time_vs_production",
                                                       "dense_mb_per_example", "reference_variants_ms",
                                                       "reference_failures", "reference_compile_s",
                                                       "reference_examples_per_s", "loop_examples_per_s",

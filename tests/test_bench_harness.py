@@ -77,7 +77,9 @@ def test_harness_writes_report(tmp_path):
     assert [len(v) for v in loop[0]["loop_examples_per_s"].values()] == [loop[0]["loops"]] * 2
     assert report["quick"] == [] and "Quick mode" not in md and "train_loop: examples/s of a real short run" in md
     memory = [r for r in rows if r["suite"] == "memory"]
-    assert len(memory) == 1 and memory[0]["ours_mb"] > 0 and memory[0]["reference_mb"] > 0
+    assert len(memory) == 2 and all(r["ours_mb"] > 0 and r["reference_mb"] > 0 for r in memory)
+    assert memory[1]["variant"].endswith("--remat") and memory[1]["step_time_vs_production"] > 0
+    assert memory[0]["reference_mb"] == memory[1]["reference_mb"] and memory[0]["ours_xla_heap_mb"] > 0
     assert md.count("\n| ") == len(rows) + 1 and "Measured dense matmul peak" in md
     assert "denormals flushed" in md and f"({m['cpu_kind']}; vector extensions: {m['vector_extensions']}" in md
     assert f"float32 {report['peak_gflops']['float32']['best']:.1f} GFLOP/s " \
