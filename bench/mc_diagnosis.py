@@ -133,15 +133,15 @@ def zero_shot(mc_dir: str, plm_dir: str) -> Dict[str, float]:
 
     scorer = cloze_baselines.load_scorer(os.path.join(plm_dir, "final"), os.path.join(plm_dir, "spiece.model"),
                                          seq_len=256, max_pieces=24)
+    articles = []
+    for file_name in sorted(os.listdir(os.path.join(mc_dir, "dev"))):
+        with open(os.path.join(mc_dir, "dev", file_name), encoding="utf-8") as f:
+            articles.append(json.load(f))
     out = {}
     for name, (template, with_article) in ZERO_SHOT_READINGS.items():
-        questions = []
-        for file_name in sorted(os.listdir(os.path.join(mc_dir, "dev"))):
-            with open(os.path.join(mc_dir, "dev", file_name), encoding="utf-8") as f:
-                art = json.load(f)
-            questions += [{"article": art["article"] if with_article else "", "questions": [template(q)],
-                           "options": [art["options"][k]], "answers": [art["answers"][k]]}
-                          for k, q in enumerate(art["questions"])]
+        questions = [{"article": art["article"] if with_article else "", "questions": [template(q)],
+                      "options": [art["options"][k]], "answers": [art["answers"][k]]}
+                     for art in articles for k, q in enumerate(art["questions"])]
         out[name] = cloze_baselines.lm_zero_shot(questions, scorer)
     return out
 

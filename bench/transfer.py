@@ -514,7 +514,7 @@ def collect(work: str, task_map: Dict[str, TransferSet], carried: Optional[Grids
                 runs[init] = (grid, best, seeds, len(grid) > len(here))
         baseline = task.baseline() if task.baseline else {}
         zero_shot = {init: task.zero_shot(work, init) for init in FLAGS.inits
-                     if init != "scratch" and task.zero_shot} if task.zero_shot else {}
+                     if init != "scratch"} if task.zero_shot else {}
         for metric in task.metrics:
             row = {"task": name, "metric": metric, "primary": metric == task.primary}
             if metric in baseline:

@@ -27,13 +27,13 @@ def verify(path: str, sha256: str, spec: str, error: Type[Exception]) -> str:
 
 def fetch(path: str, command: Sequence[str], error: Type[Exception]) -> str:
     """`path`, made by running `command` in its folder when it is not there yet (not verified: see `verify`)."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
     if os.path.isfile(path):
         return path
     shown = " ".join(command)
     try:
-        proc = subprocess.run(list(command), cwd=os.path.dirname(path) or ".", capture_output=True, text=True,
-                              check=False)
+        proc = subprocess.run(list(command), cwd=folder, capture_output=True, text=True, check=False)
     except OSError as e:
         raise error(f"{path}: missing, and `{shown}` could not run ({e})") from None
     if proc.returncode or not os.path.isfile(path):
