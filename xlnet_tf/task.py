@@ -293,6 +293,7 @@ class Task(keras.Model):
                 raise ValueError("y and sample_weight must be inside the dataset when x is a tf.data.Dataset")
             if batch_size is not None:
                 raise ValueError("batch_size must be None when x is a tf.data.Dataset (batch the dataset)")
+            self._refuse_empty(x, method)  # before the preprocessor is traced into the pipeline
             return x.map(self.preprocessor, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
         x = self._text_batch(x, method)
         self._refuse_empty(x, method)
@@ -322,9 +323,10 @@ class Task(keras.Model):
             kwargs["shuffle"] = False  # shuffled above (arrays) or by the user's tf.data pipeline
             if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
                 vx, vy, vw = keras.utils.unpack_x_y_sample_weight(validation_data)
-                validation_data = self._as_dataset(vx, vy, vw, kwargs.get("validation_batch_size"))
+                validation_data = self._as_dataset(vx, vy, vw, kwargs.get("validation_batch_size"),
+                                                   method="fit (validation_data)")
             elif validation_data is not None:
-                validation_data = self._as_dataset(validation_data, None, None, None)
+                validation_data = self._as_dataset(validation_data, None, None, None, method="fit (validation_data)")
             kwargs.pop("validation_batch_size", None)
         self._refuse_empty(x, "fit")
         if isinstance(x, tf.data.Dataset):
@@ -332,6 +334,7 @@ class Task(keras.Model):
             x = self._with_label_checks(x)
         if isinstance(validation_data, tf.data.Dataset):
             validation_data = self._with_label_checks(validation_data)
+        self._build_optimizer()
         counter = _BatchCounter()
         kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), counter)
         with self._label_errors():
@@ -340,6 +343,18 @@ class Task(keras.Model):
         if counter.batches == 0 and kwargs.get("epochs", 1) > kwargs.get("initial_epoch", 0):
             raise self._no_batches("fit")
         return history
+
+    def _build_optimizer(self) -> None:
+        """Builds the optimizer's slots before `fit` traces its step. Without a distribution strategy Keras
+        builds them inside the first trace of the step, and TensorFlow then traces the step a second time
+        (a `tf.function` that creates variables is traced again once they exist): the step's tracing, the
+        slowest part of a first `fit`, is done twice. Every variable of a task model exists after
+        `__init__` (as `compile_from_config` relies on; Keras's optimizer refuses a variable it was not
+        built with, loudly)."""
+        if self.optimizer is None or self.optimizer.built:
+            return
+        with self.distribute_strategy.scope():
+            self.optimizer.build(self.trainable_variables)
 
     def evaluate(self, x=None, y=None, batch_size=None, sample_weight=None, **kwargs):
         if kwargs.get("_use_cached_eval_dataset"):  # fit's validation: its data was prepared by fit
