@@ -183,8 +183,9 @@ def test_unknown_flag_names_the_flag():
     ("export_savedmodel", ["--model_dir={tmp}/none", "--export_dir={tmp}/e"], "--model_dir={tmp}/none does not exist"),
     ("export_savedmodel", ["--model_dir={tmp}", "--export_dir={tmp}/a_file"],
      "--export_dir={tmp}/a_file is a file; give a directory (the versions go under it)"),
-    ("export_savedmodel", ["--model_dir={tmp}", "--export_dir={tmp}/e", "--version=3"],
-     "{tmp}/e/3 exists: choose another --version (TF Serving loads the highest) or another --export_dir"),
+    pytest.param("export_savedmodel", ["--model_dir={tmp}", "--export_dir={tmp}/e", "--version=3"],
+                 "{tmp}/e/3 exists: choose another --version (TF Serving loads the highest) or another --export_dir",
+                 marks=pytest.mark.slow),  # in process in the default run: tests/test_serving.py (version exists)
     ("export_savedmodel", ["--model_dir={tmp}", "--export_dir={tmp}/e", "--version=-1"],
      "flag --version=-1: -1 is not a non-negative integer"),
     # numeric flags are checked when parsed, with their range

@@ -4,6 +4,8 @@ import json
 import os
 import sys
 
+import pytest
+
 from run import benchmark
 
 
@@ -191,6 +193,7 @@ print("ok")
 '''
 
 
+@pytest.mark.slow  # bench/transfer.py's bookkeeping (a subprocess over every transfer task); a benchmark tool
 def test_transfer_carries_over_only_seed0_runs_of_the_same_pretrained_model(tmp_path):
     import subprocess
     import sys

@@ -309,12 +309,13 @@ def test_the_runner_writes_json_lines(pretrained, tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("The war ended in the spring.\n\nThe people of the town\n", encoding="utf-8")
     out = tmp_path / "generated.jsonl"
-    proc = subprocess.run(
-        [sys.executable, os.path.join(REPO, "run", "generate.py"), f"--checkpoint={pretrained}",
-         f"--spiece_model={data_fixtures.tiny_spm()}", "--prompt=Congress shall", f"--prompts_file={prompts}",
-         "--max_new_tokens=6", "--temperature=0.8", "--top_k=10", "--seed=3", "--nojit_compile",
-         "--stop_ids=", f"--output={out}"], capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    from run import generate as runner
+
+    # in process (the command line's own start-up and one-line errors: test_a_bad_flag_is_one_line...)
+    data_fixtures.run_with_flags(runner, [
+        f"--checkpoint={pretrained}", f"--spiece_model={data_fixtures.tiny_spm()}", "--prompt=Congress shall",
+        f"--prompts_file={prompts}", "--max_new_tokens=6", "--temperature=0.8", "--top_k=10", "--seed=3",
+        "--nojit_compile", "--stop_ids=", f"--output={out}"])
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [r["prompt"] for r in rows] == ["Congress shall", "The war ended in the spring.", "The people of the town"]
     for r in rows:

@@ -56,7 +56,8 @@ def _max_diff(a, b):
     return max(float(tf.reduce_max(tf.abs(x - y))) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("jit", [False, True])
+# remat inside the XLA step in the default run: test_finetune_runners.py::test_gradient_accumulation_equals_one_big_batch
+@pytest.mark.parametrize("jit", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_remat_gives_the_same_loss_and_gradients_without_dropout(jit):
     bb = _backbone()
     loss, grads = _loss_and_grads(bb, remat=False, jit=jit)

@@ -557,6 +557,8 @@ print("MIRRORED_OK")
 '''
 
 
+@pytest.mark.slow  # per-replica rows in the default run: test_reader_per_replica_sharding_keeps_stream_order;
+# the mirrored pipeline end to end: tests/test_distributed.py
 def test_distribute_datasets_from_function_with_mirrored_strategy(tmp_path):
     """Each of 2 replicas gets its own rows of every step, in stream order."""
     import subprocess
