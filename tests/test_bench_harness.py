@@ -378,3 +378,32 @@ def test_compiled_reference(tmp_path):
         _check_reference(r, ["hf_eager", "hf_compile"])
     for r in rows:
         assert "hf_compile" in r.get("reference_failures", {}) or r["reference_compile_s"]["hf_compile"] > 0
+
+
+STEP_HLO = """
+ENTRY %main {
+  %arg0.1 = f32[160,32000]{1,0} parameter(0)
+  %arg1.1 = f32[32000,768]{1,0} parameter(1)
+  %dot.55 = f32[160,768]{1,0} dot(%arg0.1, %arg1.1), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %dot.11 = f32[12,1024,320]{2,1,0} dot(%q.1, %k.1), lhs_batch_dims={0}, lhs_contracting_dims={2}, rhs_batch_dims={0}, rhs_contracting_dims={1}
+  %q.1 = f32[12,1024,64]{2,1,0} parameter(2)
+  %k.1 = f32[12,64,320]{2,1,0} parameter(3)
+  %add_fusion.3 = f32[160,768]{1,0} fusion(%dot.55), kind=kLoop, calls=%fused_add
+}
+"""
+
+
+def test_step_profile_sums_thunks_by_kind_and_rates_dots():
+    """bench/step_profile.py's arithmetic: thunk kinds from the HLO opcodes (wrapped single-op fusions by their
+    operation), dot FLOPs from shapes and contracting dims (batch dims counted once), rates per dot."""
+    from bench import step_profile
+
+    flops = step_profile.dot_flops(STEP_HLO)
+    assert flops == {"dot.55": 2 * 160 * 768 * 32000, "dot.11": 2 * 12 * 1024 * 320 * 64}
+    thunks = {"dot.55": 100.0, "dot.11": 5.0, "add_fusion.3": 20.0, "wrapped_reduce-window.2": 7.5}
+    s = step_profile.summarize(thunks, STEP_HLO, top=2)
+    assert s["by_kind"] == {"dot": 105.0, "fusion": 20.0, "reduce-window": 7.5} and s["total_ms"] == 132.5
+    assert abs(s["dots"]["gflop"] - (flops["dot.55"] + flops["dot.11"]) / 1e9) < 1e-9
+    assert [d["name"] for d in s["slowest_dots"]] == ["dot.55", "dot.11"]  # 78.6 and 100.7 GFLOP/s
+    assert abs(s["slowest_dots"][0]["gflop_per_s"] - flops["dot.55"] / 0.1 / 1e9) < 1e-6
+    assert [t["name"] for t in s["top"]] == ["dot.55", "add_fusion.3"] and "lhs_contracting_dims={1}" in s["top"][0]["hlo"]
