@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import shutil
 import statistics
@@ -395,14 +396,17 @@ def runner_command(work: str, task: TransferSet, model_dir: str, seed: str) -> L
 
 def budget_flags(task: TransferSet) -> List[str]:
     """`--selection=best_checkpoint`: the run lasts `--steps_multiplier` times the flag file's steps (warm-up
-    scaled alike) and keeps `--checkpoints_per_run` evenly spaced checkpoints, each scored on dev."""
+    scaled alike) and keeps `--checkpoints_per_run` evenly spaced checkpoints, each scored on dev. The host loop
+    is shortened where needed so that each checkpoint ends a loop (the Trainer saves only there)."""
     if task.selection != "best_checkpoint":
         return []
     recipe = read_flagfile(task.flagfile)
     steps = int(recipe["train_steps"]) * FLAGS.steps_multiplier
     every = max(steps // FLAGS.checkpoints_per_run, 1)
+    loop = math.gcd(every, int(recipe.get("steps_per_loop", every)))
     return [f"--train_steps={steps}", f"--warmup_steps={int(recipe.get('warmup_steps', 0)) * FLAGS.steps_multiplier}",
-            f"--save_steps={every}", f"--keep_checkpoints={FLAGS.checkpoints_per_run}", "--eval_all_checkpoints=true"]
+            f"--save_steps={every}", f"--steps_per_loop={loop}", f"--keep_checkpoints={FLAGS.checkpoints_per_run}",
+            "--eval_all_checkpoints=true"]
 
 
 def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra: str) -> Dict[str, float]:

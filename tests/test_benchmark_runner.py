@@ -171,6 +171,7 @@ except Exception as e:  # app.UsageError
 spam = transfer.tasks("data/finetune")["spam"]
 spam.selection = "best_checkpoint"
 assert transfer.budget_flags(spam) == ["--train_steps=480", "--warmup_steps=48", "--save_steps=60",
+                                       "--steps_per_loop=20",  # the flag file's 40 ends no loop at 60
                                        "--keep_checkpoints=8", "--eval_all_checkpoints=true"]
 out = os.path.join(work, "best")
 for step, dev, test in ((60, 0.5, 0.9), (120, 0.7, 0.6), (180, 0.7, 0.95), (240, 0.6, 0.99)):
