@@ -153,6 +153,7 @@ def define_flags():
     flags.DEFINE_integer("steps", 3, "Profiled steps (after two warm-up steps).")
     flags.DEFINE_string("output", None, "Write <output>.md and <output>.json.")
     flags.DEFINE_string("note", "", "A sentence for the report (e.g. what else ran on the machine).")
+    flags.DEFINE_integer("top", 25, "Longest thunks listed.")
 
 
 def main(argv):
@@ -186,7 +187,7 @@ def main(argv):
         hlo_text = f.read()
     xplane = sorted(glob.glob(os.path.join(work, "profile", "plugins", "profile", "*", "*.xplane.pb")))[-1]
     report = {"host": host.describe(), "command": "python " + " ".join(sys.argv), "note": FLAGS.note,
-              "step_s": times, "summary": summarize(thunk_times(xplane, FLAGS.steps), hlo_text),
+              "step_s": times, "summary": summarize(thunk_times(xplane, FLAGS.steps), hlo_text, FLAGS.top),
               "config": {k: FLAGS[k].value for k in ("n_layer", "d_model", "n_token", "batch", "seq_len", "mem_len",
                                                       "num_predict", "steps")}}
     text = markdown(report)
