@@ -6,7 +6,8 @@ profiler. XLA's CPU runtime runs the program as thunks (one per dot, fusion, red
 threads, and the profiler names each one, so the report gives per step:
 
 - the time of each kind of thunk (dots, fusions, reduce-windows, ...), summed over the threads (thunks with no
-  dependency between them run at once, so the sum can exceed the step's wall time);
+  dependency between them run at once, so the sum can exceed the step's wall time, and a thunk's time includes
+  sharing the threads with the thunks beside it: time a suspect operation alone before blaming its kernel);
 - the dots' FLOPs and the rate they ran at, and the dots slowest per FLOP;
 - the thunks that took longest, with their HLO shapes.
 
