@@ -181,7 +181,7 @@ def main(argv):
         step()
         times.append(time.perf_counter() - start)
     tf.profiler.experimental.stop()
-    hlo_files = [f for f in glob.glob(os.path.join(dump, "*replica_step*cpu_after_optimizations.txt"))]
+    hlo_files = glob.glob(os.path.join(dump, "*replica_step*cpu_after_optimizations.txt"))
     if len(hlo_files) != 1:
         raise SystemExit(f"expected one optimized HLO module of the step under {dump}, found {len(hlo_files)}")
     with open(hlo_files[0], encoding="utf-8") as f:

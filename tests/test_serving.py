@@ -76,8 +76,13 @@ ACCENTED = [("Café crème à Zürich", "Le garçon naïf"), ("Über Mädchen É
             ("Ångström São Paulo", "Œuvre Ñandú")]
 
 
+def _dev_rows():
+    """The paraphrase slice's dev rows: [label, text_a, text_b]."""
+    return [line.split("\t") for line in open(f"{DATA}/paraphrase/dev.tsv", encoding="utf-8").read().splitlines()[1:]]
+
+
 def _pairs(n=12):
-    rows = [line.split("\t") for line in open(f"{DATA}/paraphrase/dev.tsv", encoding="utf-8").read().splitlines()[1:]]
+    rows = _dev_rows()
     texts = [r[1] for r in rows[:n]] + ["", "Café naïve ``quoted'' text, 1,000,000 words " * 20]
     texts_b = [r[2] for r in rows[:n]] + ["Only B.", ""]
     return texts + [a for a, _ in ACCENTED], texts_b + [b for _, b in ACCENTED]
@@ -107,11 +112,10 @@ def test_classifier_export_matches_in_process_model(classifier_export, tmp_path)
     assert tokenizer.encode(ACCENTED[0][0]) != tokenization.XLNetTokenizer(data_fixtures.tiny_spm(),
                                                                           uncased=True).encode(ACCENTED[0][0])
     texts, texts_b = _pairs()
-    # training-side predictions: the Python tokenizer and the record builder's packing (the records' own
-    # features equal this packing: test_served_features_are_the_records_features_for_every_normalization)
+    # training-side predictions: the Python tokenizer and the record builder's packing
     packed = [classifier_data.pack_example(tokenizer, a, b, 64) for a, b in zip(texts, texts_b)]
     features = {k: np.stack([p[k] for p in packed]) for k in packed[0]}
-    rows = [line.split("\t") for line in open(f"{DATA}/paraphrase/dev.tsv", encoding="utf-8").read().splitlines()[1:]]
+    rows = _dev_rows()
     dev = next(iter(classifier_data.classifier_dataset(str(root / "records"), 16, False, split="dev",
                                                        max_seq_length=64)))
     real = dev["is_real_example"].numpy() > 0

@@ -131,8 +131,7 @@ class Task(keras.Model):
         """Restores `compile()` from a `.keras` file (its loss is None = the task loss, its metrics the ones
         resolved at compile time) and builds the optimizer, whose variables are loaded next."""
         self.compile(**keras.saving.deserialize_keras_object(config))
-        if self.optimizer is not None:
-            self.optimizer.build(self.trainable_variables)  # every variable exists after __init__
+        self._build_optimizer()
 
     def default_metrics(self):
         return []
@@ -345,7 +344,8 @@ class Task(keras.Model):
         return history
 
     def _build_optimizer(self) -> None:
-        """Builds the optimizer's slots before `fit` traces its step. Without a distribution strategy Keras
+        """Builds the optimizer's slots before `fit` traces its step (and before a `.keras` file's optimizer
+        variables are loaded, `compile_from_config`). Without a distribution strategy Keras
         builds them inside the first trace of the step, and TensorFlow then traces the step a second time
         (a `tf.function` that creates variables is traced again once they exist): the step's tracing, the
         slowest part of a first `fit`, is done twice. Every variable of a task model exists after
