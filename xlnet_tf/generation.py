@@ -258,31 +258,40 @@ def _ring(model, mems, mem_real, prompt_len: int):
     return kv, ring(mem_real, 1)
 
 
-def _position_keys(model, mem_len: int):
-    """Each layer's projected relative encoding `[P, H, Dh]` of the distances `M + 1 .. 0` (row `M + 1 - d` holds
-    distance d): every distance a step needs, the same every step."""
+def _loop_constants(model, mem_len: int):
+    """What every step reads unchanged, arranged once before the loop in the layout the step's one-row products
+    read (XLA would otherwise copy a transpose of each inside every step: 3.6 of 8.2 ms of a step of the
+    4 x 256 model at a 512-token memory, bench/generation_speed.py): per layer, the projected relative encoding
+    `[H, Dh, P]` of the distances `M + 1 .. 0` (column `M + 1 - d` holds distance d: every distance a step needs)
+    and the output projection `[H, Dh, D]`; and the word embedding transposed, `[D, n_token]` (the LM head's)."""
     pos_emb = model.backbone.position_encoding(qlen=1, klen=mem_len + 1)[:1]
-    return [layer.rel_attn._project_positions(pos_emb, 1)[0] for layer in model.backbone.xl_layers]
+    layers = []
+    for layer in model.backbone.xl_layers:
+        att = layer.rel_attn
+        k_r = tf.transpose(att._project_positions(pos_emb, 1)[0], [1, 2, 0])
+        layers.append((k_r, tf.transpose(att._w(att.o), [1, 2, 0])))
+    return layers, tf.transpose(model.backbone.word_embedding)
 
 
 def _attend(att, q, keys, values, k_r, biases, rows, blocked):
     """`RelativeAttention._core` for one query row `q [B, H, Dh]` over ring slots (`keys`, `values`
-    `[B, H, R, Dh]`): content + position (the encoding row of each slot's distance, `rows [R]`) + segment ("same")
-    scores, `blocked [B, R]` (True = may NOT attend) -> `[B, H, Dh]`."""
+    `[B, H, R, Dh]`): content + position (`k_r [H, Dh, P]`, the encoding column of each slot's distance,
+    `rows [R]`) + segment ("same") scores, `blocked [B, R]` (True = may NOT attend) -> `[B, H, Dh]`. One row per
+    call: XLA runs these one-row products as fast loops, two rows as slower batched matrix products (measured)."""
     r_w, r_r, r_s = (att._w(b) for b in biases)
     ac = tf.einsum("bnd,bnjd->bnj", q + r_w, keys)
-    bd = tf.gather(tf.einsum("bnd,pnd->bnp", q + r_r, k_r), rows, axis=2)
+    bd = tf.gather(tf.einsum("bnd,ndp->bnp", q + r_r, k_r), rows, axis=2)
     ef = tf.einsum("bnd,nd->bn", q + r_s, att._w(att.seg_embed)[0])[:, :, None]
     score = tf.cast(ac + bd + ef, tf.float32) * att.scale
     score = tf.where(blocked[:, None, :], tf.constant(MASK_VALUE, tf.float32), score)
     return tf.einsum("bnj,bnjd->bnd", tf.cast(tf.nn.softmax(score, -1), att.compute_dtype), values)
 
 
-def _step(model, token, t, kv, real, k_rs):
+def _step(model, token, t, kv, real, constants):
     """One position: `token [B]`'s content stream at `t` (keys and values into slot `t % R`) and the query stream
     at `t + 1` over the ring; the query does not see slot `(t + 1) % R` (position t - M). Returns `(logits
     [B, n_token], kv, real)`: `XLNetLayer`'s numbers on `[mems; token]` (tested against the backbone on the whole
-    prefix) with one position projected and no copy of the memory per step."""
+    prefix) with one position projected and no copy of the memory per step. `constants`: `_loop_constants`."""
     backbone = model.backbone
     batch, slots = tf.shape(token)[0], real.shape[1]
     slot, ids = t % slots, tf.range(slots)
@@ -294,23 +303,28 @@ def _step(model, token, t, kv, real, k_rs):
                       [batch]), tf.fill([batch * backbone.config.n_head], slot)], 1)
     h = backbone.embed(token[:, None])
     g = tf.tile(tf.cast(backbone.mask_emb, backbone.compute_dtype), [batch, 1, 1])
-    # the two streams as two rows of one [B, 2, D] input: every position-wise matmul (query projection, output
-    # projection, feed-forward) reads its weights once for both (one position per step is bound by reading them)
+    # the two streams as two rows of one [B, 2, D] input: every position-wise matmul (projections, feed-forward)
+    # reads its weights once for both (one position per step is bound by reading them)
     hg = tf.concat([h, g], 1)
     shared = None if backbone.config.untie_r else (backbone.r_w_bias, backbone.r_r_bias, backbone.r_s_bias)
+    per_layer, embedding_t = constants
     new_kv = []
-    for layer, (keys, values), k_r in zip(backbone.xl_layers, kv, k_rs):
+    for layer, (keys, values), (k_r, o) in zip(backbone.xl_layers, kv, per_layer):
         att = layer.rel_attn
         biases = shared or (att.r_w_bias, att.r_r_bias, att.r_s_bias)
-        k_new, v_new = (tf.reshape(x, [-1, att.d_head]) for x in att._project_keys_values(hg[:, :1]))
+        # the content row's key and value, projected with both rows: XLA runs this one-row product [1, D] x
+        # [D, D] as a slow loop (1.0 of 4.6 ms of a step of the 4 x 256 model), a two-row one as a matrix product
+        k_new, v_new = (tf.reshape(x[:, :1], [-1, att.d_head]) for x in att._project_keys_values(hg))
         keys = tf.tensor_scatter_nd_update(keys, where, k_new)
         values = tf.tensor_scatter_nd_update(values, where, v_new)
         new_kv.append((keys, values))
         q = att._project(hg, att.q)  # [B, 2, H, Dh]
         content = _attend(att, q[:, 0], keys, values, k_r, biases, content_rows, content_blocked)
         query = _attend(att, q[:, 1], keys, values, k_r, biases, content_rows - 1, query_blocked)
-        hg = layer.ff(att._post_attention(hg, tf.stack([content, query], 1), False), training=False)
-    return model.lm_head(hg[:, 1:], backbone.word_embedding)[:, 0], new_kv, real
+        # att._post_attention (no dropout at inference) with the output projection arranged before the loop
+        hg = layer.ff(att.layer_norm(tf.einsum("bind,ndh->bih", tf.stack([content, query], 1), o) + hg),
+                      training=False)
+    return model.lm_head.transposed_logits(hg[:, 1], embedding_t), new_kv, real
 
 
 # -------------------------------------------------------------------------------------------- choosing
@@ -504,11 +518,11 @@ def _run(model, st: _Structure, ids, mask, row_keys, values, forced, mem_len: in
         tf.constant(0), logits, seen, none, tf.zeros([batch], tf.int32), none, buffers)
 
     # ---- one position per step: the token's content stream at t, the query stream at t + 1
-    k_rs = _position_keys(model, mem_len)
+    constants = _loop_constants(model, mem_len)
     start = ids.shape[1] - 1  # the token chosen at step k sits at position start + k
 
     def body(k, token, kv, real, seen, finished, lengths, stopped, buffers):
-        logits, kv, real = _step(model, token, start + k, kv, real, k_rs)
+        logits, kv, real = _step(model, token, start + k, kv, real, constants)
         token, seen, finished, lengths, stopped, buffers = record(k, logits, seen, finished, lengths, stopped,
                                                                   buffers)
         return k + 1, token, kv, real, seen, finished, lengths, stopped, buffers

@@ -32,6 +32,13 @@ class LMHead(keras.layers.Layer):
         logits = tf.einsum("bpd,nd->bpn", hidden, tf.cast(embedding, hidden.dtype))
         return tf.cast(logits, tf.float32) + tf.cast(self.bias, tf.float32)
 
+    def transposed_logits(self, hidden, embedding_t):
+        """`call` for rows `hidden [B, D]` against the transposed embedding `embedding_t [D, n_token]` ->
+        float32 `[B, n_token]`: for a decoding loop that transposes the embedding once, outside the loop (XLA
+        otherwise copies the transpose of the whole table inside every step of a one-row product)."""
+        logits = tf.matmul(hidden, tf.cast(embedding_t, hidden.dtype))
+        return tf.cast(logits, tf.float32) + tf.cast(self.bias, tf.float32)
+
     def get_config(self):
         config = super().get_config()
         config.update(n_token=self.n_token)
