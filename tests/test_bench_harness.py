@@ -407,3 +407,20 @@ def test_step_profile_sums_thunks_by_kind_and_rates_dots():
     assert [d["name"] for d in s["slowest_dots"]] == ["dot.55", "dot.11"]  # 78.6 and 100.7 GFLOP/s
     assert abs(s["slowest_dots"][0]["gflop_per_s"] - flops["dot.55"] / 0.1 / 1e9) < 1e-6
     assert [t["name"] for t in s["top"]] == ["dot.55", "add_fusion.3"] and "lhs_contracting_dims={1}" in s["top"][0]["hlo"]
+
+
+def test_generation_profile_reports_a_real_calls_thunks(tmp_path):
+    """bench/generation_profile.py end to end on a tiny model: the profiled call's thunks are found on the
+    intra-op threads and matched to the optimized HLO of the generation program (its while loop's dots)."""
+    out = str(tmp_path / "profile")
+    cmd = [sys.executable, os.path.join(data_fixtures.REPO_ROOT, "bench", "generation_profile.py"), "--n_layer=1",
+           "--d_model=64", "--n_token=100", "--prompt_len=8", "--new_tokens=4", "--repeats=1", "--top=5",
+           f"--output={out}"]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+    with open(out + ".json", encoding="utf-8") as f:
+        report = json.load(f)
+    s = report["summary"]
+    assert s["total_ms"] > 0 and s["by_kind"].get("dot", 0) > 0, s["by_kind"]
+    assert len(s["top"]) == 5 and all(t["hlo"] for t in s["top"])  # every listed thunk named in the HLO
+    assert report["config"]["new_tokens"] == 4 and report["best_s"] > 0
+    assert "ms per new token" in open(out + ".md", encoding="utf-8").read()
