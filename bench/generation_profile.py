@@ -15,8 +15,8 @@ Timings on a busy machine are shares, not speeds: say so in the report (`--note`
 from __future__ import annotations
 
 import glob
-import json
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -24,6 +24,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
+
+from bench import step_profile  # noqa: E402
 
 FLAGS = flags.FLAGS
 
@@ -35,9 +37,7 @@ def define_flags():
     flags.DEFINE_integer("prompt_len", 512, "Prompt tokens (one prompt, batch 1).")
     flags.DEFINE_integer("new_tokens", 192, "New tokens (greedy, no stop token).")
     flags.DEFINE_integer("repeats", 3, "Timed calls before the profiled one (best reported).")
-    flags.DEFINE_integer("top", 25, "Longest thunks listed.")
-    flags.DEFINE_string("output", None, "Write <output>.md and <output>.json.")
-    flags.DEFINE_string("note", "", "A sentence for the report (e.g. what else ran on the machine).")
+    step_profile.define_report_flags()
 
 
 def markdown(report: dict) -> str:
@@ -60,14 +60,12 @@ def markdown(report: dict) -> str:
 def main(argv):
     del argv
     work = tempfile.mkdtemp(prefix="generation_profile_")
-    dump = os.path.join(work, "xla_dump")
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={dump} --xla_dump_hlo_as_text".strip()
+    dump = step_profile.dump_optimized_hlo(work)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
     import numpy as np
-    import tensorflow as tf
 
-    from bench import host, step_profile
+    from bench import host
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.generation import GenerationSettings, generate
     from xlnet_tf.models import XLNetPretrainer
@@ -85,26 +83,17 @@ def main(argv):
         start = time.perf_counter()
         generate(model, prompt, settings)
         best = min(best, time.perf_counter() - start)
-    tf.profiler.experimental.start(os.path.join(work, "profile"))
-    generate(model, prompt, settings)
-    tf.profiler.experimental.stop()
+    thunk_ms, _ = step_profile.profile_calls(work, lambda: generate(model, prompt, settings), 1)
     hlo_files = [f for f in glob.glob(os.path.join(dump, "*cpu_after_optimizations.txt")) if "lambda" in f]
     if not hlo_files:
         raise SystemExit(f"no optimized HLO module of the generation program under {dump}")
     with open(max(hlo_files, key=os.path.getsize), encoding="utf-8") as f:
         hlo_text = f.read()
-    xplane = sorted(glob.glob(os.path.join(work, "profile", "plugins", "profile", "*", "*.xplane.pb")))[-1]
     report = {"host": host.describe(), "command": "python " + " ".join(sys.argv), "note": FLAGS.note,
-              "best_s": best, "summary": step_profile.summarize(step_profile.thunk_times(xplane, 1), hlo_text,
-                                                                FLAGS.top),
+              "best_s": best, "summary": step_profile.summarize(thunk_ms, hlo_text, FLAGS.top),
               "config": {k: FLAGS[k].value for k in ("n_layer", "d_model", "n_token", "prompt_len", "new_tokens")}}
-    text = markdown(report)
-    print(text)
-    if FLAGS.output:
-        with open(FLAGS.output + ".json", "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=1)
-        with open(FLAGS.output + ".md", "w", encoding="utf-8") as f:
-            f.write(text)
+    step_profile.write_report(report, markdown(report))
+    shutil.rmtree(work)  # the dump holds a file per fused kernel
 
 
 if __name__ == "__main__":

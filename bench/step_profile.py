@@ -152,9 +152,48 @@ def define_flags():
     flags.DEFINE_integer("mem_len", 64, "Memory length.")
     flags.DEFINE_integer("num_predict", 20, "Predicted tokens per sequence.")
     flags.DEFINE_integer("steps", 3, "Profiled steps (after two warm-up steps).")
+    define_report_flags()
+
+
+def define_report_flags():
+    """The flags every thunk profile's report takes (also bench/generation_profile.py's)."""
     flags.DEFINE_string("output", None, "Write <output>.md and <output>.json.")
     flags.DEFINE_string("note", "", "A sentence for the report (e.g. what else ran on the machine).")
     flags.DEFINE_integer("top", 25, "Longest thunks listed.")
+
+
+def dump_optimized_hlo(work: str) -> str:
+    """Make XLA dump every module's HLO as text under `<work>/xla_dump` (set before TensorFlow compiles anything)
+    and return that folder."""
+    dump = os.path.join(work, "xla_dump")
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={dump} --xla_dump_hlo_as_text".strip()
+    return dump
+
+
+def profile_calls(work: str, run, calls: int):
+    """`run()` `calls` times under the TensorFlow profiler (trace under `<work>/profile`) -> `(thunk ms per call
+    (thunk_times), wall seconds of each call)`."""
+    import tensorflow as tf
+
+    times = []
+    tf.profiler.experimental.start(os.path.join(work, "profile"))
+    for _ in range(calls):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    tf.profiler.experimental.stop()
+    xplane = sorted(glob.glob(os.path.join(work, "profile", "plugins", "profile", "*", "*.xplane.pb")))[-1]
+    return thunk_times(xplane, calls), times
+
+
+def write_report(report: dict, text: str) -> None:
+    """Print the markdown `text`; with --output, write it and `report` as <output>.md and <output>.json."""
+    print(text)
+    if FLAGS.output:
+        with open(FLAGS.output + ".json", "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=1)
+        with open(FLAGS.output + ".md", "w", encoding="utf-8") as f:
+            f.write(text)
 
 
 def main(argv):
@@ -165,8 +204,7 @@ def main(argv):
     from bench.peak_rss import inputs
 
     work = tempfile.mkdtemp(prefix="step_profile_")
-    dump = os.path.join(work, "xla_dump")
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={dump} --xla_dump_hlo_as_text".strip()
+    dump = dump_optimized_hlo(work)
     config = ours.bench_config(FLAGS.n_layer, FLAGS.d_model, mem_len=FLAGS.mem_len, n_token=FLAGS.n_token)
     data, _ = inputs(FLAGS.n_token, FLAGS.n_layer, FLAGS.d_model, FLAGS.batch, FLAGS.seq_len, FLAGS.num_predict,
                      FLAGS.mem_len)
@@ -174,30 +212,17 @@ def main(argv):
     step = ours.TrainerStep(trainer, {k: tf.constant(v) for k, v in data.items()})
     step()
     step()
-    times = []
-    tf.profiler.experimental.start(os.path.join(work, "profile"))
-    for _ in range(FLAGS.steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    tf.profiler.experimental.stop()
+    thunk_ms, times = profile_calls(work, step, FLAGS.steps)
     hlo_files = glob.glob(os.path.join(dump, "*replica_step*cpu_after_optimizations.txt"))
     if len(hlo_files) != 1:
         raise SystemExit(f"expected one optimized HLO module of the step under {dump}, found {len(hlo_files)}")
     with open(hlo_files[0], encoding="utf-8") as f:
         hlo_text = f.read()
-    xplane = sorted(glob.glob(os.path.join(work, "profile", "plugins", "profile", "*", "*.xplane.pb")))[-1]
     report = {"host": host.describe(), "command": "python " + " ".join(sys.argv), "note": FLAGS.note,
-              "step_s": times, "summary": summarize(thunk_times(xplane, FLAGS.steps), hlo_text, FLAGS.top),
+              "step_s": times, "summary": summarize(thunk_ms, hlo_text, FLAGS.top),
               "config": {k: FLAGS[k].value for k in ("n_layer", "d_model", "n_token", "batch", "seq_len", "mem_len",
                                                       "num_predict", "steps")}}
-    text = markdown(report)
-    print(text)
-    if FLAGS.output:
-        with open(FLAGS.output + ".json", "w", encoding="utf-8") as f:
-            json.dump(report, f, indent=1)
-        with open(FLAGS.output + ".md", "w", encoding="utf-8") as f:
-            f.write(text)
+    write_report(report, markdown(report))
     shutil.rmtree(work)  # the dump holds a file per fused kernel (over a thousand)
 
 
