@@ -261,7 +261,7 @@ def _ring(model, mems, mem_real, prompt_len: int):
 def _loop_constants(model, mem_len: int):
     """What every step reads unchanged, arranged once before the loop in the layout the step's one-row products
     read (XLA would otherwise copy a transpose of each inside every step: 3.6 of 8.2 ms of a step of the
-    4 x 256 model at a 512-token memory, bench/generation_speed.py): per layer, the projected relative encoding
+    4 x 256 model at a 512-token memory, bench/generation_profile.py): per layer, the projected relative encoding
     `[H, Dh, P]` of the distances `M + 1 .. 0` (column `M + 1 - d` holds distance d: every distance a step needs)
     and the output projection `[H, Dh, D]`; and the word embedding transposed, `[D, n_token]` (the LM head's)."""
     pos_emb = model.backbone.position_encoding(qlen=1, klen=mem_len + 1)[:1]
@@ -321,9 +321,7 @@ def _step(model, token, t, kv, real, constants):
         q = att._project(hg, att.q)  # [B, 2, H, Dh]
         content = _attend(att, q[:, 0], keys, values, k_r, biases, content_rows, content_blocked)
         query = _attend(att, q[:, 1], keys, values, k_r, biases, content_rows - 1, query_blocked)
-        # att._post_attention (no dropout at inference) with the output projection arranged before the loop
-        hg = layer.ff(att.layer_norm(tf.einsum("bind,ndh->bih", tf.stack([content, query], 1), o) + hg),
-                      training=False)
+        hg = layer.ff(att._post_attention(hg, tf.stack([content, query], 1), False, output_kernel=o), training=False)
     return model.lm_head.transposed_logits(hg[:, 1], embedding_t), new_kv, real
 
 

@@ -180,8 +180,13 @@ class RelativeAttention(keras.layers.Layer):
         prob = seeded_dropout.apply(self.prob_dropout, prob, training, dropout_seed, site)
         return tf.einsum("bnij,bjnd->bind", prob, v_head)
 
-    def _post_attention(self, residual, attn_vec, training, dropout_seed=None, site=1):
-        out = tf.einsum("bind,hnd->bih", attn_vec, self._w(self.o))
+    def _post_attention(self, residual, attn_vec, training, dropout_seed=None, site=1, output_kernel=None):
+        """Output projection, dropout, residual and LayerNorm. `output_kernel`: the projection already arranged
+        as `[H, Dh, D]` (a decoding loop arranges it once, outside the loop); None = `o` as stored."""
+        if output_kernel is None:
+            out = tf.einsum("bind,hnd->bih", attn_vec, self._w(self.o))
+        else:
+            out = tf.einsum("bind,ndh->bih", attn_vec, output_kernel)
         out = seeded_dropout.apply(self.output_dropout, out, training, dropout_seed, site)
         return self.layer_norm(out + residual)
 
