@@ -140,3 +140,40 @@ def test_random_init_gives_every_weight_its_own_values():
     b({"input_ids": ids, "target_mapping": np.eye(6, dtype=np.float32)[None, :2].repeat(2, 0)})
     for x, y in zip(a.get_weights(), b.get_weights()):
         np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("pieces", [1, 2, 3])
+def test_column_pieces_give_the_whole_products(pieces, rng):
+    """A decoding loop's column-cut kernels (layers/column_pieces.py) give the stored layers' numbers: the
+    feed-forward sub-layer, the attention output projection, the q/k/v projections and the LM head (widths
+    that the pieces do not divide included)."""
+    from xlnet_tf.layers import column_pieces
+
+    kernel = tf.constant(rng.normal(size=(6, 7)), tf.float32)
+    cut = column_pieces.split_columns(kernel, pieces)
+    assert [p.shape[1] for p in cut] == [7 * (i + 1) // pieces - 7 * i // pieces for i in range(pieces)]
+    x = tf.constant(rng.normal(size=(3, 2, 6)), tf.float32)
+    np.testing.assert_allclose(column_pieces.product(x, cut), tf.einsum("bld,de->ble", x, kernel), atol=1e-6)
+
+    ff = PositionwiseFeedForward(d_model=6, d_inner=10, activation="gelu")
+    ff.build()
+    ff.layer_1.bias.assign(rng.normal(size=10))
+    ff.layer_2.bias.assign(rng.normal(size=6))
+    np.testing.assert_allclose(ff(x, kernel_pieces=ff.kernel_pieces(pieces)), ff(x), atol=1e-5)
+
+    att = RelativeAttention(d_model=6, n_head=2, d_head=3)
+    att.build((None, None, 6))
+    vec = tf.constant(rng.normal(size=(3, 2, 2, 3)), tf.float32)
+    np.testing.assert_allclose(att._post_attention(x, vec, False, output_pieces=att._output_pieces(pieces)),
+                               att._post_attention(x, vec, False), atol=1e-5)
+    qkv = tf.reshape(column_pieces.product(x, att._projection_pieces("qkv", pieces)), [3, 2, 3, 2, 3])
+    for i, kernel in enumerate((att.q, att.k, att.v)):
+        np.testing.assert_allclose(qkv[:, :, i], att._project(x, kernel), atol=1e-6)
+
+    head = LMHead(n_token=11)
+    head.build((None, None, 6))
+    head.bias.assign(rng.normal(size=11))
+    embedding = tf.constant(rng.normal(size=(11, 6)), tf.float32)
+    np.testing.assert_allclose(
+        head.transposed_logits(x[:, 0], column_pieces.split_columns(tf.transpose(embedding), pieces)),
+        head(x[:, :1], embedding)[:, 0], atol=1e-5)

@@ -51,6 +51,7 @@ import tensorflow as tf
 
 from xlnet_tf.backbone import cache_mems
 from xlnet_tf.errors import UserError
+from xlnet_tf.layers import column_pieces
 from xlnet_tf.layers.attention import MASK_VALUE
 from xlnet_tf.text.layout import EOD_ID, PADDING_ID
 
@@ -259,18 +260,24 @@ def _ring(model, mems, mem_real, prompt_len: int):
 
 
 def _loop_constants(model, mem_len: int):
-    """What every step reads unchanged, arranged once before the loop in the layout the step's one-row products
-    read (XLA would otherwise copy a transpose of each inside every step: 3.6 of 8.2 ms of a step of the
-    4 x 256 model at a 512-token memory, bench/generation_profile.py): per layer, the projected relative encoding
-    `[H, Dh, P]` of the distances `M + 1 .. 0` (column `M + 1 - d` holds distance d: every distance a step needs)
-    and the output projection `[H, Dh, D]`; and the word embedding transposed, `[D, n_token]` (the LM head's)."""
+    """What every step reads unchanged, arranged once before the loop in the layout the step's products read
+    (XLA would otherwise copy a transpose of each inside every step: 3.6 of 8.2 ms of a step of the 4 x 256 model
+    at a 512-token memory, bench/generation_profile.py), position-wise kernels cut into column pieces (two-row
+    products on two threads, `layers/column_pieces.py`): per layer, the projected relative encoding `[H, Dh, P]`
+    of the distances `M + 1 .. 0` (column `M + 1 - d` holds distance d: every distance a step needs), the q, k
+    and v projections side by side, the output projection and the feed-forward kernels; and the word embedding
+    transposed, `[D, n_token]` (the LM head's)."""
     pos_emb = model.backbone.position_encoding(qlen=1, klen=mem_len + 1)[:1]
     layers = []
     for layer in model.backbone.xl_layers:
         att = layer.rel_attn
-        k_r = tf.transpose(att._project_positions(pos_emb, 1)[0], [1, 2, 0])
-        layers.append((k_r, tf.transpose(att._w(att.o), [1, 2, 0])))
-    return layers, tf.transpose(model.backbone.word_embedding)
+        layers.append(_LayerConstants(
+            position_keys=tf.transpose(att._project_positions(pos_emb, 1)[0], [1, 2, 0]),
+            qkv=att._projection_pieces("qkv"), output=att._output_pieces(), feed_forward=layer.ff.kernel_pieces()))
+    return layers, column_pieces.split_columns(tf.transpose(model.backbone.word_embedding))
+
+
+_LayerConstants = collections.namedtuple("_LayerConstants", "position_keys qkv output feed_forward")
 
 
 def _attend(att, q, keys, values, k_r, biases, rows, blocked):
@@ -307,22 +314,24 @@ def _step(model, token, t, kv, real, constants):
     # reads its weights once for both (one position per step is bound by reading them)
     hg = tf.concat([h, g], 1)
     shared = None if backbone.config.untie_r else (backbone.r_w_bias, backbone.r_r_bias, backbone.r_s_bias)
-    per_layer, embedding_t = constants
+    per_layer, embedding_pieces = constants
     new_kv = []
-    for layer, (keys, values), (k_r, o) in zip(backbone.xl_layers, kv, per_layer):
+    for layer, (keys, values), c in zip(backbone.xl_layers, kv, per_layer):
         att = layer.rel_attn
         biases = shared or (att.r_w_bias, att.r_r_bias, att.r_s_bias)
-        # the content row's key and value, projected with both rows: XLA runs this one-row product [1, D] x
-        # [D, D] as a slow loop (1.0 of 4.6 ms of a step of the 4 x 256 model), a two-row one as a matrix product
-        k_new, v_new = (tf.reshape(x[:, :1], [-1, att.d_head]) for x in att._project_keys_values(hg))
-        keys = tf.tensor_scatter_nd_update(keys, where, k_new)
-        values = tf.tensor_scatter_nd_update(values, where, v_new)
+        # q, k and v of both rows in one product (the content row's key and value: a one-row product [1, D] x
+        # [D, D] was a slow loop in XLA, 1.0 of 4.6 ms of a step of the 4 x 256 model)
+        q, k_new, v_new = tf.split(tf.reshape(column_pieces.product(hg, c.qkv), [batch, 2, 3, att.n_head, att.d_head]),
+                                   3, axis=2)
+        keys = tf.tensor_scatter_nd_update(keys, where, tf.reshape(k_new[:, :1], [-1, att.d_head]))
+        values = tf.tensor_scatter_nd_update(values, where, tf.reshape(v_new[:, :1], [-1, att.d_head]))
         new_kv.append((keys, values))
-        q = att._project(hg, att.q)  # [B, 2, H, Dh]
-        content = _attend(att, q[:, 0], keys, values, k_r, biases, content_rows, content_blocked)
-        query = _attend(att, q[:, 1], keys, values, k_r, biases, content_rows - 1, query_blocked)
-        hg = layer.ff(att._post_attention(hg, tf.stack([content, query], 1), False, output_kernel=o), training=False)
-    return model.lm_head.transposed_logits(hg[:, 1], embedding_t), new_kv, real
+        q = q[:, :, 0]  # [B, 2, H, Dh]
+        content = _attend(att, q[:, 0], keys, values, c.position_keys, biases, content_rows, content_blocked)
+        query = _attend(att, q[:, 1], keys, values, c.position_keys, biases, content_rows - 1, query_blocked)
+        attended = att._post_attention(hg, tf.stack([content, query], 1), False, output_pieces=c.output)
+        hg = layer.ff(attended, training=False, kernel_pieces=c.feed_forward)
+    return model.lm_head.transposed_logits(hg[:, 1], embedding_pieces), new_kv, real
 
 
 # -------------------------------------------------------------------------------------------- choosing

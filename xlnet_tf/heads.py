@@ -8,6 +8,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf import initializers
+from xlnet_tf.layers import column_pieces
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -32,12 +33,13 @@ class LMHead(keras.layers.Layer):
         logits = tf.einsum("bpd,nd->bpn", hidden, tf.cast(embedding, hidden.dtype))
         return tf.cast(logits, tf.float32) + tf.cast(self.bias, tf.float32)
 
-    def transposed_logits(self, hidden, embedding_t):
-        """`call` for rows `hidden [B, D]` against the transposed embedding `embedding_t [D, n_token]` ->
-        float32 `[B, n_token]`: for a decoding loop that transposes the embedding once, outside the loop (XLA
-        otherwise copies the transpose of the whole table inside every step of a one-row product)."""
-        logits = tf.matmul(hidden, tf.cast(embedding_t, hidden.dtype))
-        return tf.cast(logits, tf.float32) + tf.cast(self.bias, tf.float32)
+    def transposed_logits(self, hidden, embedding_pieces):
+        """`call` for rows `hidden [B, D]` against the embedding transposed to `[D, n_token]` and cut by
+        `column_pieces.split_columns` (`embedding_pieces`) -> float32 `[B, n_token]`: for a decoding loop that
+        arranges the table once, outside the loop (XLA otherwise copies the transpose of the whole table inside
+        every step of a one-row product)."""
+        pieces = [tf.cast(piece, hidden.dtype) for piece in embedding_pieces]
+        return tf.cast(column_pieces.product(hidden, pieces), tf.float32) + tf.cast(self.bias, tf.float32)
 
     def get_config(self):
         config = super().get_config()

@@ -8,7 +8,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf import initializers
-from xlnet_tf.layers import seeded_dropout
+from xlnet_tf.layers import column_pieces, seeded_dropout
 
 # Added to blocked scores. Scores are always float32 when masked (softmax runs in float32), so this
 # never overflows, whatever the compute dtype.
@@ -180,13 +180,27 @@ class RelativeAttention(keras.layers.Layer):
         prob = seeded_dropout.apply(self.prob_dropout, prob, training, dropout_seed, site)
         return tf.einsum("bnij,bjnd->bind", prob, v_head)
 
-    def _post_attention(self, residual, attn_vec, training, dropout_seed=None, site=1, output_kernel=None):
-        """Output projection, dropout, residual and LayerNorm. `output_kernel`: the projection already arranged
-        as `[H, Dh, D]` (a decoding loop arranges it once, outside the loop); None = `o` as stored."""
-        if output_kernel is None:
+    def _output_pieces(self, pieces: int = column_pieces.PIECES):
+        """The output projection arranged `[H * Dh, D]` in the compute dtype, cut for `_post_attention`."""
+        kernel = tf.reshape(tf.transpose(self._w(self.o), [1, 2, 0]), [self.n_head * self.d_head, -1])
+        return column_pieces.split_columns(kernel, pieces)
+
+    def _projection_pieces(self, names: str = "q", pieces: int = column_pieces.PIECES):
+        """The projections `names` (letters of "qkv") side by side as one `[D, len(names) * H * Dh]` kernel in
+        the compute dtype, cut by columns: `column_pieces.product(x, ...)` is `[..., len(names) * H * Dh]`."""
+        kernels = [tf.reshape(self._w(getattr(self, name)), [-1, self.n_head * self.d_head]) for name in names]
+        return column_pieces.split_columns(tf.concat(kernels, 1), pieces)
+
+    def _post_attention(self, residual, attn_vec, training, dropout_seed=None, site=1, output_pieces=None):
+        """Output projection, dropout, residual and LayerNorm. `output_pieces`: the projection already arranged
+        as `[H * Dh, D]` and cut by `column_pieces.split_columns` (a decoding loop arranges it once, outside the
+        loop); None = `o` as stored."""
+        if output_pieces is None:
             out = tf.einsum("bind,hnd->bih", attn_vec, self._w(self.o))
         else:
-            out = tf.einsum("bind,ndh->bih", attn_vec, output_kernel)
+            shape = tf.shape(attn_vec)
+            out = column_pieces.product(tf.reshape(attn_vec, [shape[0], shape[1], self.n_head * self.d_head]),
+                                        output_pieces)
         out = seeded_dropout.apply(self.output_dropout, out, training, dropout_seed, site)
         return self.layer_norm(out + residual)
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import keras
+import tensorflow as tf
 
 from xlnet_tf import initializers
-from xlnet_tf.layers import seeded_dropout
+from xlnet_tf.layers import column_pieces, seeded_dropout
 
 ACTIVATIONS = ("gelu", "gelu_exact", "relu")
 
@@ -59,11 +60,24 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.layer_norm.build((None, None, self.d_model))
         super().build(input_shape)
 
-    def call(self, x, training=False, dropout_seed=None, site=0):
-        """`dropout_seed`: see `seeded_dropout` (sites `site` and `site + 1`)."""
-        y = seeded_dropout.apply(self.drop, self.layer_1(x), training, dropout_seed, site)
-        y = seeded_dropout.apply(self.drop, self.layer_2(y), training, dropout_seed, site + 1)
+    def call(self, x, training=False, dropout_seed=None, site=0, kernel_pieces=None):
+        """`dropout_seed`: see `seeded_dropout` (sites `site` and `site + 1`). `kernel_pieces`: both kernels cut
+        by `column_pieces.split_columns`, `(layer_1's, layer_2's)` (a decoding loop cuts them once, outside the
+        loop); None = the Dense layers as stored."""
+        y = self.layer_1(x) if kernel_pieces is None else self.layer_1.activation(self._pieces(x, kernel_pieces[0], 1))
+        y = seeded_dropout.apply(self.drop, y, training, dropout_seed, site)
+        y = self.layer_2(y) if kernel_pieces is None else self._pieces(y, kernel_pieces[1], 2)
+        y = seeded_dropout.apply(self.drop, y, training, dropout_seed, site + 1)
         return self.layer_norm(y + x)
+
+    def _pieces(self, x, pieces, which):
+        dense = self.layer_1 if which == 1 else self.layer_2
+        return column_pieces.product(x, pieces) + tf.cast(dense.bias, x.dtype)
+
+    def kernel_pieces(self, pieces: int = column_pieces.PIECES):
+        """Both kernels in the compute dtype, cut for `call(kernel_pieces=...)`."""
+        return tuple(column_pieces.split_columns(tf.cast(dense.kernel, self.compute_dtype), pieces)
+                     for dense in (self.layer_1, self.layer_2))
 
     def get_config(self):
         config = super().get_config()
