@@ -11,6 +11,8 @@
 - `lm_zero_shot` (with `--lm_checkpoint`): a pretrained XLNet's own probability of each candidate in the blank,
   both sides of it visible (xlnet_tf/blank_scoring.py), no fine-tuning: what the language model knows, read
   without a multiple-choice head.
+With `--predictions=predict_dev.tsv,...` (run_race.py --do_predict --predict_split=dev): how often a fine-tuned
+model's choices are the answer and each baseline's choice.
 Ties share the credit (k tied candidates including the answer score 1/k), so no tie-break can flatter a baseline.
 The corpus should be the pretraining text of the models compared (the transfer table's: shared/data
 corpus/train/*.txt; the held-out documents the dev and test questions come from are not in it).
@@ -76,17 +78,44 @@ def _context(question: str):
     return ([START] + sentence_words(before))[-1], (sentence_words(after) + [END])[0]
 
 
+def option_scores(question: Dict, model: BigramModel) -> Dict[str, List[float]]:
+    """Each baseline's score of the question's 4 options (higher = the baseline's choice)."""
+    options = question["options"][0]
+    passage = collections.Counter(sentence_words(question["article"]))
+    previous, following = _context(question["questions"][0])
+    return {"frequency": [passage[o] for o in options], "unigram": [model.unigrams[o] for o in options],
+            "bigram": [math.log(model.bigram(previous, o)) + math.log(model.bigram(o, following)) for o in options]}
+
+
 def score(questions: Sequence[Dict], model: BigramModel) -> Dict[str, float]:
     credit = collections.Counter()
     for q in questions:
-        options, answer = q["options"][0], cloze.LETTERS.index(q["answers"][0])
-        passage = collections.Counter(sentence_words(q["article"]))
-        previous, following = _context(q["questions"][0])
-        credit["frequency"] += _credit([passage[o] for o in options], answer)
-        credit["unigram"] += _credit([model.unigrams[o] for o in options], answer)
-        credit["bigram"] += _credit([math.log(model.bigram(previous, o)) + math.log(model.bigram(o, following))
-                                     for o in options], answer)
+        for name, scores in option_scores(q, model).items():
+            credit[name] += _credit(scores, cloze.LETTERS.index(q["answers"][0]))
     return {name: 100.0 * credit[name] / len(questions) for name in ("frequency", "unigram", "bigram")}
+
+
+def agreement(questions: Sequence[Dict], predicted: Dict[str, str], model: BigramModel) -> Dict[str, float]:
+    """How often a model's predicted letters (`{question id: letter}`, a runner's predict_<split>.tsv) are each
+    baseline's choice (%, ties sharing the credit as in `score`), and the answer: which shallow cue a fine-tuned
+    model's choices follow. Every question must have a prediction."""
+    missing = [q["id"] for q in questions if q["id"] not in predicted]
+    if missing:
+        raise cloze.ClozeError(f"no prediction for {len(missing)} question(s), e.g. {missing[0]!r}")
+    credit = collections.Counter()
+    for q in questions:
+        choice = cloze.LETTERS.index(predicted[q["id"]])
+        credit["answer"] += float(q["answers"][0] == predicted[q["id"]])
+        for name, scores in option_scores(q, model).items():
+            credit[name] += _credit(scores, choice)
+    return {name: 100.0 * credit[name] / len(questions) for name in ("answer", "frequency", "unigram", "bigram")}
+
+
+def read_predictions(path: str) -> Dict[str, str]:
+    """run_race.py's predict_<split>.tsv (`id`, `answer`; ids `<question file>#<index>`) -> {question id: letter}."""
+    with open(path, encoding="utf-8") as f:
+        rows = [line.rstrip("\n").split("\t") for line in f][1:]
+    return {row[0].split("#")[0].removesuffix(".json"): row[1] for row in rows if len(row) == 2}
 
 
 def corpus_sentences(paths: Sequence[str]) -> Iterable[str]:
@@ -130,8 +159,18 @@ def main(argv):
     from absl import flags
 
     FLAGS = flags.FLAGS
-    scorer = load_scorer(FLAGS.lm_checkpoint, FLAGS.lm_spiece_model) if FLAGS.lm_checkpoint else None
-    results = baselines(FLAGS.cloze_dir, sorted(glob.glob(FLAGS.corpus_glob)), scorer=scorer)
+    model_scorer = load_scorer(FLAGS.lm_checkpoint, FLAGS.lm_spiece_model) if FLAGS.lm_checkpoint else None
+    corpus = sorted(glob.glob(FLAGS.corpus_glob))
+    if FLAGS.predictions:
+        if not corpus:
+            raise cloze.ClozeError("--corpus_glob matches no files")
+        questions = cloze.read_questions(os.path.join(FLAGS.cloze_dir, FLAGS.split))
+        model = BigramModel(corpus_sentences(corpus))
+        for path in FLAGS.predictions:
+            row = agreement(questions, read_predictions(path), model)
+            print(path, " ".join(f"{k} {v:.1f}" for k, v in row.items()), flush=True)
+        return
+    results = baselines(FLAGS.cloze_dir, corpus, scorer=model_scorer)
     for split, row in results.items():
         print(split, " ".join(f"{k} {v:.1f}" for k, v in row.items()), flush=True)
 
@@ -145,5 +184,8 @@ if __name__ == "__main__":
     flags.DEFINE_string("lm_checkpoint", None, "A pretrained LM (e.g. ../shared/models/plm_cpu/final): adds the "
                         "lm_zero_shot column.")
     flags.DEFINE_string("lm_spiece_model", None, "The LM's SentencePiece model.")
+    flags.DEFINE_list("predictions", [], "run_race.py predict_<split>.tsv files: print how often each one's choices "
+                      "are the answer and each baseline's choice (which cue a fine-tuned model follows).")
+    flags.DEFINE_string("split", "dev", "--predictions: the split they predict.")
     flags.mark_flag_as_required("cloze_dir")
     app.run(main)

@@ -158,3 +158,28 @@ def test_cli_names_missing_flag_and_bad_corpus_item(tmp_path):
         done = subprocess.run(base + extra, cwd=F.REPO_ROOT, env=env, capture_output=True, text=True)
         assert done.returncode != 0 and pattern in done.stderr, done.stderr
         assert not (tmp_path / "o").exists()
+
+
+def test_agreement_of_predictions_with_the_answer_and_each_baseline(tmp_path):
+    """bench/cloze_baselines.py --predictions: a model that picks each baseline's choice agrees with it 100%
+    (up to that baseline's ties) and scores that baseline's accuracy; the ids of run_race.py's predictions file
+    are read; a question without a prediction is named."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("the old man sat by the fire.\nthe fire was warm.\n\nhe sat by the door.\n")
+    model = cb.BigramModel(cb.corpus_sentences([str(corpus)]))
+    questions = cloze.read_questions(os.path.join(SLICE, "dev"))
+    frequency_choice = {q["id"]: cloze.LETTERS[max(range(4), key=lambda k: cb.option_scores(q, model)["frequency"][k])]
+                        for q in questions}
+    path = tmp_path / "predict_dev.tsv"
+    path.write_text("id\tanswer\n" + "".join(f"{qid}.json#0\t{letter}\n" for qid, letter in frequency_choice.items()))
+    predicted = cb.read_predictions(str(path))
+    assert predicted == frequency_choice
+    row = cb.agreement(questions, predicted, model)
+    ties = sum(1 - cb._credit(cb.option_scores(q, model)["frequency"], cloze.LETTERS.index(frequency_choice[q["id"]]))
+               for q in questions)
+    assert row["frequency"] == pytest.approx(100.0 * (1 - ties / len(questions)))
+    answers = {q["id"]: q["answers"][0] for q in questions}
+    assert cb.agreement(questions, answers, model)["answer"] == 100.0
+    assert cb.agreement(questions, answers, model)["bigram"] == pytest.approx(cb.score(questions, model)["bigram"])
+    with pytest.raises(cloze.ClozeError, match="no prediction for 1 question"):
+        cb.agreement(questions, dict(list(predicted.items())[1:]), model)
