@@ -80,7 +80,7 @@ def run_arm(args, name: str, extra: List[str], seed: int = 0) -> Dict:
     usage = run_runner(args, model_dir, extra, seed, model_dir + ".log")
     from xlnet_tf import results
 
-    last = results.load(model_dir).last
+    last = results.load(model_dir).last("dev")
     history = [json.loads(line) for line in open(os.path.join(model_dir, "train_history.json"), encoding="utf-8")]
     rates = [h["examples_per_sec"] for h in history[1:]] or [h["examples_per_sec"] for h in history]
     out = {"accuracy": float(last["accuracy"]), "macro_f1": float(last.get("macro_f1", float("nan"))),

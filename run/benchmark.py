@@ -81,8 +81,10 @@ def summarize(name: str, model_dir: str, wall: float, returncode: int):
     row = {"task": name, "status": "ok" if returncode == 0 else f"failed ({returncode})",
            "wall_s": round(wall, 1)}
     recorded = results.load(model_dir)
-    if recorded is not None and recorded.last is not None:
-        best, last = recorded.best, recorded.last
+    splits = recorded.splits() if recorded is not None else []
+    if splits:
+        split = "dev" if "dev" in splits else splits[-1]  # the runs' --eval_split (dev unless a flag file says)
+        best, last = recorded.best(split), recorded.last(split)
         metric = next((m for m in METRICS if m in last), None)
         if metric:
             row.update(metric=metric, best=best.get(metric), best_step=best.get("step"),

@@ -188,8 +188,8 @@ def _run_on_records(task: FineTuningJob, config: XLNetConfig, log: Callable[[str
 
         done["eval"] = finetuning.evaluate_checkpoints(model, s.model_dir, evaluate, s.eval_all_checkpoints,
                                                        task.metric_key, task=task.name, split=split)
-        best = done["eval"]["best"]
-        log(f"best {task.metric_key}: {best.get(task.metric_key)} at step {best['step']}")
+        best = done["eval"]["best"][split]
+        log(f"best {task.metric_key} on {split}: {best.get(task.metric_key)} at step {best['step']}")
 
     if s.do_predict:
         split = task.predict_split()

@@ -674,7 +674,7 @@ def test_squad_scores_only_against_the_file_its_records_came_from(pretrained, tm
                         f"--record_dir={tmp_path}/rec", "--do_eval",
                         f"--init_checkpoint={pretrained}"]
     _run(run_squad, args + [f"--predict_file={dev}", f"--model_dir={tmp_path}/m"])
-    assert "exact_match" in json.load(open(tmp_path / "m" / "eval_results.json"))["last"]
+    assert "exact_match" in json.load(open(tmp_path / "m" / "eval_results.json"))["last"]["dev"]
     qa = data["data"][0]["paragraphs"][0]["qas"][0]
     qa["answers"] = [{"text": "x", "answer_start": 0}]  # the gold answers change under the records
     dev.write_text(json.dumps(data), encoding="utf-8")

@@ -224,7 +224,7 @@ def test_long_document_runner_exports_a_model_that_reads_documents_in_graph(tmp_
     info = json.load(open(f"{model_dir}/export_info.json"))
     assert (info["max_segments"], info["mem_len"], info["document_summary"], info["version"]) == (
         3, 24, document_summary, 5)
-    assert json.load(open(f"{model_dir}/eval_results.json"))["last"]["num_examples"] == 40
+    assert json.load(open(f"{model_dir}/eval_results.json"))["last"]["dev"]["num_examples"] == 40
 
     path = export_savedmodel.export_from_model_dir(model_dir, str(tmp_path / "export"), version=1)
     loaded = tf.saved_model.load(path)
@@ -320,7 +320,7 @@ def test_reading_whole_brown_texts_beats_their_first_segment(tmp_path):
             model_dir = tmp_path / f"{name}{seed}"
             F.run_with_flags(run_classifier, common + extra + [f"--seed={seed}", f"--record_dir={tmp_path}/records_{name}",
                                                                f"--model_dir={model_dir}"])
-            accuracy[name].append(json.load(open(model_dir / "eval_results.json"))["last"]["accuracy"])
+            accuracy[name].append(json.load(open(model_dir / "eval_results.json"))["last"]["dev"]["accuracy"])
             for row in open(model_dir / "predict_dev.tsv", encoding="utf-8").read().splitlines()[1:]:
                 guid, label = row.split("\t")
                 wins[name][guid] += gold[guid] == label

@@ -13,20 +13,21 @@ def test_record_appends_replaces_and_picks_best(tmp_path):
     results.record(d, "classifier", "accuracy", 200, {"accuracy": 0.7}, split="dev")
     r = results.record(d, "classifier", "accuracy", 300, {"accuracy": 0.6}, split="dev")
     assert [e["step"] for e in r.evaluations] == [100, 200, 300]
-    assert r.best["step"] == 200 and r.last["step"] == 300
+    assert r.best("dev")["step"] == 200 and r.last("dev")["step"] == 300
     # a resumed run re-evaluates step 300: replaced, not duplicated
     r = results.record(d, "classifier", "accuracy", 300, {"accuracy": 0.8}, split="dev")
-    assert [e["step"] for e in r.evaluations] == [100, 200, 300] and r.best["accuracy"] == 0.8
+    assert [e["step"] for e in r.evaluations] == [100, 200, 300] and r.best("dev")["accuracy"] == 0.8
     on_disk = json.load(open(tmp_path / "eval_results.json"))
-    assert on_disk["schema"] == "xlnet_tf.eval_results" and on_disk["version"] == 1
-    assert on_disk["best"] == on_disk["last"] == {"step": 300, "split": "dev", "checkpoint": None, "accuracy": 0.8}
+    assert on_disk["schema"] == "xlnet_tf.eval_results" and on_disk["version"] == 2
+    assert on_disk["best"] == on_disk["last"] == {
+        "dev": {"step": 300, "split": "dev", "checkpoint": None, "accuracy": 0.8}}
     assert results.load(d).to_dict() == on_disk
 
 
 def test_lower_is_better_for_the_pretraining_loss(tmp_path):
     for step, loss in ((0, 9.0), (100, 5.0), (200, 5.5)):
         r = results.record(str(tmp_path), "pretrain", "loss", step, {"loss": loss}, higher_is_better=False)
-    assert r.best["step"] == 100 and r.last["step"] == 200
+    assert r.best(None)["step"] == 100 and r.last(None)["step"] == 200
 
 
 @pytest.mark.parametrize("legacy, task, key, steps", [
@@ -39,3 +40,25 @@ def test_files_written_before_the_schema_are_read(tmp_path, legacy, task, key, s
     (tmp_path / "eval_results.json").write_text(json.dumps(legacy))
     r = results.load(str(tmp_path))
     assert (r.task, r.key, [e["step"] for e in r.evaluations]) == (task, key, steps)
+
+
+def test_best_and_last_are_per_split(tmp_path):
+    """A test-split evaluation of the final weights is never reported as the dev split's best or last (version 1
+    took both over every split: after a better test score, "best" was the test evaluation), ties go to the earlier
+    step, and a version-1 file is read with its best and last recomputed per split."""
+    d = str(tmp_path)
+    results.record(d, "race", "accuracy", 40, {"accuracy": 0.30}, split="dev")
+    results.record(d, "race", "accuracy", 80, {"accuracy": 0.33}, split="dev")
+    results.record(d, "race", "accuracy", 120, {"accuracy": 0.33}, split="dev")
+    r = results.record(d, "race", "accuracy", 120, {"accuracy": 0.40}, split="test")
+    assert r.splits() == ["dev", "test"]
+    assert r.best("dev")["step"] == 80 and r.last("dev")["step"] == 120 and r.last("dev")["accuracy"] == 0.33
+    assert r.best("test")["accuracy"] == 0.40 and r.best("train") is None
+    on_disk = json.load(open(tmp_path / "eval_results.json"))
+    assert on_disk["best"]["dev"]["step"] == 80 and on_disk["best"]["test"]["split"] == "test"
+    version_1 = {**on_disk, "version": 1, "best": on_disk["best"]["test"], "last": on_disk["last"]["test"]}
+    (tmp_path / "eval_results.json").write_text(json.dumps(version_1))
+    assert results.load(d).to_dict() == on_disk
+    (tmp_path / "eval_results.json").write_text(json.dumps({**on_disk, "version": 3}))
+    with pytest.raises(results.ResultsError, match="version 3 is not supported"):
+        results.load(d)

@@ -135,7 +135,7 @@ def test_tagger_runner_end_to_end_on_brown_pos(tmp_path):
         "--do_eval", "--do_predict", "--predict_split=dev", "--max_seq_length=64", "--doc_stride=32",
         "--train_batch_size=16", "--train_steps=150", "--save_steps=150", "--learning_rate=2e-3"])
     report = json.load(open(tmp_path / "m" / "eval_results.json"))
-    last = report["last"]
+    last = report["last"]["dev"]
     _, total = _most_frequent_tag_baseline(f"{DATA}/train.txt", f"{DATA}/dev.txt")
     assert report["task"] == "tagging" and report["key"] == "token_accuracy"
     assert last["num_tokens"] == total == 9290

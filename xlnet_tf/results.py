@@ -3,7 +3,12 @@
     {"schema": "xlnet_tf.eval_results", "version": 1, "task": "classifier", "key": "accuracy",
      "higher_is_better": true,
      "evaluations": [{"step": 150, "split": "dev", "checkpoint": ".../ckpt-150", "accuracy": 0.61, ...}, ...],
-     "best": <the evaluation with the best `key`>, "last": <the evaluation of the highest step>}
+     "best": {<split>: <its evaluation with the best `key`>, ...},
+     "last": {<split>: <its evaluation of the highest step>, ...}}
+
+`best` and `last` are per split (version 2): in version 1 they ranged over every split, so once a run's final
+weights were scored on test, "best" and "last" (and the runner's "best accuracy ... at step" line) reported the
+test evaluation as if it were the dev one. Version-1 files are read (`best`/`last` are derived, recomputed).
 
 Evaluations are recorded as they happen (`record`: read, add, atomic rewrite), so a resumed run keeps what the
 killed one measured and reports "step 0 -> end", and `run/benchmark.py` reads every task's metric the same
@@ -26,7 +31,9 @@ from xlnet_tf.errors import UserError
 
 FILE_NAME = "eval_results.json"
 SCHEMA = "xlnet_tf.eval_results"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
+UNNAMED_SPLIT = "unnamed"  # the key of evaluations recorded without a split (files from before the schema)
 TASKS = ("pretrain", "classifier", "regression", "race", "squad", "tagging")
 _RESERVED = ("step", "split", "checkpoint")
 
@@ -53,22 +60,29 @@ class EvalResults:
         return self
 
     # ------------------------------------------------------------------------------------------- reading
-    @property
-    def last(self) -> Optional[Dict[str, Any]]:
-        return self.evaluations[-1] if self.evaluations else None
+    def splits(self) -> List[Optional[str]]:
+        """The splits evaluated, in the order of their first evaluation."""
+        return list(dict.fromkeys(e.get("split") for e in self.evaluations))
 
-    @property
-    def best(self) -> Optional[Dict[str, Any]]:
-        scored = [e for e in self.evaluations if isinstance(e.get(self.key), (int, float))]
+    def last(self, split: Optional[str]) -> Optional[Dict[str, Any]]:
+        """`split`'s evaluation of the highest step (None if it has none)."""
+        mine = [e for e in self.evaluations if e.get("split") == split]
+        return mine[-1] if mine else None
+
+    def best(self, split: Optional[str]) -> Optional[Dict[str, Any]]:
+        """`split`'s evaluation with the best `key` (the earliest on a tie; its last one if none has `key`)."""
+        scored = [e for e in self.evaluations if e.get("split") == split and isinstance(e.get(self.key), (int, float))]
         if not scored:
-            return self.last
-        pick = max if self.higher_is_better else min
-        return pick(scored, key=lambda e: e[self.key])
+            return self.last(split)
+        sign = 1 if self.higher_is_better else -1
+        return max(scored, key=lambda e: (sign * e[self.key], -e["step"]))
 
     def to_dict(self) -> Dict[str, Any]:
+        key = lambda split: UNNAMED_SPLIT if split is None else split  # noqa: E731
         return {"schema": SCHEMA, "version": VERSION, "task": self.task, "key": self.key,
                 "higher_is_better": self.higher_is_better, "evaluations": self.evaluations,
-                "best": self.best, "last": self.last}
+                "best": {key(split): self.best(split) for split in self.splits()},
+                "last": {key(split): self.last(split) for split in self.splits()}}
 
     @classmethod
     def from_dict(cls, values: Any, where: str = FILE_NAME) -> "EvalResults":
@@ -85,9 +99,9 @@ class EvalResults:
             raise ResultsError(f"{where}: not an eval_results.json (no 'schema' field)")
         if values.get("schema") != SCHEMA:
             raise ResultsError(f"{where}: schema is {values.get('schema')!r}, expected {SCHEMA!r}")
-        if values.get("version") != VERSION:
+        if values.get("version") not in READABLE_VERSIONS:
             raise ResultsError(f"{where}: version {values.get('version')!r} is not supported (this code reads "
-                               f"{VERSION}); evaluate again into a new --model_dir")
+                               f"{READABLE_VERSIONS}); evaluate again into a new --model_dir")
         try:
             return cls(values["task"], values["key"], bool(values.get("higher_is_better", True)),
                        list(values["evaluations"])).validate(where)
