@@ -38,8 +38,8 @@ def test_topic_classifier_beats_majority_baseline(tmp_path):
     assert [c["step"] for c in report["evaluations"]] == [150, 300]
     assert report["schema"] == "xlnet_tf.eval_results" and report["task"] == "classifier"
     baseline = _majority(f"{DATA}/topic/dev.tsv")
-    assert report["best"]["accuracy"] > baseline + 0.12, (report["best"], baseline)
-    assert report["last"]["num_examples"] == 300 and "macro_f1" in report["last"]
+    assert report["best"]["dev"]["accuracy"] > baseline + 0.12, (report["best"], baseline)
+    assert report["last"]["dev"]["num_examples"] == 300 and "macro_f1" in report["last"]["dev"]
     rows = open(model_dir / "predict_dev.tsv", encoding="utf-8").read().splitlines()
     labels = set(open(f"{DATA}/topic/labels.txt", encoding="utf-8").read().split("\n")) - {""}
     assert rows[0] == "index\tprediction" and len(rows) == 301
@@ -55,7 +55,7 @@ def test_paraphrase_classifier_beats_majority_baseline(tmp_path):
         f"--model_dir={tmp_path}/m", "--do_train", "--do_eval", "--max_seq_length=128",
         "--train_batch_size=32", "--train_steps=1500", "--save_steps=1500", "--steps_per_loop=100",
         "--learning_rate=2e-3", "--warmup_steps=100"])
-    result = json.load(open(tmp_path / "m" / "eval_results.json"))["last"]
+    result = json.load(open(tmp_path / "m" / "eval_results.json"))["last"]["dev"]
     assert result["accuracy"] > _majority(f"{DATA}/paraphrase/dev.tsv") + 0.04, result
 
 
@@ -148,7 +148,7 @@ def test_squad_beats_first_sentence_baseline(tmp_path, version):
         f"--record_dir={tmp_path}/records", f"--model_dir={tmp_path}/m", "--do_train", "--do_predict",
         "--max_seq_length=128", "--doc_stride=64", "--max_query_length=48", "--train_batch_size=32",
         "--train_steps=400", "--save_steps=400", "--steps_per_loop=100", "--learning_rate=1e-3"])
-    report = json.load(open(tmp_path / "m" / "eval_results.json"))["last"]
+    report = json.load(open(tmp_path / "m" / "eval_results.json"))["last"]["dev"]
     assert report["step"] == 400 and report["checkpoint"].endswith("ckpt-400")
     baseline = _first_sentence_baseline(predict_file, v2)
     em = "exact" if v2 else "exact_match"
@@ -169,7 +169,7 @@ def test_race_runner_end_to_end(tmp_path):
         "--max_qa_length=32", "--train_batch_size=16", "--train_steps=30", "--save_steps=30",
         "--steps_per_loop=30", "--learning_rate=1e-3"])
     report = json.load(open(tmp_path / "m" / "eval_results.json"))
-    assert report["last"]["num_examples"] == 500 and 0.0 <= report["last"]["accuracy"] <= 1.0
+    assert report["last"]["dev"]["num_examples"] == 500 and 0.0 <= report["last"]["dev"]["accuracy"] <= 1.0
     rows = open(tmp_path / "m" / "predict_dev.tsv").read().splitlines()
     assert rows[0] == "id\tanswer" and len(rows) == 501 and all(r[-1] in "ABCD" for r in rows[1:])
 
@@ -187,7 +187,7 @@ def test_race_runner_beats_chance_on_mc_wordnet(tmp_path):
         f"--flagfile={REPO}/run/flags/race_mc_wordnet_tiny.flags", f"--data_dir={DATA}/mc_wordnet",
         f"--n_token={data_fixtures.TINY_VOCAB}", f"--spiece_model_file={data_fixtures.tiny_spm()}",
         f"--record_dir={tmp_path}/records", f"--model_dir={tmp_path}/m"])
-    result = json.load(open(tmp_path / "m" / "eval_results.json"))["last"]
+    result = json.load(open(tmp_path / "m" / "eval_results.json"))["last"]["dev"]
     correct = round(result["accuracy"] * result["num_examples"])
     assert result["num_examples"] == 500, result
     assert stats.binomtest(correct, 500, 0.25, alternative="greater").pvalue < 0.05, result

@@ -60,8 +60,8 @@ def test_training_reduces_heldout_loss(records, tmp_path):
     baseline = result["unigram_baseline"]
     assert 0 < baseline["loss"] < before["loss"] and baseline["num_tokens"] > 0
     recorded = json.load(open(tmp_path / "m" / "eval_results.json"))
-    assert recorded["task"] == "pretrain" and recorded["last"]["loss"] == after["loss"]
-    assert [e["step"] for e in recorded["evaluations"]] == [0, 60] and recorded["best"]["step"] == 60
+    assert recorded["task"] == "pretrain" and recorded["last"]["heldout"]["loss"] == after["loss"]
+    assert [e["step"] for e in recorded["evaluations"]] == [0, 60] and recorded["best"]["heldout"]["step"] == 60
     assert os.path.exists(result["final_checkpoint"] + ".index")
     assert glob.glob(str(tmp_path / "m" / "train" / "events.out.tfevents.*"))
 
