@@ -113,9 +113,10 @@ def agreement(questions: Sequence[Dict], predicted: Dict[str, str], model: Bigra
 
 def read_predictions(path: str) -> Dict[str, str]:
     """run_race.py's predict_<split>.tsv (`id`, `answer`; ids `<question file>#<index>`) -> {question id: letter}."""
-    with open(path, encoding="utf-8") as f:
-        rows = [line.rstrip("\n").split("\t") for line in f][1:]
-    return {row[0].split("#")[0].removesuffix(".json"): row[1] for row in rows if len(row) == 2}
+    from xlnet_tf import finetuning
+
+    return {guid.split("#")[0].removesuffix(".json"): letter
+            for guid, letter in finetuning.read_predictions_tsv(path).items()}
 
 
 def corpus_sentences(paths: Sequence[str]) -> Iterable[str]:

@@ -106,9 +106,9 @@ def held_out_predictions(args, name: str, extra: List[str], seed: int, split: st
 
 
 def predictions(model_dir: str, split: str) -> Dict[str, str]:
-    with open(os.path.join(model_dir, f"predict_{split}.tsv"), encoding="utf-8") as f:
-        rows = [line.rstrip("\n").split("\t") for line in f][1:]
-    return {guid: label for guid, label in rows}
+    from xlnet_tf import finetuning
+
+    return finetuning.read_predictions_tsv(os.path.join(model_dir, f"predict_{split}.tsv"))
 
 
 def read_split(data_dir: str, split: str):

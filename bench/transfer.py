@@ -249,8 +249,7 @@ def pretraining_done(work: str, objective: str, train_steps: int) -> bool:
 
     final = os.path.join(pretrained_dir(work, objective), "final", "xlnet_model.ckpt.index")
     recorded = results.load(pretrained_dir(work, objective))
-    return (os.path.exists(final) and recorded is not None and bool(recorded.evaluations)
-            and recorded.evaluations[-1]["step"] == train_steps)
+    return os.path.exists(final) and recorded is not None and recorded.last_step == train_steps
 
 
 def stage_pretrain(work: str, recipe_path: str, recipe: Dict[str, str], objective: str):

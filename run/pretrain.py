@@ -148,8 +148,7 @@ def run():
         history = trainer.train(
             on_loop_end=lambda step: evaluate(step) if step % FLAGS.save_steps == 0 else None)
     recorded = results.load(FLAGS.model_dir) if eval_dir[0] else None
-    if eval_dir[0] and (recorded is None or not recorded.evaluations
-                        or recorded.evaluations[-1]["step"] != FLAGS.train_steps):
+    if eval_dir[0] and (recorded is None or recorded.last_step != FLAGS.train_steps):
         evaluate(FLAGS.train_steps)
     # every held-out evaluation of this model_dir, including those of the runs this one resumed
     eval_results = results.load(FLAGS.model_dir).evaluations if eval_dir[0] else []

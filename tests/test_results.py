@@ -52,6 +52,7 @@ def test_best_and_last_are_per_split(tmp_path):
     results.record(d, "race", "accuracy", 120, {"accuracy": 0.33}, split="dev")
     r = results.record(d, "race", "accuracy", 120, {"accuracy": 0.40}, split="test")
     assert r.splits() == ["dev", "test"]
+    assert r.last_step == 120 and results.EvalResults("race", "accuracy").last_step is None
     assert r.best("dev")["step"] == 80 and r.last("dev")["step"] == 120 and r.last("dev")["accuracy"] == 0.33
     assert r.best("test")["accuracy"] == 0.40 and r.best("train") is None
     on_disk = json.load(open(tmp_path / "eval_results.json"))

@@ -95,6 +95,13 @@ def write_predictions_tsv(path: str, header: Sequence[str], outputs: Dict[str, n
     return len(rows)
 
 
+def read_predictions_tsv(path: str) -> Dict[str, str]:
+    """`write_predictions_tsv`'s file back: `{guid: value}` (the header row skipped)."""
+    with tf.io.gfile.GFile(path, "r") as f:
+        rows = f.read().splitlines()[1:]
+    return dict(row.split("\t", 1) for row in rows)
+
+
 def restore_weights(model, path: str) -> None:
     """Loads only the weights of one of our training checkpoints into `model`."""
     checkpoints.assign_arrays(model, checkpoints.read_object_checkpoint(path), path, require_heads=True)

@@ -266,7 +266,7 @@ def _loop_constants(model, mem_len: int):
     products on two threads, `layers/column_pieces.py`): per layer, the projected relative encoding `[H, Dh, P]`
     of the distances `M + 1 .. 0` (column `M + 1 - d` holds distance d: every distance a step needs), the q, k
     and v projections side by side, the output projection and the feed-forward kernels; and the word embedding
-    transposed, `[D, n_token]` (the LM head's)."""
+    transposed, `[D, n_token]` (the LM head's); all in the compute dtype."""
     pos_emb = model.backbone.position_encoding(qlen=1, klen=mem_len + 1)[:1]
     layers = []
     for layer in model.backbone.xl_layers:
@@ -274,7 +274,8 @@ def _loop_constants(model, mem_len: int):
         layers.append(_LayerConstants(
             position_keys=tf.transpose(att._project_positions(pos_emb, 1)[0], [1, 2, 0]),
             qkv=att._projection_pieces("qkv"), output=att._output_pieces(), feed_forward=layer.ff.kernel_pieces()))
-    return layers, column_pieces.split_columns(tf.transpose(model.backbone.word_embedding))
+    embedding = tf.cast(model.backbone.word_embedding, model.backbone.compute_dtype)
+    return layers, column_pieces.split_columns(tf.transpose(embedding))
 
 
 _LayerConstants = collections.namedtuple("_LayerConstants", "position_keys qkv output feed_forward")
@@ -321,12 +322,11 @@ def _step(model, token, t, kv, real, constants):
         biases = shared or (att.r_w_bias, att.r_r_bias, att.r_s_bias)
         # q, k and v of both rows in one product (the content row's key and value: a one-row product [1, D] x
         # [D, D] was a slow loop in XLA, 1.0 of 4.6 ms of a step of the 4 x 256 model)
-        q, k_new, v_new = tf.split(tf.reshape(column_pieces.product(hg, c.qkv), [batch, 2, 3, att.n_head, att.d_head]),
-                                   3, axis=2)
-        keys = tf.tensor_scatter_nd_update(keys, where, tf.reshape(k_new[:, :1], [-1, att.d_head]))
-        values = tf.tensor_scatter_nd_update(values, where, tf.reshape(v_new[:, :1], [-1, att.d_head]))
+        q, k_new, v_new = tf.unstack(  # each [B, 2, H, Dh]
+            tf.reshape(column_pieces.product(hg, c.qkv), [batch, 2, 3, att.n_head, att.d_head]), axis=2)
+        keys = tf.tensor_scatter_nd_update(keys, where, tf.reshape(k_new[:, 0], [-1, att.d_head]))
+        values = tf.tensor_scatter_nd_update(values, where, tf.reshape(v_new[:, 0], [-1, att.d_head]))
         new_kv.append((keys, values))
-        q = q[:, :, 0]  # [B, 2, H, Dh]
         content = _attend(att, q[:, 0], keys, values, c.position_keys, biases, content_rows, content_blocked)
         query = _attend(att, q[:, 1], keys, values, c.position_keys, biases, content_rows - 1, query_blocked)
         attended = att._post_attention(hg, tf.stack([content, query], 1), False, output_pieces=c.output)

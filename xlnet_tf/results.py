@@ -69,6 +69,11 @@ class EvalResults:
         mine = [e for e in self.evaluations if e.get("split") == split]
         return mine[-1] if mine else None
 
+    @property
+    def last_step(self) -> Optional[int]:
+        """The highest step evaluated on any split (None before the first evaluation)."""
+        return self.evaluations[-1]["step"] if self.evaluations else None
+
     def best(self, split: Optional[str]) -> Optional[Dict[str, Any]]:
         """`split`'s evaluation with the best `key` (the earliest on a tie; its last one if none has `key`)."""
         scored = [e for e in self.evaluations if e.get("split") == split and isinstance(e.get(self.key), (int, float))]

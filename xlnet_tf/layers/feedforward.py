@@ -64,14 +64,18 @@ class PositionwiseFeedForward(keras.layers.Layer):
         """`dropout_seed`: see `seeded_dropout` (sites `site` and `site + 1`). `kernel_pieces`: both kernels cut
         by `column_pieces.split_columns`, `(layer_1's, layer_2's)` (a decoding loop cuts them once, outside the
         loop); None = the Dense layers as stored."""
-        y = self.layer_1(x) if kernel_pieces is None else self.layer_1.activation(self._pieces(x, kernel_pieces[0], 1))
+        if kernel_pieces is None:
+            y = self.layer_1(x)
+        else:
+            y = self.layer_1.activation(self._product(x, kernel_pieces[0], self.layer_1))
         y = seeded_dropout.apply(self.drop, y, training, dropout_seed, site)
-        y = self.layer_2(y) if kernel_pieces is None else self._pieces(y, kernel_pieces[1], 2)
+        y = self.layer_2(y) if kernel_pieces is None else self._product(y, kernel_pieces[1], self.layer_2)
         y = seeded_dropout.apply(self.drop, y, training, dropout_seed, site + 1)
         return self.layer_norm(y + x)
 
-    def _pieces(self, x, pieces, which):
-        dense = self.layer_1 if which == 1 else self.layer_2
+    @staticmethod
+    def _product(x, pieces, dense):
+        """`dense` (its kernel cut into `pieces`) without its activation."""
         return column_pieces.product(x, pieces) + tf.cast(dense.bias, x.dtype)
 
     def kernel_pieces(self, pieces: int = column_pieces.PIECES):
