@@ -15,6 +15,10 @@ Stages (`--stages`, in order; each skips what is already done, so a killed run j
             run_race.py, run_squad.py with run/flags/transfer_<task>.flags; same budget for every init).
   report    <results_prefix>.json / .md / .png.
 
+Every finished run's scores are also kept, with what shaped the run, in the run ledger (`--runs_ledger`, by
+default `<results_prefix>_runs.json`, committed beside the report; bench/transfer_ledger.py): a work_dir lost
+with its machine restores them instead of training again, so a table longer than one machine's life resumes.
+
 The grid's best learning rate is chosen on the dev split, which is also what is reported (the tasks have
 no other labelled split here except topic and paraphrase); the same choice is made for every init.
 """
@@ -35,6 +39,8 @@ from typing import Dict, List, Optional, Sequence
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from absl import app, flags
+
+from bench import transfer_ledger
 
 FLAGS = flags.FLAGS
 STAGES = ("corpus", "spm", "records", "pretrain", "finetune", "report")
@@ -139,6 +145,10 @@ def define_flags():
     flags.DEFINE_string("results_prefix", os.path.join(REPO, "bench", "results", "transfer_cpu"),
                         "Report path without extension (.json, .md, .png).")
     flags.DEFINE_integer("num_processes", 2, "Record builder processes.")
+    flags.DEFINE_string("runs_ledger", None, "The run ledger (bench/transfer_ledger.py): every finished run's scores "
+                        "and what shaped them, kept so that a table outlives its machine; runs missing from the "
+                        "work_dir are restored from it when their provenance matches. Default "
+                        "<results_prefix>_runs.json; 'none' for no ledger.")
     flags.DEFINE_string("carry_over", None, "An earlier report (.json) of this command whose seed-0 runs (its "
                         "learning-rate grids) stand for the runs this work_dir has not made: only when its "
                         "pretraining recipe is the same and, for mlm/plm, its pretraining held-out curve equals "
@@ -298,12 +308,18 @@ def evaluate_test(work: str, task: TransferSet, init: str, lr: str, seed: str) -
     score = read_score(out, task)
     if not task.test_split or score is None or any(m.startswith("test_") for m in score):
         return
+    if os.path.exists(os.path.join(out, transfer_ledger.RESTORED_MARKER)):
+        # restored from the ledger without its weights: train it again (deterministic) to score them on test
+        _say(f"{task.name} {init} lr {lr} seed {seed}: the ledger has no {task.test_split} score; training it again")
+        shutil.rmtree(out)
+        finetune(work, task, init, lr, seed, FLAGS.extra_finetune_flags)
     cmd = runner_command(work, task, out, seed) + ["--do_train=false", "--do_eval=true",
                                                   f"--eval_split={task.test_split}"]
     if task.selection == "best_checkpoint":
         cmd += ["--eval_all_checkpoints=true"]  # read_score takes the dev-chosen checkpoint's
     run_logged(cmd, out + f".{task.test_split}.log")
     _say(f"{task.name} {init} lr {lr} seed {seed} on {task.test_split}: {read_score(out, task)}")
+    keep_in_ledger(work, task, init, lr, seed)
 
 
 def most_frequent_tag(pos_dir: str) -> Dict[str, float]:
@@ -426,7 +442,111 @@ def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra:
     if score is None:
         raise RuntimeError(f"{out}: no eval_results.json")
     _say(f"{task.name} {init} lr {lr} seed {seed}: {score} ({time.time() - t0:.0f} s)")
+    keep_in_ledger(work, task, init, lr, seed)
     return score
+
+
+# ---- run ledger (bench/transfer_ledger.py) ---------------------------------------------------------------
+
+def ledger_path() -> Optional[str]:
+    if FLAGS.runs_ledger == "none":
+        return None
+    return os.path.abspath(FLAGS.runs_ledger or FLAGS.results_prefix + "_runs.json")
+
+
+_DATA_FINGERPRINTS: Dict[str, Dict[str, str]] = {}
+
+
+def init_weights(work: str, init: str) -> Optional[str]:
+    """SHA-256 of pretrained `init`'s final checkpoint in this work_dir (None for scratch)."""
+    if init == "scratch":
+        return None
+    return transfer_ledger.checkpoint_fingerprint(os.path.join(pretrained_dir(work, init), "final", "xlnet_model.ckpt"))
+
+
+def run_provenance(work: str, task: TransferSet, init: str, lr: str, seed: str,
+                   weights: Optional[str] = None) -> transfer_ledger.RunProvenance:
+    """What shapes run (task, init, lr, seed) of this work_dir (the inputs of `finetune`'s command); `weights`:
+    the pretrained init's checkpoint SHA-256 when it is known without the checkpoint (see `sync_ledger`)."""
+    if task.name not in _DATA_FINGERPRINTS:
+        _DATA_FINGERPRINTS[task.name] = transfer_ledger.data_fingerprints(task.data_args)
+    sha = transfer_ledger.fingerprint
+    return transfer_ledger.RunProvenance(
+        runner=task.runner, flagfile_sha256=sha(task.flagfile), data=_DATA_FINGERPRINTS[task.name],
+        spiece_sha256=sha(os.path.join(work, "spiece.model")),
+        model_config_sha256=sha(os.path.join(pretrained_dir(work, "plm"), "xlnet_config.json")),
+        init=init, init_checkpoint_sha256=weights or init_weights(work, init),
+        learning_rate=lr, seed=seed, flags=budget_flags(task) + FLAGS.extra_finetune_flags.split())
+
+
+def keep_in_ledger(work: str, task: TransferSet, init: str, lr: str, seed: str, weights: Optional[str] = None
+                   ) -> None:
+    """Save a finished run of this work_dir (its eval_results.json) in the ledger."""
+    from xlnet_tf import results
+
+    path, out = ledger_path(), run_dir(work, task.name, init, lr, seed)
+    recorded = results.load(out)
+    if path is None or recorded is None:
+        return
+    if transfer_ledger.save(path, transfer_ledger.run_key(task.name, init, lr, seed),
+                            run_provenance(work, task, init, lr, seed, weights), recorded.to_dict(), machine()):
+        _say(f"ledger: kept {task.name} {init} lr {lr} seed {seed} in {os.path.relpath(path, REPO)}")
+
+
+def sync_ledger(work: str, task_map: Dict[str, TransferSet]) -> None:
+    """Restore the ledger's runs of the asked tasks and inits that this work_dir lacks (when their provenance
+    matches), and keep this work_dir's finished runs that the ledger lacks.
+
+    A pretrained init whose model this work_dir lacks (a report of runs made on another machine): its runs are
+    restored when all of the ledger's runs of that init were made from one pretrained checkpoint, whose SHA-256
+    then stands for the model's (the rest of the provenance is checked as always); the report says so. Runs of
+    two different checkpoints are not restored without the model, which tells which one is meant."""
+    from xlnet_tf import files, results
+
+    path = ledger_path()
+    if path is None:
+        return
+    kept = transfer_ledger.read(path)["runs"]
+    weights = {}
+    for init in FLAGS.inits:
+        if init == "scratch" or os.path.exists(os.path.join(pretrained_dir(work, init), "final",
+                                                            "xlnet_model.ckpt.index")):
+            weights[init] = None  # computed from the checkpoint here
+            continue
+        made_from = transfer_ledger.init_checkpoints(path, init)
+        if len(made_from) == 1:
+            weights[init] = made_from.pop()
+            _say(f"ledger: no {init} model in this work_dir; its runs are taken as the ledger has them, all made "
+                 f"from one checkpoint (sha256 {weights[init][:12]}...)")
+        elif made_from:
+            _say(f"ledger: no {init} model in this work_dir and the ledger's {init} runs come from "
+                 f"{len(made_from)} different checkpoints; none restored")
+    for name in FLAGS.tasks:
+        task = task_map[name]
+        for init in FLAGS.inits:
+            if init not in weights:
+                continue
+            for lr in LR_LADDER:
+                for seed in sorted({"0", *FLAGS.seeds}):
+                    key, out = transfer_ledger.run_key(name, init, lr, seed), run_dir(work, name, init, lr, seed)
+                    if results.load(out) is not None:
+                        keep_in_ledger(work, task, init, lr, seed, weights[init])
+                        continue
+                    if key not in kept:
+                        continue
+                    provenance = run_provenance(work, task, init, lr, seed, weights[init])
+                    values = transfer_ledger.lookup(path, key, provenance)
+                    if values is None:
+                        _say(f"ledger: {key} was made with other {transfer_ledger.differs(path, key, provenance)}; "
+                             "not restored (it will be trained again if the table needs it)")
+                        continue
+                    if os.path.isdir(out):
+                        shutil.rmtree(out)  # a killed run's leftovers
+                    os.makedirs(out)
+                    results.save(out, results.EvalResults.from_dict(values, where=f"{path} {key}"))
+                    files.write_json_atomic(os.path.join(out, transfer_ledger.RESTORED_MARKER),
+                                            {"ledger": path, "key": key, "provenance": provenance.to_dict()})
+                    _say(f"ledger: restored {key} (scores only, no weights)")
 
 
 LR_LADDER = ("1e-5", "3e-5", "1e-4", "3e-4", "1e-3", "3e-3", "1e-2")
@@ -606,6 +726,32 @@ def machine() -> Dict[str, str]:
     return {"cpu": m["cpu"], "cores": str(m["cores"]), "vector_extensions": m["vector_extensions"]}
 
 
+def ledger_summary(work: str) -> Optional[Dict]:
+    """The run ledger behind the report: its path, how many of the table's runs were restored from it rather
+    than trained in this work_dir, and the machines (CPU, vector extensions) its runs of the table were made on."""
+    path = ledger_path()
+    if path is None:
+        return None
+    runs = transfer_ledger.read(path)["runs"]
+    keys = [k for k in runs if k.split("/")[0] in FLAGS.tasks and k.split("/")[1] in FLAGS.inits]
+    restored = [k for k in keys if os.path.exists(os.path.join(work, "finetune", k, transfer_ledger.RESTORED_MARKER))]
+    machines = sorted({f"{runs[k]['machine'].get('cpu')}; {runs[k]['machine'].get('vector_extensions')}"
+                       for k in keys if runs[k].get("machine")})
+    return {"path": os.path.relpath(path, REPO), "runs": len(keys), "restored": len(restored), "machines": machines}
+
+
+def ledger_lines(summary: Optional[Dict]) -> List[str]:
+    if not summary:
+        return []
+    lines = [f"Every run's scores and what shaped it (data, flag file, initial weights, rate, seed): "
+             f"`{summary['path']}` (bench/transfer_ledger.py), {summary['runs']} runs"
+             + (f", {summary['restored']} of them restored from it rather than trained in this work_dir" if
+                summary["restored"] else "") + "."]
+    if len(summary["machines"]) > 1:
+        lines[0] += " Its runs were made on more than one machine: " + " / ".join(summary["machines"]) + "."
+    return lines + [""]
+
+
 def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Dict, baselines: Dict,
                  task_list: Sequence[TransferSet] = ()) -> None:
     complete = all(row.get(f"{i}_seeds") == len(FLAGS.seeds) for row in rows for i in FLAGS.inits)
@@ -632,6 +778,7 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
         "pretrain_recipe": recipe,
         "pretrain_heldout": curves,
         "unigram_baseline": baselines,
+        "runs_ledger": ledger_summary(work),
         "rows": rows,
     }
     os.makedirs(os.path.dirname(FLAGS.results_prefix), exist_ok=True)
@@ -653,6 +800,7 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
     lines = [f"# Transfer: scratch vs MLM vs PLM pretraining ({report['machine']['cpu']}, "
              f"{report['machine']['cores']} cores; {report['machine']['vector_extensions']})", "",
              report["description"], "", f"Command: `{report['command']}`", "",
+             *ledger_lines(report["runs_ledger"]),
              *([] if complete else ["**Partial results**: some cells are missing or have fewer seeds than "
                                     f"{len(FLAGS.seeds)}; the command resumes the rest.", ""]),
              "| task | metric | majority | baseline | scratch | MLM | PLM |", "|---|---|---|---|---|---|---|"]
@@ -791,9 +939,12 @@ def main(argv):
     if FLAGS.carry_over:
         source = os.path.relpath(os.path.abspath(FLAGS.carry_over), REPO)
         carried = carried_grids(os.path.abspath(FLAGS.carry_over), recipe, pretrain_curves(work))
+    if "finetune" in FLAGS.stages or "report" in FLAGS.stages:
+        sync_ledger(work, task_map)
     if "finetune" in FLAGS.stages:
         stage_finetune(work, task_map, carried)
     if "report" in FLAGS.stages:
+        sync_ledger(work, task_map)
         baselines = {o: unigram(work, o, FLAGS.vocab_size) for o in FLAGS.objectives}
         rows, curves = collect(work, task_map, carried, source), pretrain_curves(work)
         write_report(work, recipe, rows, curves, {k: v for k, v in baselines.items() if v is not None},

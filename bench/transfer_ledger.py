@@ -1,0 +1,183 @@
+"""The transfer table's run ledger: every finished fine-tuning run's scores, kept in the repository so that a
+table that takes longer than one machine's life (dozens of ~10-minute runs on 2 cores) survives the machine.
+
+`bench/transfer.py` saves each run here as it finishes (its `eval_results.json`, after the test evaluation when
+there is one) and, when its work_dir lacks a run, restores it from here instead of training again, but only when
+everything that shaped the run is the same (`RunProvenance`): the runner and the task's flag file, the data
+(fingerprints of the files of every data argument), the SentencePiece model, the model config, the initial
+weights (SHA-256 of the pretrained checkpoint; none for scratch), learning rate, seed and the extra and budget
+flags. Pretraining and fine-tuning are deterministic here, so such a run would give the same scores. A run
+restored this way has its scores but not its weights: where the weights are needed again (a test evaluation the
+ledger lacks) the run is trained again.
+
+File (`<results_prefix>_runs.json`, schema `SCHEMA` version `VERSION`):
+
+    {"schema": "xlnet_tf.transfer_ledger", "version": 1,
+     "runs": {"<task>/<init>/lr<lr>-seed<seed>": {"provenance": {...}, "eval_results": {...},
+                                                   "commit": "<git commit of the code that ran it>",
+                                                   "machine": {...}, "saved": "<UTC time>"}}}
+
+A ledger entry whose provenance differs from the run asked for is left alone (and the run is trained again,
+then replaces it), never used. No TensorFlow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCHEMA = "xlnet_tf.transfer_ledger"
+VERSION = 1
+RESTORED_MARKER = "restored_from_ledger.json"  # written into a run dir restored from the ledger
+
+
+class LedgerError(ValueError):
+    """A ledger file that cannot be read as this schema."""
+
+
+def _sha256_file(path: str) -> str:
+    from xlnet_tf import files
+
+    return files.file_sha256(path)
+
+
+def fingerprint(path: str) -> str:
+    """SHA-256 of a file's bytes, or of a folder's sorted (relative path, file SHA-256) pairs."""
+    if os.path.isfile(path):
+        return _sha256_file(path)
+    if not os.path.isdir(path):
+        raise FileNotFoundError(f"{path}: no such file or folder (a transfer task's data argument)")
+    digest = hashlib.sha256()
+    for root, dirs, names in os.walk(path):
+        dirs.sort()
+        for name in sorted(names):
+            full = os.path.join(root, name)
+            digest.update(f"{os.path.relpath(full, path)}\0{_sha256_file(full)}\n".encode())
+    return digest.hexdigest()
+
+
+def data_fingerprints(data_args: Sequence[str]) -> Dict[str, str]:
+    """{flag name: fingerprint of its path} for a task's `--flag=path` data arguments."""
+    out = {}
+    for arg in data_args:
+        name, _, value = arg.lstrip("-").partition("=")
+        out[name] = fingerprint(value)
+    return out
+
+
+def checkpoint_fingerprint(checkpoint_prefix: str) -> str:
+    """SHA-256 over a TF checkpoint's index and data shards (`<prefix>.index`, `<prefix>.data-*`)."""
+    folder, stem = os.path.split(checkpoint_prefix)
+    parts = sorted(n for n in os.listdir(folder) if n.startswith(stem + ".index") or n.startswith(stem + ".data-"))
+    if not any(n.endswith(".index") for n in parts):
+        raise FileNotFoundError(f"{checkpoint_prefix}.index: no checkpoint (a transfer init's weights)")
+    digest = hashlib.sha256()
+    for name in parts:
+        digest.update(f"{name}\0{_sha256_file(os.path.join(folder, name))}\n".encode())
+    return digest.hexdigest()
+
+
+@dataclasses.dataclass(frozen=True)
+class RunProvenance:
+    """Everything that shapes one fine-tuning run's scores."""
+
+    runner: str
+    flagfile_sha256: str
+    data: Dict[str, str]
+    spiece_sha256: str
+    model_config_sha256: str
+    init: str
+    init_checkpoint_sha256: Optional[str]  # None for scratch
+    learning_rate: str
+    seed: str
+    flags: List[str]  # the budget flags and --extra_finetune_flags, in order
+
+    def to_dict(self) -> Dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def run_key(task: str, init: str, lr: str, seed: str) -> str:
+    return f"{task}/{init}/lr{lr}-seed{seed}"
+
+
+def _empty() -> Dict[str, Any]:
+    return {"schema": SCHEMA, "version": VERSION, "runs": {}}
+
+
+def read(path: str) -> Dict[str, Any]:
+    """The ledger at `path` (an empty one when there is no file)."""
+    if not os.path.exists(path):
+        return _empty()
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except json.JSONDecodeError as e:
+        raise LedgerError(f"{path}: not JSON ({e}); restore it from git or delete it to start a new ledger") from e
+    if not isinstance(values, dict) or values.get("schema") != SCHEMA or not isinstance(values.get("runs"), dict):
+        raise LedgerError(f"{path}: not a {SCHEMA} file; restore it from git or delete it to start a new ledger")
+    if values.get("version") != VERSION:
+        raise LedgerError(f"{path}: {SCHEMA} version {values.get('version')}, this code reads version {VERSION}")
+    return values
+
+
+def lookup(path: str, key: str, provenance: RunProvenance) -> Optional[Dict[str, Any]]:
+    """The ledger's eval_results of run `key` when it was made with the same `provenance`, else None."""
+    entry = read(path)["runs"].get(key)
+    if entry is None or entry.get("provenance") != provenance.to_dict():
+        return None
+    return entry["eval_results"]
+
+
+def init_checkpoints(path: str, init: str) -> set:
+    """The pretrained checkpoints (SHA-256) that the ledger's runs of `init` were made from."""
+    return {entry["provenance"]["init_checkpoint_sha256"] for key, entry in read(path)["runs"].items()
+            if key.split("/")[1] == init and entry.get("provenance", {}).get("init_checkpoint_sha256")}
+
+
+def differs(path: str, key: str, provenance: RunProvenance) -> List[str]:
+    """The provenance fields in which the ledger's run `key` differs from `provenance` ([] when it matches or
+    the ledger has no such run): what the log says when a kept run cannot stand for this one."""
+    entry = read(path)["runs"].get(key)
+    if entry is None:
+        return []
+    kept = entry.get("provenance") or {}
+    return sorted(k for k, v in provenance.to_dict().items() if kept.get(k) != v)
+
+
+def _commit() -> Optional[str]:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def save(path: str, key: str, provenance: RunProvenance, eval_results: Dict[str, Any],
+         machine: Dict[str, str]) -> bool:
+    """Record run `key` (replacing an entry of other provenance); False when the same entry is already there.
+    Read-modify-write under an exclusive lock (a file in the temporary folder, named by the ledger's path, so
+    that two transfer.py processes sharing a ledger never drop each other's runs), then an atomic rename."""
+    from xlnet_tf import files
+
+    path = os.path.abspath(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    lock_name = "transfer_ledger_" + hashlib.sha256(path.encode()).hexdigest()[:16] + ".lock"
+    with open(os.path.join(tempfile.gettempdir(), lock_name), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ledger = read(path)
+        kept = ledger["runs"].get(key)
+        if kept and kept.get("provenance") == provenance.to_dict() and kept.get("eval_results") == eval_results:
+            return False
+        ledger["runs"][key] = {"provenance": provenance.to_dict(), "eval_results": eval_results,
+                               "commit": _commit(), "machine": machine,
+                               "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        files.write_json_atomic(path, ledger)
+    return True

@@ -1,0 +1,164 @@
+"""bench/transfer_ledger.py and bench/transfer.py's use of it: a finished run's scores outlive the work_dir, and
+are restored only for a run of the same provenance."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from bench import transfer_ledger as ledger
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def provenance(**changes):
+    values = dict(runner="run_race.py", flagfile_sha256="f" * 64, data={"data_dir": "d" * 64},
+                  spiece_sha256="s" * 64, model_config_sha256="c" * 64, init="plm",
+                  init_checkpoint_sha256="w" * 64, learning_rate="3e-4", seed="0", flags=["--dropout=0.1"])
+    values.update(changes)
+    return ledger.RunProvenance(**values)
+
+
+def test_ledger_returns_a_run_only_for_the_same_provenance(tmp_path):
+    path = str(tmp_path / "results" / "table_runs.json")
+    key = ledger.run_key("cloze", "plm", "3e-4", "0")
+    assert ledger.read(path)["runs"] == {} and ledger.lookup(path, key, provenance()) is None
+    scores = {"schema": "xlnet_tf.eval_results", "version": 2, "evaluations": [{"step": 80, "accuracy": 0.4}]}
+    assert ledger.save(path, key, provenance(), scores, {"cpu": "x"})
+    assert not ledger.save(path, key, provenance(), scores, {"cpu": "x"})  # the same entry: nothing written
+    assert ledger.lookup(path, key, provenance()) == scores
+    for other in (dict(seed="1"), dict(init_checkpoint_sha256="v" * 64), dict(data={"data_dir": "e" * 64}),
+                  dict(flags=[]), dict(learning_rate="1e-3")):
+        assert ledger.lookup(path, key, provenance(**other)) is None, other
+    assert ledger.differs(path, key, provenance(seed="1", flags=[])) == ["flags", "seed"]
+    assert ledger.differs(path, ledger.run_key("cloze", "plm", "1e-3", "0"), provenance()) == []
+    with open(path, encoding="utf-8") as f:
+        kept = json.load(f)
+    assert kept["schema"] == ledger.SCHEMA and kept["version"] == ledger.VERSION
+    assert kept["runs"][key]["provenance"] == provenance().to_dict() and kept["runs"][key]["saved"]
+    # another provenance replaces the entry
+    assert ledger.save(path, key, provenance(seed="1"), scores, {"cpu": "x"})
+    assert ledger.lookup(path, key, provenance()) is None
+
+
+@pytest.mark.parametrize("text, message", [("{", "not JSON"), ('{"runs": {}}', "not a xlnet_tf.transfer_ledger"),
+                                           ('{"schema": "xlnet_tf.transfer_ledger", "version": 9, "runs": {}}',
+                                            "version 9")])
+def test_ledger_refuses_a_file_it_cannot_read(tmp_path, text, message):
+    path = tmp_path / "runs.json"
+    path.write_text(text)
+    with pytest.raises(ledger.LedgerError, match=message):
+        ledger.read(str(path))
+
+
+def test_fingerprints_change_with_any_file_of_a_folder_or_checkpoint(tmp_path):
+    data = tmp_path / "data"
+    (data / "dev").mkdir(parents=True)
+    (data / "dev" / "a.json").write_text("one")
+    first = ledger.fingerprint(str(data))
+    (data / "dev" / "a.json").write_text("two")
+    second = ledger.fingerprint(str(data))
+    (data / "dev" / "b.json").write_text("two")
+    assert len({first, second, ledger.fingerprint(str(data))}) == 3
+    assert ledger.data_fingerprints([f"--data_dir={data}"]) == {"data_dir": ledger.fingerprint(str(data))}
+    ckpt = tmp_path / "final"
+    ckpt.mkdir()
+    (ckpt / "xlnet_model.ckpt.index").write_bytes(b"index")
+    (ckpt / "xlnet_model.ckpt.data-00000-of-00001").write_bytes(b"weights")
+    before = ledger.checkpoint_fingerprint(str(ckpt / "xlnet_model.ckpt"))
+    (ckpt / "xlnet_model.ckpt.data-00000-of-00001").write_bytes(b"other weights")
+    assert ledger.checkpoint_fingerprint(str(ckpt / "xlnet_model.ckpt")) != before
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        ledger.checkpoint_fingerprint(str(ckpt / "missing.ckpt"))
+    with pytest.raises(FileNotFoundError, match="data argument"):
+        ledger.fingerprint(str(tmp_path / "nowhere"))
+
+
+RESTORE_CHECK = r'''
+import os, shutil, sys
+from absl import flags
+from bench import transfer, transfer_ledger
+from xlnet_tf import results
+transfer.define_flags()
+root = sys.argv[1]
+def work_dir(name):  # a work_dir with what a run's provenance reads: SentencePiece model, config, PLM weights
+    work = os.path.join(root, name)
+    os.makedirs(os.path.join(work, "plm_model", "final"))
+    for rel, text in (("spiece.model", "pieces"), ("plm_model/xlnet_config.json", "{}"),
+                      ("plm_model/final/xlnet_model.ckpt.index", "i"),
+                      ("plm_model/final/xlnet_model.ckpt.data-00000-of-00001", "w")):
+        with open(os.path.join(work, rel), "w") as f:
+            f.write(text)
+    return work
+first, second = work_dir("first"), work_dir("second")
+path = os.path.join(root, "table_runs.json")
+flags.FLAGS(["transfer", "--tasks=topic", "--objectives=plm", f"--work_dir={first}", "--seeds=0,1",
+             "--inits=scratch,plm", f"--runs_ledger={path}", "--learning_rates=3e-4"])
+task = transfer.tasks("data/finetune")["topic"]
+task.test_split = "test"
+task.metrics = ("accuracy", "test_accuracy")
+def run(work, init, lr, seed, acc, test=None):  # a finished run in a work_dir
+    out = transfer.run_dir(work, "topic", init, lr, seed)
+    results.record(out, "classifier", "accuracy", 10, {"accuracy": acc / 100}, split="dev")
+    if test is not None:
+        results.record(out, "classifier", "accuracy", 10, {"accuracy": test / 100}, split="test")
+run(first, "plm", "3e-4", "0", 60.0, 58.0)
+run(first, "scratch", "3e-4", "0", 40.0)
+run(first, "scratch", "3e-4", "1", 45.0, 44.0)
+transfer.sync_ledger(first, {"topic": task})  # keeps the three finished runs
+assert sorted(transfer_ledger.read(path)["runs"]) == ["topic/plm/lr3e-4-seed0", "topic/scratch/lr3e-4-seed0",
+                                                      "topic/scratch/lr3e-4-seed1"]
+# the second work_dir's PLM weights differ: its PLM run is not restored, the scratch runs are
+with open(os.path.join(second, "plm_model/final/xlnet_model.ckpt.data-00000-of-00001"), "w") as f:
+    f.write("other weights")
+transfer.sync_ledger(second, {"topic": task})
+assert transfer.read_score(transfer.run_dir(second, "topic", "plm", "3e-4", "0"), task) is None
+restored = transfer.run_dir(second, "topic", "scratch", "3e-4", "1")
+score = transfer.read_score(restored, task)
+assert score == transfer.read_score(transfer.run_dir(first, "topic", "scratch", "3e-4", "1"), task), score
+assert score["accuracy"] == 45.0 and abs(score["test_accuracy"] - 44) < 1e-9, score
+assert os.path.exists(os.path.join(restored, transfer_ledger.RESTORED_MARKER))
+# a work_dir without the PLM model (a report made elsewhere): the ledger's PLM runs, all of one checkpoint, stand
+third = work_dir("third")
+shutil.rmtree(os.path.join(third, "plm_model", "final"))
+transfer.sync_ledger(third, {"topic": task})
+assert abs(transfer.read_score(transfer.run_dir(third, "topic", "plm", "3e-4", "0"), task)["test_accuracy"] - 58) < 1e-9
+summary = transfer.ledger_summary(third)
+assert summary["runs"] == summary["restored"] == 3 and len(summary["machines"]) == 1, summary
+assert "3 of them restored" in transfer.ledger_lines(summary)[0]
+run(second, "plm", "3e-4", "1", 61.0)  # a run of the second work_dir's other PLM weights enters the ledger
+transfer.sync_ledger(second, {"topic": task})
+assert len(transfer_ledger.init_checkpoints(path, "plm")) == 2
+fourth = work_dir("fourth")
+shutil.rmtree(os.path.join(fourth, "plm_model", "final"))
+transfer.sync_ledger(fourth, {"topic": task})  # which of the two? not without the model
+assert transfer.read_score(transfer.run_dir(fourth, "topic", "plm", "3e-4", "0"), task) is None
+assert transfer.read_score(transfer.run_dir(fourth, "topic", "scratch", "3e-4", "0"), task)["accuracy"] == 40.0
+# a restored run without its test score is trained again (it has no weights) before its test evaluation
+trained, evaluated = [], []
+def fake_finetune(work, task, init, lr, seed, extra):
+    trained.append((init, lr, seed))
+    run(work, init, lr, seed, 40.0)
+transfer.finetune = fake_finetune
+transfer.run_logged = lambda cmd, log: evaluated.append(cmd)
+transfer.evaluate_test(second, task, "scratch", "3e-4", "0")
+assert trained == [("scratch", "3e-4", "0")] and len(evaluated) == 1, (trained, evaluated)
+assert not os.path.exists(os.path.join(transfer.run_dir(second, "topic", "scratch", "3e-4", "0"),
+                                       transfer_ledger.RESTORED_MARKER))
+transfer.evaluate_test(second, task, "scratch", "3e-4", "1")  # it has its test score: nothing to do
+assert len(trained) == 1 and len(evaluated) == 1
+# 'none': no ledger
+flags.FLAGS.runs_ledger = "none"
+shutil.rmtree(os.path.join(second, "finetune"))
+transfer.sync_ledger(second, {"topic": task})
+assert not os.path.exists(os.path.join(second, "finetune"))
+print("ok")
+'''
+
+
+def test_transfer_keeps_runs_in_the_ledger_and_restores_those_of_the_same_provenance(tmp_path):
+    out = subprocess.run([sys.executable, "-c", RESTORE_CHECK, str(tmp_path)], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip().endswith("ok"), out.stdout[-2000:] + out.stderr[-3000:]
