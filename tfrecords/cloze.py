@@ -6,9 +6,13 @@ passage (one of them the removed word). Choosing needs what a language model kno
 sentence and the story. RACE's cloze packing (`xlnet_tf/text/layout.py` `choice_text`) fills `_` with each
 candidate, so `run/run_race.py` trains and scores it unchanged.
 
-  python tfrecords/cloze.py --output_dir=/work/cloze --lexicon_conll=/work/brown_pos/train.txt \
-      --train_corpus=austen=../shared/data/corpus/train/austen.txt,brown=...,moby_dick=...,wiki=... \
+  python tfrecords/cloze.py --output_dir=/work/cloze \
+      --lexicon_conll=/work/brown_pos/train.txt,/work/brown_pos/dev.txt,/work/brown_pos/test.txt \
+      --train_corpus=austen=../shared/data/corpus/train/austen.txt,brown=...,moby_dick=...,wiki=...,sotu=... \
       --heldout_corpus=../shared/data/corpus/heldout.txt --heldout_docs=../shared/data/corpus/heldout_docs.tsv
+
+(the transfer table's set, 443 dev and 415 test questions, as data/finetune/cloze/SOURCE.md; a lexicon of
+train.txt alone tags fewer words and gives another set, 432 and 405.)
 
 Splits are by document: train questions come from the train corpus files, dev and test from the held-out
 documents (`heldout.txt`, which the pretraining corpus does not contain: its documents are in no train file),
