@@ -737,7 +737,9 @@ def ledger_summary(work: str) -> Optional[Dict]:
     restored = [k for k in keys if os.path.exists(os.path.join(work, "finetune", k, transfer_ledger.RESTORED_MARKER))]
     machines = sorted({f"{runs[k]['machine'].get('cpu')}; {runs[k]['machine'].get('vector_extensions')}"
                        for k in keys if runs[k].get("machine")})
-    return {"path": os.path.relpath(path, REPO), "runs": len(keys), "restored": len(restored), "machines": machines}
+    commits = sorted({(runs[k].get("commit") or "unknown")[:7] for k in keys})
+    return {"path": os.path.relpath(path, REPO), "runs": len(keys), "restored": len(restored), "machines": machines,
+            "commits": commits}
 
 
 def ledger_lines(summary: Optional[Dict]) -> List[str]:
@@ -749,6 +751,9 @@ def ledger_lines(summary: Optional[Dict]) -> List[str]:
                 summary["restored"] else "") + "."]
     if len(summary["machines"]) > 1:
         lines[0] += " Its runs were made on more than one machine: " + " / ".join(summary["machines"]) + "."
+    if summary.get("commits"):
+        lines[0] += f" Code of commit(s) {', '.join(summary['commits'])} (the commit a run was made with; " \
+                    "later changes to the code are not part of a run's identity)."
     return lines + [""]
 
 
