@@ -69,18 +69,18 @@ def export_lm(checkpoint, export_dir, version=1, spiece_model=None, model_config
     """A pretrained LM's export (`generate`, `features`); `bounds`: `serving_lm.GenerationBounds` fields.
     Refuses, before building anything, what `run/generate.py` refuses (a fine-tuning directory, weights without
     the LM head, a masked LM, another SentencePiece model) and bounds out of range."""
-    import numpy as np
-
-    from run.evaluate_lm import lm_tokenizer, load_lm
-    from xlnet_tf import serving
-    from xlnet_tf.serving_lm import GenerationBounds
-
     check_destination(export_dir, version)
     if not checkpoint:
         raise UserError("--task=lm needs --checkpoint: a pretraining run's model_dir/final (or model_dir), the "
                         "original release or a Hugging Face XLNetLMHeadModel's model.safetensors")
     if not spiece_model or not os.path.isfile(spiece_model):
         raise UserError(f"--export_spiece_model={spiece_model} does not exist: give the model's SentencePiece model")
+    import numpy as np
+
+    from run.evaluate_lm import lm_tokenizer, load_lm
+    from xlnet_tf import serving
+    from xlnet_tf.serving_lm import GenerationBounds
+
     tokenizer, info = lm_tokenizer(checkpoint, spiece_model, spiece_flag="--export_spiece_model")
     try:
         bounds = GenerationBounds(**bounds)
@@ -98,14 +98,14 @@ def export_lm(checkpoint, export_dir, version=1, spiece_model=None, model_config
 
 
 def check_destination(export_dir: str, version: int) -> None:
-    """Refuses, before any model is built, an `--export_dir` that is a file and a version already exported (an
-    export never replaces one TF Serving may be serving)."""
-    import tensorflow as tf
+    """Refuses, before any model is built (and before TensorFlow is imported), an `--export_dir` that is a file and
+    a version already exported (an export never replaces one TF Serving may be serving)."""
+    from xlnet_tf import files
 
-    if tf.io.gfile.exists(export_dir) and not tf.io.gfile.isdir(export_dir):
+    if files.exists(export_dir) and not files.isdir(export_dir):
         raise UserError(f"--export_dir={export_dir} is a file; give a directory (the versions go under it)")
     path = os.path.join(export_dir, str(version))
-    if tf.io.gfile.exists(path):
+    if files.exists(path):
         raise UserError(f"{path} exists: choose another --version (TF Serving loads the highest) or another "
                         "--export_dir")
 
@@ -127,18 +127,14 @@ def check_spiece_model(spiece_model: str, info: dict, weights: str) -> None:
 
 def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, task=None, spiece_model=None,
                           max_seq_length=None, max_windows=None):
-    """Library entry point of the CLI; returns the export path."""
-    import numpy as np
-    import tensorflow as tf
-
-    from xlnet_tf import checkpoints, export_info, finetuning, serving
-    from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.models import model_from_export_info
+    """Library entry point of the CLI; returns the export path. The flags are checked before TensorFlow and the
+    model code are imported."""
+    from xlnet_tf import export_info, files
 
     check_destination(export_dir, version)
-    if model_dir and not tf.io.gfile.isdir(model_dir):
+    if model_dir and not files.isdir(model_dir):
         raise UserError(f"--model_dir={model_dir} " + ("is a file, not a model directory"
-                                                       if tf.io.gfile.exists(model_dir) else "does not exist"))
+                                                       if files.exists(model_dir) else "does not exist"))
     recorded = export_info.read_optional(model_dir) if model_dir else None
     info = recorded.to_dict() if recorded else {}
     task = task or info.get("task")
@@ -151,6 +147,12 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
     max_seq_length = max_seq_length or info.get("max_seq_length")
     if not max_seq_length:
         raise UserError("--export_max_seq_length is required (no export_info.json)")
+    import numpy as np
+
+    from xlnet_tf import checkpoints, finetuning, serving
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.models import model_from_export_info
+
     config = XLNetConfig.from_json_file(os.path.join(model_dir, "xlnet_config.json"), dropout=0.0, dropatt=0.0)
     # the task model as the export info describes it (the mapping `Task.from_checkpoint` uses too); the head
     # kind follows `task`, which may override the recorded one
