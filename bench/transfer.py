@@ -457,11 +457,18 @@ def ledger_path() -> Optional[str]:
 _DATA_FINGERPRINTS: Dict[str, Dict[str, str]] = {}
 
 
+_INIT_WEIGHTS: Dict[tuple, str] = {}
+
+
 def init_weights(work: str, init: str) -> Optional[str]:
-    """SHA-256 of pretrained `init`'s final checkpoint in this work_dir (None for scratch)."""
+    """SHA-256 of pretrained `init`'s final checkpoint in this work_dir (None for scratch); hashed once per process
+    (the pretrained models do not change while a table runs)."""
     if init == "scratch":
         return None
-    return transfer_ledger.checkpoint_fingerprint(os.path.join(pretrained_dir(work, init), "final", "xlnet_model.ckpt"))
+    if (work, init) not in _INIT_WEIGHTS:
+        _INIT_WEIGHTS[(work, init)] = transfer_ledger.checkpoint_fingerprint(
+            os.path.join(pretrained_dir(work, init), "final", "xlnet_model.ckpt"))
+    return _INIT_WEIGHTS[(work, init)]
 
 
 def run_provenance(work: str, task: TransferSet, init: str, lr: str, seed: str,
