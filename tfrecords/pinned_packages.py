@@ -25,6 +25,14 @@ def verify(path: str, sha256: str, spec: str, error: Type[Exception]) -> str:
     return path
 
 
+def failure_summary(output: str, limit: int = 300) -> str:
+    """What a failed command said, on one line: its lines that name an error (a build's real cause is often
+    far from the end of pip's output), else the end of its output; at most `limit` characters."""
+    errors = [" ".join(line.split()) for line in output.splitlines() if "error" in line.lower()]
+    text = " | ".join(dict.fromkeys(e for e in errors if e)) or " ".join(output.split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def fetch(path: str, command: Sequence[str], error: Type[Exception]) -> str:
     """`path`, made by running `command` in its folder when it is not there yet (not verified: see `verify`)."""
     folder = os.path.dirname(path) or "."
@@ -37,6 +45,6 @@ def fetch(path: str, command: Sequence[str], error: Type[Exception]) -> str:
     except OSError as e:
         raise error(f"{path}: missing, and `{shown}` could not run ({e})") from None
     if proc.returncode or not os.path.isfile(path):
-        tail = " ".join((proc.stderr or proc.stdout or "").split())[-300:]
-        raise error(f"{path}: missing, and `{shown}` failed (exit {proc.returncode}: {tail})")
+        raise error(f"{path}: missing, and `{shown}` failed (exit {proc.returncode}: "
+                    f"{failure_summary(proc.stderr or proc.stdout or '')})")
     return path
