@@ -1,0 +1,122 @@
+"""How unlike the pretraining corpus is a task's text, to the pretrained model itself: its left-to-right
+language-model loss on each set's text (xlnet_tf/lm_eval.py, the reading of run/evaluate_lm.py), beside the
+tokenizer's pieces per word. A diagnosis for the transfer table's out-of-domain rows (issue 40): where the
+model predicts a text much worse than its held-out corpus text, its features were learned for other text.
+
+  python bench/domain_shift.py --checkpoint=../shared/models/plm_cpu/final \
+      --spiece_model=../shared/models/plm_cpu/spiece.model \
+      --sets=heldout=../shared/data/corpus/heldout.txt,topic=../shared/data/labeled/topic/dev.tsv,tweets=OOD/tweets/dev.tsv,spam=OOD/spam/dev.tsv \
+      --output=bench/results/domain_shift_cpu
+
+A `.tsv` set is read as the runners read it (a header row, the text in the `text` column), one document per row;
+a `.txt` set as run/evaluate_lm.py reads it (one paragraph per line, a blank line between documents). Each set's
+first `--max_tokens` tokens (documents joined by `<eod>`) are scored in segments of `--seg_len`, without memories
+(each segment alone: short texts such as tweets give no more context) and with memories of `--seg_len` tokens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+from typing import Dict, List
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+
+def read_documents(path: str) -> List[List[str]]:
+    """A set's documents, each a list of paragraphs (see the module docstring)."""
+    if path.endswith(".tsv"):
+        with open(path, encoding="utf-8", newline="") as f:
+            rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+        if not rows or "text" not in rows[0]:
+            raise SystemExit(f"--sets: {path} has no 'text' column in its header row")
+        column = rows[0].index("text")
+        return [[row[column]] for row in rows[1:] if len(row) > column and row[column].strip()]
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    return [[line.strip() for line in doc.splitlines() if line.strip()] for doc in text.split("\n\n") if doc.strip()]
+
+
+def set_stream(documents: List[List[str]], tokenizer, max_tokens: int) -> Dict:
+    """Token ids of the documents joined by `<eod>` (stopping once `max_tokens` are read) and pieces per word."""
+    from xlnet_tf.text.tokenization import EOD_ID
+
+    ids: List[int] = []
+    words = pieces = 0
+    for doc in documents:
+        for paragraph in doc:
+            encoded = tokenizer.encode(paragraph)
+            ids.extend(encoded)
+            pieces += len(encoded)
+            words += len(paragraph.split())
+        ids.append(EOD_ID)
+        if len(ids) >= max_tokens:
+            break
+    return {"ids": ids[:max_tokens], "documents": len(documents), "pieces_per_word": pieces / max(words, 1)}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--spiece_model", required=True)
+    p.add_argument("--model_config_path", default=None)
+    p.add_argument("--sets", required=True, help="comma-separated name=path (.tsv or .txt)")
+    p.add_argument("--max_tokens", type=int, default=20000)
+    p.add_argument("--seg_len", type=int, default=64)
+    p.add_argument("--batch_size", type=int, default=8)
+    p.add_argument("--output", default=None, help="path prefix of the .json/.md report")
+    args = p.parse_args()
+    sets = dict(item.split("=", 1) for item in args.sets.split(","))
+    for name, path in sets.items():
+        if not os.path.isfile(path):
+            raise SystemExit(f"--sets: {name}={path} does not exist")
+
+    from bench import host
+    from run.evaluate_lm import lm_tokenizer, load_lm
+    from xlnet_tf import lm_eval
+
+    tokenizer, _ = lm_tokenizer(args.checkpoint, args.spiece_model)
+    model = load_lm(args.checkpoint, args.model_config_path, tokenizer, args.spiece_model, args.seg_len)
+    rows = []
+    for name, path in sets.items():
+        stream = set_stream(read_documents(path), tokenizer, args.max_tokens)
+        needed = lm_eval.rows_needed(args.seg_len, args.batch_size)
+        if len(stream["ids"]) < needed:
+            raise SystemExit(f"--sets: {name} gives {len(stream['ids'])} tokens, fewer than {needed}")
+        report = lm_eval.compare(model, stream["ids"], args.seg_len, tokenizer, batch_size=args.batch_size)
+        row = {"set": name, "path": os.path.relpath(path, REPO) if path.startswith(REPO) else path,
+               "tokens": len(stream["ids"]), "pieces_per_word": round(stream["pieces_per_word"], 3),
+               **{f"{k}_{m}": round(report[k][m], 4) for k in ("without_memories", "with_memories")
+                  for m in ("perplexity", "bits_per_character")}}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    machine = host.describe()
+    out = {"machine": machine, "checkpoint": args.checkpoint, "seg_len": args.seg_len, "max_tokens": args.max_tokens,
+           "command": "python bench/domain_shift.py " + " ".join(f"--{k}={v}" for k, v in vars(args).items()
+                                                                if v is not None),
+           "rows": rows}
+    if args.output:
+        with open(args.output + ".json", "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=2)
+        lines = [f"# Domain shift: the pretrained model's own LM loss on each set's text ({machine['cpu']}, "
+                 f"{machine['cores']} cores; {machine['vector_extensions']})", "",
+                 f"Checkpoint `{args.checkpoint}`; each set's first {args.max_tokens} tokens (documents joined by "
+                 f"<eod>), left to right in segments of {args.seg_len} (xlnet_tf/lm_eval.py); per token "
+                 "perplexity and bits per character on the same tokens. Command: `" + out["command"] + "`", "",
+                 "| set | tokens | pieces / word | perplexity (no memories) | bits/char (no memories) | "
+                 "perplexity (memories) | bits/char (memories) |", "|---|---|---|---|---|---|---|"]
+        for r in rows:
+            lines.append(f"| {r['set']} | {r['tokens']} | {r['pieces_per_word']:.2f} | "
+                         f"{r['without_memories_perplexity']:.1f} | {r['without_memories_bits_per_character']:.3f} | "
+                         f"{r['with_memories_perplexity']:.1f} | {r['with_memories_bits_per_character']:.3f} |")
+        with open(args.output + ".md", "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
