@@ -952,7 +952,10 @@ def main(argv):
         source = os.path.relpath(os.path.abspath(FLAGS.carry_over), REPO)
         carried = carried_grids(os.path.abspath(FLAGS.carry_over), recipe, pretrain_curves(work))
     if "finetune" in FLAGS.stages or "report" in FLAGS.stages:
-        sync_ledger(work, task_map)
+        try:
+            sync_ledger(work, task_map)
+        except transfer_ledger.LedgerError as e:  # before any run: a ledger it cannot read changes nothing
+            raise app.UsageError(f"--runs_ledger: {e}") from None
     if "finetune" in FLAGS.stages:
         stage_finetune(work, task_map, carried)
     if "report" in FLAGS.stages:
