@@ -744,7 +744,7 @@ def ledger_summary(work: str) -> Optional[Dict]:
     restored = [k for k in keys if os.path.exists(os.path.join(work, "finetune", k, transfer_ledger.RESTORED_MARKER))]
     machines = sorted({f"{runs[k]['machine'].get('cpu')}; {runs[k]['machine'].get('vector_extensions')}"
                        for k in keys if runs[k].get("machine")})
-    commits = sorted({(runs[k].get("commit") or "unknown")[:7] for k in keys})
+    commits = sorted({(runs[k].get("code") or runs[k].get("commit") or "unknown")[:7] for k in keys})
     return {"path": os.path.relpath(path, REPO), "runs": len(keys), "restored": len(restored), "machines": machines,
             "commits": commits}
 
@@ -759,8 +759,9 @@ def ledger_lines(summary: Optional[Dict]) -> List[str]:
     if len(summary["machines"]) > 1:
         lines[0] += " Its runs were made on more than one machine: " + " / ".join(summary["machines"]) + "."
     if summary.get("commits"):
-        lines[0] += f" Code of commit(s) {', '.join(summary['commits'])} (the commit a run was made with; " \
-                    "later changes to the code are not part of a run's identity)."
+        lines[0] += f" Code version(s) when the runs were saved: {', '.join(summary['commits'])} (a run's " \
+                    "identity leaves the code out; runners' numerics did not change between them unless a commit " \
+                    "says so)."
     return lines + [""]
 
 

@@ -14,7 +14,8 @@ File (`<results_prefix>_runs.json`, schema `SCHEMA` version `VERSION`):
 
     {"schema": "xlnet_tf.transfer_ledger", "version": 1,
      "runs": {"<task>/<init>/lr<lr>-seed<seed>": {"provenance": {...}, "eval_results": {...},
-                                                   "commit": "<git commit of the code that ran it>",
+                                                   "commit": "<HEAD when it was saved>",
+                                                   "code": "<the last commit then that changed code>",
                                                    "machine": {...}, "saved": "<UTC time>"}}}
 
 A ledger entry whose provenance differs from the run asked for is left alone (and the run is trained again,
@@ -152,12 +153,26 @@ def differs(path: str, key: str, provenance: RunProvenance) -> List[str]:
     return sorted(k for k, v in provenance.to_dict().items() if kept.get(k) != v)
 
 
-def _commit() -> Optional[str]:
+# what counts as code for a run's code version: everything but results and prose
+CODE_PATHS = (".", ":(exclude)bench/results", ":(exclude)*.md")
+
+
+def _git(*args: str) -> Optional[str]:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
+
+
+def code_version(commit: str = "HEAD") -> Optional[str]:
+    """The last commit at or before `commit` that changed code (not results or prose: committing a ledger does
+    not make a new code version), with "+changes" when `commit` is HEAD and the work tree's code differs from it."""
+    last = _git("log", "-1", "--format=%H", commit, "--", *CODE_PATHS)
+    if not last:
+        return None
+    if commit == "HEAD" and _git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS):
+        last += "+changes"
+    return last
 
 
 def save(path: str, key: str, provenance: RunProvenance, eval_results: Dict[str, Any],
@@ -177,7 +192,7 @@ def save(path: str, key: str, provenance: RunProvenance, eval_results: Dict[str,
         if kept and kept.get("provenance") == provenance.to_dict() and kept.get("eval_results") == eval_results:
             return False
         ledger["runs"][key] = {"provenance": provenance.to_dict(), "eval_results": eval_results,
-                               "commit": _commit(), "machine": machine,
+                               "commit": _git("rev-parse", "HEAD"), "code": code_version(), "machine": machine,
                                "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         files.write_json_atomic(path, ledger)
     return True

@@ -3,6 +3,7 @@ are restored only for a run of the same provenance."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -38,6 +39,8 @@ def test_ledger_returns_a_run_only_for_the_same_provenance(tmp_path):
         kept = json.load(f)
     assert kept["schema"] == ledger.SCHEMA and kept["version"] == ledger.VERSION
     assert kept["runs"][key]["provenance"] == provenance().to_dict() and kept["runs"][key]["saved"]
+    code = kept["runs"][key]["code"]  # the last commit that changed code (None outside a git checkout)
+    assert code is None or re.fullmatch(r"[0-9a-f]{40}(\+changes)?", code), code
     # another provenance replaces the entry
     assert ledger.save(path, key, provenance(seed="1"), scores, {"cpu": "x"})
     assert ledger.lookup(path, key, provenance()) is None
