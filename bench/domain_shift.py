@@ -37,9 +37,16 @@ def read_documents(path: str) -> List[List[str]]:
             raise SystemExit(f"--sets: {path} has no 'text' column in its header row")
         column = rows[0].index("text")
         return [[row[column]] for row in rows[1:] if len(row) > column and row[column].strip()]
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
-    return [[line.strip() for line in doc.splitlines() if line.strip()] for doc in text.split("\n\n") if doc.strip()]
+    from tfrecords import corpus
+
+    lines, _ = corpus.read_text_file(path, source="--sets")  # stripped; a blank line ends a document
+    documents: List[List[str]] = [[]]
+    for line in lines:
+        if line:
+            documents[-1].append(line)
+        elif documents[-1]:
+            documents.append([])
+    return [doc for doc in documents if doc]
 
 
 def set_stream(documents: List[List[str]], tokenizer, max_tokens: int) -> Dict:
@@ -57,7 +64,7 @@ def set_stream(documents: List[List[str]], tokenizer, max_tokens: int) -> Dict:
         ids.append(EOD_ID)
         if len(ids) >= max_tokens:
             break
-    return {"ids": ids[:max_tokens], "documents": len(documents), "pieces_per_word": pieces / max(words, 1)}
+    return {"ids": ids[:max_tokens], "pieces_per_word": pieces / max(words, 1)}
 
 
 def main():

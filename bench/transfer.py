@@ -25,6 +25,7 @@ no other labelled split here except topic and paraphrase); the same choice is ma
 
 from __future__ import annotations
 
+import functools
 import glob
 import json
 import math
@@ -454,32 +455,28 @@ def ledger_path() -> Optional[str]:
     return os.path.abspath(FLAGS.runs_ledger or FLAGS.results_prefix + "_runs.json")
 
 
-_DATA_FINGERPRINTS: Dict[str, Dict[str, str]] = {}
-
-
-_INIT_WEIGHTS: Dict[tuple, str] = {}
-
-
+@functools.lru_cache(maxsize=None)
 def init_weights(work: str, init: str) -> Optional[str]:
     """SHA-256 of pretrained `init`'s final checkpoint in this work_dir (None for scratch); hashed once per process
     (the pretrained models do not change while a table runs)."""
     if init == "scratch":
         return None
-    if (work, init) not in _INIT_WEIGHTS:
-        _INIT_WEIGHTS[(work, init)] = transfer_ledger.checkpoint_fingerprint(
-            os.path.join(pretrained_dir(work, init), "final", "xlnet_model.ckpt"))
-    return _INIT_WEIGHTS[(work, init)]
+    return transfer_ledger.checkpoint_fingerprint(os.path.join(pretrained_dir(work, init), "final", "xlnet_model.ckpt"))
+
+
+@functools.lru_cache(maxsize=None)
+def data_fingerprints(data_args: tuple) -> Dict[str, str]:
+    """A task's data fingerprints, read once per process (its thousands of files do not change while it runs)."""
+    return transfer_ledger.data_fingerprints(data_args)
 
 
 def run_provenance(work: str, task: TransferSet, init: str, lr: str, seed: str,
                    weights: Optional[str] = None) -> transfer_ledger.RunProvenance:
     """What shapes run (task, init, lr, seed) of this work_dir (the inputs of `finetune`'s command); `weights`:
     the pretrained init's checkpoint SHA-256 when it is known without the checkpoint (see `sync_ledger`)."""
-    if task.name not in _DATA_FINGERPRINTS:
-        _DATA_FINGERPRINTS[task.name] = transfer_ledger.data_fingerprints(task.data_args)
     sha = transfer_ledger.fingerprint
     return transfer_ledger.RunProvenance(
-        runner=task.runner, flagfile_sha256=sha(task.flagfile), data=_DATA_FINGERPRINTS[task.name],
+        runner=task.runner, flagfile_sha256=sha(task.flagfile), data=data_fingerprints(tuple(task.data_args)),
         spiece_sha256=sha(os.path.join(work, "spiece.model")),
         model_config_sha256=sha(os.path.join(pretrained_dir(work, "plm"), "xlnet_config.json")),
         init=init, init_checkpoint_sha256=weights or init_weights(work, init),
@@ -491,9 +488,9 @@ def keep_in_ledger(work: str, task: TransferSet, init: str, lr: str, seed: str, 
     """Save a finished run of this work_dir (its eval_results.json) in the ledger."""
     from xlnet_tf import results
 
-    path, out = ledger_path(), run_dir(work, task.name, init, lr, seed)
-    recorded = results.load(out)
-    if path is None or recorded is None:
+    path = ledger_path()
+    recorded = results.load(run_dir(work, task.name, init, lr, seed)) if path else None
+    if recorded is None:
         return
     if transfer_ledger.save(path, transfer_ledger.run_key(task.name, init, lr, seed),
                             run_provenance(work, task, init, lr, seed, weights), recorded.to_dict(), machine()):
@@ -520,7 +517,7 @@ def sync_ledger(work: str, task_map: Dict[str, TransferSet]) -> None:
                                                             "xlnet_model.ckpt.index")):
             weights[init] = None  # computed from the checkpoint here
             continue
-        made_from = transfer_ledger.init_checkpoints(path, init)
+        made_from = transfer_ledger.init_checkpoints(kept, init)
         if len(made_from) == 1:
             weights[init] = made_from.pop()
             _say(f"ledger: no {init} model in this work_dir; its runs are taken as the ledger has them, all made "
@@ -542,9 +539,9 @@ def sync_ledger(work: str, task_map: Dict[str, TransferSet]) -> None:
                     if key not in kept:
                         continue
                     provenance = run_provenance(work, task, init, lr, seed, weights[init])
-                    values = transfer_ledger.lookup(path, key, provenance)
+                    values = transfer_ledger.lookup(kept, key, provenance)
                     if values is None:
-                        _say(f"ledger: {key} was made with other {transfer_ledger.differs(path, key, provenance)}; "
+                        _say(f"ledger: {key} was made with other {transfer_ledger.differs(kept, key, provenance)}; "
                              "not restored (it will be trained again if the table needs it)")
                         continue
                     if os.path.isdir(out):
@@ -726,6 +723,7 @@ def unigram(work: str, objective: str, vocab_size: int) -> Optional[float]:
     return pretrain_data.unigram_baseline(train, heldout, vocab_size)["loss"]
 
 
+@functools.lru_cache(maxsize=None)
 def machine() -> Dict[str, str]:
     from bench import host
 
@@ -744,7 +742,7 @@ def ledger_summary(work: str) -> Optional[Dict]:
     restored = [k for k in keys if os.path.exists(os.path.join(work, "finetune", k, transfer_ledger.RESTORED_MARKER))]
     machines = sorted({f"{runs[k]['machine'].get('cpu')}; {runs[k]['machine'].get('vector_extensions')}"
                        for k in keys if runs[k].get("machine")})
-    commits = sorted({(runs[k].get("code") or runs[k].get("commit") or "unknown")[:7] for k in keys})
+    commits = sorted({(runs[k].get("code") or "unknown")[:7] for k in keys})
     return {"path": os.path.relpath(path, REPO), "runs": len(keys), "restored": len(restored), "machines": machines,
             "commits": commits}
 
@@ -960,7 +958,6 @@ def main(argv):
     if "finetune" in FLAGS.stages:
         stage_finetune(work, task_map, carried)
     if "report" in FLAGS.stages:
-        sync_ledger(work, task_map)
         baselines = {o: unigram(work, o, FLAGS.vocab_size) for o in FLAGS.objectives}
         rows, curves = collect(work, task_map, carried, source), pretrain_curves(work)
         write_report(work, recipe, rows, curves, {k: v for k, v in baselines.items() if v is not None},

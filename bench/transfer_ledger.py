@@ -34,6 +34,8 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
+from xlnet_tf import files
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEMA = "xlnet_tf.transfer_ledger"
 VERSION = 1
@@ -44,16 +46,10 @@ class LedgerError(ValueError):
     """A ledger file that cannot be read as this schema."""
 
 
-def _sha256_file(path: str) -> str:
-    from xlnet_tf import files
-
-    return files.file_sha256(path)
-
-
 def fingerprint(path: str) -> str:
     """SHA-256 of a file's bytes, or of a folder's sorted (relative path, file SHA-256) pairs."""
     if os.path.isfile(path):
-        return _sha256_file(path)
+        return files.file_sha256(path)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"{path}: no such file or folder (a transfer task's data argument)")
     digest = hashlib.sha256()
@@ -61,7 +57,7 @@ def fingerprint(path: str) -> str:
         dirs.sort()
         for name in sorted(names):
             full = os.path.join(root, name)
-            digest.update(f"{os.path.relpath(full, path)}\0{_sha256_file(full)}\n".encode())
+            digest.update(f"{os.path.relpath(full, path)}\0{files.file_sha256(full)}\n".encode())
     return digest.hexdigest()
 
 
@@ -82,7 +78,7 @@ def checkpoint_fingerprint(checkpoint_prefix: str) -> str:
         raise FileNotFoundError(f"{checkpoint_prefix}.index: no checkpoint (a transfer init's weights)")
     digest = hashlib.sha256()
     for name in parts:
-        digest.update(f"{name}\0{_sha256_file(os.path.join(folder, name))}\n".encode())
+        digest.update(f"{name}\0{files.file_sha256(os.path.join(folder, name))}\n".encode())
     return digest.hexdigest()
 
 
@@ -129,24 +125,25 @@ def read(path: str) -> Dict[str, Any]:
     return values
 
 
-def lookup(path: str, key: str, provenance: RunProvenance) -> Optional[Dict[str, Any]]:
-    """The ledger's eval_results of run `key` when it was made with the same `provenance`, else None."""
-    entry = read(path)["runs"].get(key)
+def lookup(runs: Dict[str, Any], key: str, provenance: RunProvenance) -> Optional[Dict[str, Any]]:
+    """The eval_results of run `key` of a ledger's `runs` (`read(path)["runs"]`) when it was made with the same
+    `provenance`, else None."""
+    entry = runs.get(key)
     if entry is None or entry.get("provenance") != provenance.to_dict():
         return None
     return entry["eval_results"]
 
 
-def init_checkpoints(path: str, init: str) -> set:
-    """The pretrained checkpoints (SHA-256) that the ledger's runs of `init` were made from."""
-    return {entry["provenance"]["init_checkpoint_sha256"] for key, entry in read(path)["runs"].items()
+def init_checkpoints(runs: Dict[str, Any], init: str) -> set:
+    """The pretrained checkpoints (SHA-256) that a ledger's `runs` of `init` were made from."""
+    return {entry["provenance"]["init_checkpoint_sha256"] for key, entry in runs.items()
             if key.split("/")[1] == init and entry.get("provenance", {}).get("init_checkpoint_sha256")}
 
 
-def differs(path: str, key: str, provenance: RunProvenance) -> List[str]:
-    """The provenance fields in which the ledger's run `key` differs from `provenance` ([] when it matches or
-    the ledger has no such run): what the log says when a kept run cannot stand for this one."""
-    entry = read(path)["runs"].get(key)
+def differs(runs: Dict[str, Any], key: str, provenance: RunProvenance) -> List[str]:
+    """The provenance fields in which run `key` of a ledger's `runs` differs from `provenance` ([] when it matches
+    or there is no such run): what the log says when a kept run cannot stand for this one."""
+    entry = runs.get(key)
     if entry is None:
         return []
     kept = entry.get("provenance") or {}
@@ -180,8 +177,6 @@ def save(path: str, key: str, provenance: RunProvenance, eval_results: Dict[str,
     """Record run `key` (replacing an entry of other provenance); False when the same entry is already there.
     Read-modify-write under an exclusive lock (a file in the temporary folder, named by the ledger's path, so
     that two transfer.py processes sharing a ledger never drop each other's runs), then an atomic rename."""
-    from xlnet_tf import files
-
     path = os.path.abspath(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     lock_name = "transfer_ledger_" + hashlib.sha256(path.encode()).hexdigest()[:16] + ".lock"

@@ -25,16 +25,17 @@ def provenance(**changes):
 def test_ledger_returns_a_run_only_for_the_same_provenance(tmp_path):
     path = str(tmp_path / "results" / "table_runs.json")
     key = ledger.run_key("cloze", "plm", "3e-4", "0")
-    assert ledger.read(path)["runs"] == {} and ledger.lookup(path, key, provenance()) is None
+    assert ledger.read(path)["runs"] == {} and ledger.lookup(ledger.read(path)["runs"], key, provenance()) is None
     scores = {"schema": "xlnet_tf.eval_results", "version": 2, "evaluations": [{"step": 80, "accuracy": 0.4}]}
     assert ledger.save(path, key, provenance(), scores, {"cpu": "x"})
     assert not ledger.save(path, key, provenance(), scores, {"cpu": "x"})  # the same entry: nothing written
-    assert ledger.lookup(path, key, provenance()) == scores
+    runs = ledger.read(path)["runs"]
+    assert ledger.lookup(runs, key, provenance()) == scores
     for other in (dict(seed="1"), dict(init_checkpoint_sha256="v" * 64), dict(data={"data_dir": "e" * 64}),
                   dict(flags=[]), dict(learning_rate="1e-3")):
-        assert ledger.lookup(path, key, provenance(**other)) is None, other
-    assert ledger.differs(path, key, provenance(seed="1", flags=[])) == ["flags", "seed"]
-    assert ledger.differs(path, ledger.run_key("cloze", "plm", "1e-3", "0"), provenance()) == []
+        assert ledger.lookup(runs, key, provenance(**other)) is None, other
+    assert ledger.differs(runs, key, provenance(seed="1", flags=[])) == ["flags", "seed"]
+    assert ledger.differs(runs, ledger.run_key("cloze", "plm", "1e-3", "0"), provenance()) == []
     with open(path, encoding="utf-8") as f:
         kept = json.load(f)
     assert kept["schema"] == ledger.SCHEMA and kept["version"] == ledger.VERSION
@@ -43,7 +44,7 @@ def test_ledger_returns_a_run_only_for_the_same_provenance(tmp_path):
     assert code is None or re.fullmatch(r"[0-9a-f]{40}(\+changes)?", code), code
     # another provenance replaces the entry
     assert ledger.save(path, key, provenance(seed="1"), scores, {"cpu": "x"})
-    assert ledger.lookup(path, key, provenance()) is None
+    assert ledger.lookup(ledger.read(path)["runs"], key, provenance()) is None
 
 
 @pytest.mark.parametrize("text, message", [("{", "not JSON"), ('{"runs": {}}', "not a xlnet_tf.transfer_ledger"),
@@ -133,7 +134,7 @@ assert summary["runs"] == summary["restored"] == 3 and len(summary["machines"]) 
 assert "3 of them restored" in transfer.ledger_lines(summary)[0]
 run(second, "plm", "3e-4", "1", 61.0)  # a run of the second work_dir's other PLM weights enters the ledger
 transfer.sync_ledger(second, {"topic": task})
-assert len(transfer_ledger.init_checkpoints(path, "plm")) == 2
+assert len(transfer_ledger.init_checkpoints(transfer_ledger.read(path)["runs"], "plm")) == 2
 fourth = work_dir("fourth")
 shutil.rmtree(os.path.join(fourth, "plm_model", "final"))
 transfer.sync_ledger(fourth, {"topic": task})  # which of the two? not without the model
