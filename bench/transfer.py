@@ -137,7 +137,9 @@ def define_flags():
     flags.DEFINE_string("cloze_data_dir", None, "The cloze task's RACE folders for the cloze task (python "
                         "tfrecords/cloze.py --output_dir=DIR ...; default: <data_root>/labeled/cloze).")
     flags.DEFINE_list("tasks", ["topic", "paraphrase", "mc_wordnet", "squad_v1", "squad_v2"], "Tasks.")
-    flags.DEFINE_list("inits", list(INITS), "Initialisations: scratch, mlm, plm.")
+    flags.DEFINE_list("inits", list(INITS), "Initialisations: scratch, mlm, plm, and <mlm|plm>@<step> for the "
+                      "pretraining run's checkpoint kept at that step (the transfer-against-pretraining-steps "
+                      "curve; the recipe keeps every --keep_checkpoint_steps).")
     flags.DEFINE_list("learning_rates", ["1e-4", "3e-4"], "Fine-tuning learning-rate grid (seed 0).")
     flags.DEFINE_list("seeds", ["0"], "Seeds at each init's best learning rate (the grid runs seed 0).")
     flags.DEFINE_integer("max_grid_extensions", 2, "Extra learning rates (one step of the ladder 1e-5, 3e-5, "
@@ -253,6 +255,38 @@ def stage_records(work: str, data_root: str, recipe: Dict[str, str], objective: 
 
 def pretrained_dir(work: str, objective: str) -> str:
     return os.path.join(work, f"{objective}_model")
+
+
+def parse_init(init: str) -> tuple:
+    """`scratch`, `mlm`, `plm`, or `<mlm|plm>@<step>`: the pretraining run's checkpoint kept at that step (the
+    recipe's `--keep_checkpoint_steps`; the transfer-against-pretraining-steps curve). Returns (objective, step or
+    None); raises ValueError naming the init."""
+    base, sep, step = init.partition("@")
+    if base not in INITS or (sep and (base == "scratch" or not step.isdigit() or int(step) <= 0)):
+        raise ValueError(f"init {init!r}: expected one of {INITS} or <mlm|plm>@<step> (a positive step the "
+                         "pretraining run kept, e.g. plm@900)")
+    return base, (int(step) if sep else None)
+
+
+def init_checkpoint(work: str, init: str) -> Optional[str]:
+    """The weights fine-tuning starts from (`--init_checkpoint`): the pretraining run's `final/`, or for
+    `<objective>@<step>` its kept checkpoint of that step (`kept/ckpt-<step>`); None for scratch."""
+    objective, step = parse_init(init)
+    if objective == "scratch":
+        return None
+    if step is None:
+        return os.path.join(pretrained_dir(work, objective), "final")
+    from xlnet_tf import pretrain_info
+
+    return os.path.join(pretrained_dir(work, objective), pretrain_info.KEPT_DIR, f"ckpt-{step}")
+
+
+def init_checkpoint_prefix(work: str, init: str) -> Optional[str]:
+    """The checkpoint prefix of `init_checkpoint` (whose `.index` file tells whether the weights exist)."""
+    path = init_checkpoint(work, init)
+    if path is None or parse_init(init)[1] is not None:
+        return path
+    return os.path.join(path, "xlnet_model.ckpt")
 
 
 def pretraining_done(work: str, objective: str, train_steps: int) -> bool:
@@ -435,7 +469,7 @@ def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra:
         shutil.rmtree(out)
     cmd = runner_command(work, task, out, seed) + [f"--learning_rate={lr}"] + budget_flags(task)
     if init != "scratch":
-        cmd.append(f"--init_checkpoint={pretrained_dir(work, init)}/final")
+        cmd.append(f"--init_checkpoint={init_checkpoint(work, init)}")
     cmd += extra.split()
     t0 = time.time()
     run_logged(cmd, os.path.join(out + ".log"))
@@ -459,9 +493,8 @@ def ledger_path() -> Optional[str]:
 def init_weights(work: str, init: str) -> Optional[str]:
     """SHA-256 of pretrained `init`'s final checkpoint in this work_dir (None for scratch); hashed once per process
     (the pretrained models do not change while a table runs)."""
-    if init == "scratch":
-        return None
-    return transfer_ledger.checkpoint_fingerprint(os.path.join(pretrained_dir(work, init), "final", "xlnet_model.ckpt"))
+    prefix = init_checkpoint_prefix(work, init)
+    return None if prefix is None else transfer_ledger.checkpoint_fingerprint(prefix)
 
 
 @functools.lru_cache(maxsize=None)
@@ -513,8 +546,7 @@ def sync_ledger(work: str, task_map: Dict[str, TransferSet]) -> None:
     kept = transfer_ledger.read(path)["runs"]
     weights = {}
     for init in FLAGS.inits:
-        if init == "scratch" or os.path.exists(os.path.join(pretrained_dir(work, init), "final",
-                                                            "xlnet_model.ckpt.index")):
+        if init == "scratch" or os.path.exists(init_checkpoint_prefix(work, init) + ".index"):
             weights[init] = None  # computed from the checkpoint here
             continue
         made_from = transfer_ledger.init_checkpoints(kept, init)
@@ -642,7 +674,7 @@ def collect(work: str, task_map: Dict[str, TransferSet], carried: Optional[Grids
                 runs[init] = (grid, best, seeds, len(grid) > len(here))
         baseline = task.baseline() if task.baseline else {}
         zero_shot = {init: task.zero_shot(work, init) for init in FLAGS.inits
-                     if init != "scratch"} if task.zero_shot else {}
+                     if init in ("mlm", "plm")} if task.zero_shot else {}
         for metric in task.metrics:
             row = {"task": name, "metric": metric, "primary": metric == task.primary}
             if metric in baseline:
@@ -838,12 +870,13 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
                       f"({', '.join(sources)}): same pretraining recipe, and for MLM/PLM the same held-out curve, "
                       "i.e. the same pretrained model (pretraining and fine-tuning are deterministic here); those "
                       "runs were not repeated in this work_dir, the other seeds were."]
-    used = sorted({lr for row in rows for i in INITS for lr in row.get(f"{i}_grid", {})}, key=LR_LADDER.index)
+    shown = list(INITS) + [i for i in FLAGS.inits if i not in INITS]  # stepped inits after the table's three
+    used = sorted({lr for row in rows for i in shown for lr in row.get(f"{i}_grid", {})}, key=LR_LADDER.index)
     lines += ["", "Learning-rate grid (seed 0, dev; extended while the best rate was at its edge):", "",
               "| task | metric | init | " + " | ".join(used) + " |",
               "|---|---|---|" + "---|" * len(used)]
     for row in rows:
-        for init in INITS:
+        for init in shown:
             if f"{init}_grid" in row:
                 g = row[f"{init}_grid"]
                 lines.append(f"| {row['task']} | {row['metric']} | {init} | " +
@@ -860,6 +893,7 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
             lines.append(f"| {row['task']} | {row['metric']} | {seeds} | "
                          + " | ".join(welch_p(row.get(f"{i}_runs", []), row.get("scratch_runs", []))
                                       for i in ("mlm", "plm")) + " |")
+    lines += steps_lines(rows, curves, int(recipe["train_steps"]))
     lines += ["", "Pretraining held-out loss (nats per predicted token; the unigram baseline in brackets):", ""]
     for objective, curve in curves.items():
         lines.append(f"- {objective}: " + ", ".join(f"{r['step']}: {r['loss']:.3f}" for r in curve)
@@ -868,6 +902,107 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
     with open(FLAGS.results_prefix + ".md", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     plot(rows, curves, baselines, FLAGS.results_prefix + ".png")
+    if steps_points(rows, int(recipe["train_steps"])):
+        plot_steps(rows, curves, int(recipe["train_steps"]), FLAGS.results_prefix + "_steps.png")
+
+
+def steps_points(rows: List[Dict], train_steps: int) -> Dict[str, List[tuple]]:
+    """The transfer-against-pretraining-steps curve of each objective that has stepped inits among FLAGS.inits:
+    {objective: [(pretraining step, init), ...]} from scratch (step 0) through the kept checkpoints to `final`
+    (the recipe's `train_steps`), only the inits with scores in `rows`."""
+    have = {i for row in rows for i in FLAGS.inits if i in row}
+    points = {}
+    for init in FLAGS.inits:
+        objective, step = parse_init(init)
+        if step is not None:
+            points.setdefault(objective, []).append((step, init))
+    out = {}
+    for objective, stepped in points.items():
+        curve = [(0, "scratch")] + sorted(stepped) + [(train_steps, objective)]
+        curve = [(step, init) for step, init in curve if init in have]
+        if len(curve) > 1:
+            out[objective] = curve
+    return out
+
+
+def heldout_at(curves: Dict, objective: str, step: int) -> Optional[float]:
+    """The pretraining held-out loss at `step` (its evaluation at that step), or None when none was made there."""
+    at = [r["loss"] for r in curves.get(objective, []) if int(r["step"]) == step]
+    return at[-1] if at else None
+
+
+def steps_lines(rows: List[Dict], curves: Dict, train_steps: int) -> List[str]:
+    """The report's table of fine-tuned scores against the pretraining step of the initial weights."""
+    points = steps_points(rows, train_steps)
+    if not points:
+        return []
+    primary_metric = {r["task"]: r["metric"] for r in rows if r["primary"]}
+    lines = ["", "Transfer against pretraining steps: each cell fine-tunes from the pretraining run's checkpoint "
+                 "of that step (step 0: random weights, the scratch column; the last: its final weights), with the "
+                 "same protocol as above (grid on dev with seed 0, then the seeds at the best rate). Held-out "
+                 "loss of the pretraining run at that step in brackets.", ""]
+    for objective, curve in points.items():
+        lines += [f"| task | metric | {objective.upper()} step: " + " | ".join(str(s) for s, _ in curve) + " |",
+                  "|---|---|" + "---|" * len(curve)]
+        for row in rows:
+            if not (row["primary"] or row["metric"] == "test_" + primary_metric.get(row["task"], "")):
+                continue
+            cells = []
+            for step, init in curve:
+                if init not in row:
+                    cells.append("-")
+                    continue
+                std = row.get(f"{init}_std")
+                loss = heldout_at(curves, objective, step) if step else None
+                cells.append(f"{row[init]:.1f}" + (f" ± {std:.1f}" if std is not None else "")
+                             + f" (lr {row[f'{init}_best_lr']}, n={row[f'{init}_seeds']})"
+                             + (f" [{loss:.2f}]" if loss is not None else ""))
+            lines.append(f"| {row['task']} | {row['metric']} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def plot_steps(rows: List[Dict], curves: Dict, train_steps: int, path: str) -> None:
+    """One panel per task (its primary metric and, when there is one, its test metric): the fine-tuned score
+    against the pretraining step of the initial weights, one line per objective, the baseline and majority
+    dashed; the held-out loss on a second axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = steps_points(rows, train_steps)
+    primary = [r for r in rows if r["primary"]]
+    fig, axes = plt.subplots(1, len(primary), figsize=(4.2 * len(primary), 3.8), squeeze=False)
+    colors = {"mlm": "#1f77b4", "plm": "#d62728"}
+    for ax, row in zip(axes[0], primary):
+        test = next((r for r in rows if r["task"] == row["task"] and r["metric"] == "test_" + row["metric"]), None)
+        for objective, curve in points.items():
+            for r, style, label in ((row, "-", "dev"), (test, ":", "test")):
+                if r is None:
+                    continue
+                xs = [s for s, i in curve if i in r]
+                ys = [r[i] for s, i in curve if i in r]
+                errs = [r.get(f"{i}_std") or 0 for s, i in curve if i in r]
+                ax.errorbar(xs, ys, yerr=errs, ls=style, marker="o", ms=3, capsize=2, color=colors[objective],
+                            label=f"{objective.upper()} ({label})")
+        for key, style in (("baseline", "--"), ("majority", ":")):
+            if key in row:
+                ax.axhline(row[key], ls=style, lw=1, color="#555555", label=f"{key} (dev)")
+        ax.set_title(f"{row['task']} ({row['metric']})")
+        ax.set_xlabel("pretraining step of the initial weights (0: scratch)")
+        ax.set_ylabel("score (%)")
+        ax2 = ax.twinx()
+        for objective in points:
+            curve = curves.get(objective, [])
+            ax2.plot([r["step"] for r in curve], [r["loss"] for r in curve], lw=0.8, alpha=0.4,
+                     color=colors[objective])
+        ax2.set_ylabel("held-out loss (faint)", fontsize=8)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path + ".tmp.png", dpi=110)
+    os.replace(path + ".tmp.png", path)
+    plt.close(fig)
 
 
 def welch_p(a: List[float], b: List[float]) -> str:
@@ -920,9 +1055,14 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if not FLAGS.work_dir:
         raise app.UsageError("--work_dir is required")
-    bad = sorted(set(FLAGS.stages) - set(STAGES)) + sorted(set(FLAGS.inits) - set(INITS))
+    bad = sorted(set(FLAGS.stages) - set(STAGES))
     if bad:
-        raise app.UsageError(f"unknown stage/init {bad}; stages are {STAGES}, inits {INITS}")
+        raise app.UsageError(f"unknown stage {bad}; stages are {STAGES}")
+    for init in FLAGS.inits:
+        try:
+            parse_init(init)
+        except ValueError as e:
+            raise app.UsageError(f"--inits: {e}") from None
     work, data_root = os.path.abspath(FLAGS.work_dir), os.path.abspath(FLAGS.data_root)
     recipe_path = os.path.abspath(FLAGS.pretrain_flagfile)
     recipe = read_flagfile(recipe_path)

@@ -8,6 +8,7 @@ fine-tuned model, on weights without the LM head, with another SentencePiece mod
 model, on empty / blank / non-UTF-8 / too short input or a glob matching nothing, with out-of-range numbers, and
 run/convert_checkpoint.py with a config that does not describe a pretraining run's final weights."""
 
+import glob
 import json
 import os
 import shutil
@@ -427,3 +428,37 @@ def test_fine_tuning_checks_the_pretrained_facts_and_never_writes_into_a_pretrai
     data_fixtures.run_with_flags(run_classifier, FINETUNE + [records, f"--model_dir={tmp_path}/ok", "--do_train",
                                                              f"--init_checkpoint={pretrained}/m/final"])
     assert os.path.exists(tmp_path / "ok" / "ckpt-1.index")
+
+
+def test_a_kept_checkpoint_carries_its_runs_facts_and_initializes_fine_tuning(pretrained, tmp_path, capsys):
+    """A checkpoint kept by --keep_checkpoint_steps (model_dir/kept/ckpt-N, the transfer-against-pretraining-steps
+    curve's weights) is checked against its run's facts as final/ is, and fine-tuning from it loads its weights."""
+    import numpy as np
+
+    from run import run_classifier
+    from xlnet_tf import checkpoints, pretrain_info, training
+
+    model = _copy_run(pretrained, tmp_path)
+    kept = training.kept_checkpoint(str(model), 1)
+    os.makedirs(os.path.dirname(kept))
+    for path in glob.glob(str(model / "ckpt-1.*")):
+        shutil.copy(path, kept + path[len(str(model / "ckpt-1")):])
+    assert pretrain_info.read_pretrained(kept).objective == "plm"
+    with pytest.raises(pretrain_info.PretrainInfoError, match="pretrain_run.json says the model was pretrained with"):
+        pretrain_info.check_final(kept, spiece_sha256="0" * 64)
+    run = json.loads((model / "pretrain_run.json").read_text())
+    run["spiece_sha256"] = "0" * 64
+    (model / "pretrain_run.json").write_text(json.dumps(run))
+    line = _user_error(run_classifier, FINETUNE + [f"--record_dir={tmp_path}/records", f"--model_dir={tmp_path}/bad",
+                                                   "--do_train", f"--init_checkpoint={kept}"], capsys)
+    assert line.startswith("the records' SentencePiece model (") and not os.path.exists(tmp_path / "bad")
+    shutil.copy(pretrained / "m" / "pretrain_run.json", model / "pretrain_run.json")
+    data_fixtures.run_with_flags(run_classifier, FINETUNE + [f"--record_dir={tmp_path}/records", "--do_train",
+                                                             f"--model_dir={tmp_path}/ok", "--learning_rate=0",
+                                                             f"--init_checkpoint={kept}"])
+    # with a zero learning rate the fine-tuned backbone is the kept checkpoint's, every variable of it
+    before = checkpoints.read_object_checkpoint(kept)
+    after = checkpoints.read_object_checkpoint(str(tmp_path / "ok" / "ckpt-1"))
+    shared = sorted(set(before) & set(after))
+    assert "model/transformer/word_embedding/lookup_table" in shared and len(shared) >= 18, sorted(after)
+    assert all(np.array_equal(before[n], after[n]) for n in shared)

@@ -43,6 +43,9 @@ RUN_SCHEMA = "xlnet_tf.pretrain_run"
 RUN_NAME = "pretrain_run.json"
 MODEL_SCHEMA = "xlnet_tf.pretrained_model"
 MODEL_NAME = "pretrained_model.json"
+# Folder of a pretraining model_dir holding the checkpoints kept by --keep_checkpoint_steps (`kept/ckpt-<step>`);
+# their facts are the run's (pretrain_run.json and xlnet_config.json one level up).
+KEPT_DIR = "kept"
 OBJECTIVES = ("plm", "mlm")
 MIXED_PRECISIONS = ("float32", "bfloat16", "float16")
 # Head scopes a pretrained model can hold (`checkpoints.head_scopes` names them the same way): the LM head's
@@ -287,6 +290,8 @@ def _exists(path: str) -> bool:
 
 def _locate(checkpoint: str) -> Tuple[Optional[PretrainedModel], Optional[str]]:
     directory = _directory(checkpoint)
+    if os.path.basename(directory.rstrip("/")) == KEPT_DIR:  # a kept checkpoint: the facts are its run's
+        directory = os.path.dirname(directory.rstrip("/"))
     path = os.path.join(directory, MODEL_NAME)
     if _exists(path):
         return read_model(path), path

@@ -12,7 +12,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf import checkpoints
+from xlnet_tf import checkpoints, pretrain_info
 from xlnet_tf.errors import UserError
 
 
@@ -57,7 +57,7 @@ class TrainLoopConfig:
 
 def kept_checkpoint(model_dir: str, step: int) -> str:
     """Prefix of the checkpoint of `step` kept by `TrainLoopConfig.keep_checkpoint_steps`."""
-    return os.path.join(model_dir, "kept", f"ckpt-{step}")
+    return os.path.join(model_dir, pretrain_info.KEPT_DIR, f"ckpt-{step}")
 
 
 class MemoryState:
