@@ -491,8 +491,8 @@ def ledger_path() -> Optional[str]:
 
 @functools.lru_cache(maxsize=None)
 def init_weights(work: str, init: str) -> Optional[str]:
-    """SHA-256 of pretrained `init`'s final checkpoint in this work_dir (None for scratch); hashed once per process
-    (the pretrained models do not change while a table runs)."""
+    """SHA-256 of `init`'s initial weights in this work_dir (`init_checkpoint`: the final checkpoint, or the kept
+    one of a stepped init; None for scratch); hashed once per process (they do not change while a table runs)."""
     prefix = init_checkpoint_prefix(work, init)
     return None if prefix is None else transfer_ledger.checkpoint_fingerprint(prefix)
 
