@@ -133,13 +133,15 @@ def lm_zero_shot(questions: Sequence[Dict], scorer) -> float:
 
 
 def load_scorer(checkpoint: str, spiece_model: str, seq_len: int = 256, max_pieces: int = 8):
-    """A BlankScorer over the pretrained LM at `checkpoint` (refusals as run/evaluate_lm.py's)."""
+    """A BlankScorer over the pretrained LM at `checkpoint` (refusals as run/evaluate_lm.py's, except that an MLM
+    model is scored as one: the candidate's pieces as masks, read by the content stream)."""
     from run.evaluate_lm import lm_tokenizer, load_lm
     from xlnet_tf import blank_scoring
 
-    tokenizer, _ = lm_tokenizer(checkpoint, spiece_model, "--lm_spiece_model")
-    return blank_scoring.BlankScorer(load_lm(checkpoint, None, tokenizer, spiece_model, spiece_flag="--lm_spiece_model"),
-                                     tokenizer, seq_len=seq_len, max_pieces=max_pieces)
+    tokenizer, info = lm_tokenizer(checkpoint, spiece_model, "--lm_spiece_model", objectives=("plm", "mlm"))
+    model = load_lm(checkpoint, None, tokenizer, spiece_model, spiece_flag="--lm_spiece_model",
+                    objective=info.objective if info else "plm")
+    return blank_scoring.BlankScorer(model, tokenizer, seq_len=seq_len, max_pieces=max_pieces)
 
 
 def baselines(cloze_dir: str, corpus_paths: Sequence[str], splits: Sequence[str] = ("dev", "test"), scorer=None

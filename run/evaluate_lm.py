@@ -71,10 +71,12 @@ def read_inputs(input_glob: str, tokenizer, skip_invalid_utf8: bool = False):
     return files, ids, skipped
 
 
-def check_checkpoint(checkpoint: str, spiece_model: str, tokenizer_sha256: str, spiece_flag: str = "--spiece_model"):
+def check_checkpoint(checkpoint: str, spiece_model: str, tokenizer_sha256: str, spiece_flag: str = "--spiece_model",
+                     objectives=("plm",)):
     """The facts of `--checkpoint` (xlnet_tf.pretrain_info; None when it records none), after refusing what is not
     a pretrained left-to-right-readable LM: a fine-tuning model_dir, weights without the LM head, another
-    SentencePiece model, a masked-LM (MLM) model."""
+    SentencePiece model, a masked-LM (MLM) model (unless `objectives` admits 'mlm': the blank scorer reads an MLM
+    model's masks with the content stream)."""
     from xlnet_tf import checkpoints, export_info, pretrain_info
     from xlnet_tf.checkpoints import resolve_weights
 
@@ -90,7 +92,7 @@ def check_checkpoint(checkpoint: str, spiece_model: str, tokenizer_sha256: str, 
             "XLNetLMHeadModel's model.safetensors")
     info = pretrain_info.check_final(checkpoint, spiece_sha256=tokenizer_sha256, need_heads=(pretrain_info.LM_HEAD,),
                                      spiece_flag=f"{spiece_flag}={spiece_model}")
-    if info is not None and info.objective != "plm":
+    if info is not None and info.objective not in objectives:
         raise common_flags.UserError(
             f"{where} was pretrained with objective {info.objective!r} (pretrained_model.json): a masked LM never "
             "trained the query stream this left-to-right reading predicts with; evaluate a 'plm' model")
@@ -103,26 +105,26 @@ def check_checkpoint(checkpoint: str, spiece_model: str, tokenizer_sha256: str, 
     return info
 
 
-def lm_tokenizer(checkpoint: str, spiece_model: str, spiece_flag: str = "--spiece_model"):
+def lm_tokenizer(checkpoint: str, spiece_model: str, spiece_flag: str = "--spiece_model", objectives=("plm",)):
     """`(tokenizer, facts)` of a pretrained LM (`check_checkpoint`'s refusals first): the tokenizer normalizes as
     the model's records were (a run's facts; the release's default otherwise)."""
     from xlnet_tf.text.tokenization import XLNetTokenizer, file_sha256
 
-    info = check_checkpoint(checkpoint, spiece_model, file_sha256(spiece_model), spiece_flag)
+    info = check_checkpoint(checkpoint, spiece_model, file_sha256(spiece_model), spiece_flag, objectives)
     tokenizer = XLNetTokenizer(spiece_model, uncased=info.uncased if info else False,
                                keep_accents=info.keep_accents if info else False)
     return tokenizer, info
 
 
 def load_lm(checkpoint: str, model_config_path, tokenizer, spiece_model: str, mem_len=None,
-            spiece_flag: str = "--spiece_model"):
+            spiece_flag: str = "--spiece_model", objective: str = "plm"):
     """The `XLNetPretrainer` (LM head required) of `checkpoint`, read left to right: memories of `mem_len` (None: the
     caller keeps its own buffer), no pretraining layouts (bi_data is the second half of the rows read backward,
     same_length a pretraining mask), no dropout; refuses a SentencePiece model of another vocabulary size."""
     from xlnet_tf.models import XLNetPretrainer
 
     model = XLNetPretrainer.from_checkpoint(
-        checkpoint, config=model_config_path, require_heads=True,
+        checkpoint, config=model_config_path, require_heads=True, objective=objective,
         config_overrides={"mem_len": mem_len, "reuse_len": None, "bi_data": False, "same_length": False,
                           "dropout": 0.0, "dropatt": 0.0})
     if model.config.n_token != tokenizer.vocab_size:
