@@ -418,8 +418,8 @@ def cloze_zero_shot(work: str, init: str, cloze_dir: str) -> Optional[Dict[str, 
     from tfrecords import cloze
     from xlnet_tf import files
 
-    checkpoint = os.path.join(pretrained_dir(work, init), "final")
-    if not os.path.exists(os.path.join(checkpoint, "xlnet_model.ckpt.index")):
+    checkpoint = init_checkpoint(work, init)
+    if not os.path.exists(init_checkpoint_prefix(work, init) + ".index"):
         return None
     with open(os.path.join(cloze_dir, cloze.CLOZE_INFO), encoding="utf-8") as f:
         key = {"checkpoint": os.path.realpath(checkpoint), "cloze_info": json.load(f)}
@@ -795,6 +795,26 @@ def ledger_lines(summary: Optional[Dict]) -> List[str]:
     return lines + [""]
 
 
+def cell(row: Dict, init: str) -> str:
+    """A report cell: `init`'s mean ± std over the seeds, its rate (and with --selection=best_checkpoint each seed's
+    chosen step), the number of seeds, † when carried over; "-" without runs."""
+    if init not in row:
+        return "-"
+    std = row.get(f"{init}_std")
+    s = f"{row[init]:.1f}"
+    if std is not None:
+        s += f" ± {std:.1f}"
+    carried = "†" if row.get(f"{init}_from") else ""
+    steps = f", steps {'/'.join(map(str, row[f'{init}_steps']))}" if FLAGS.selection == "best_checkpoint" else ""
+    return s + f" (lr {row[f'{init}_best_lr']}{steps}, n={row[f'{init}_seeds']}){carried}"
+
+
+def primary_and_test(rows: List[Dict]) -> List[tuple]:
+    """(primary row, its test_ row or None) per task, in the rows' order."""
+    return [(row, next((r for r in rows if r["task"] == row["task"] and r["metric"] == "test_" + row["metric"]), None))
+            for row in rows if row["primary"]]
+
+
 def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Dict, baselines: Dict,
                  task_list: Sequence[TransferSet] = ()) -> None:
     complete = all(row.get(f"{i}_seeds") == len(FLAGS.seeds) for row in rows for i in FLAGS.inits)
@@ -828,17 +848,6 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
     with open(FLAGS.results_prefix + ".json.tmp", "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
     os.replace(FLAGS.results_prefix + ".json.tmp", FLAGS.results_prefix + ".json")
-
-    def cell(row, init):
-        if init not in row:
-            return "-"
-        std = row.get(f"{init}_std")
-        s = f"{row[init]:.1f}"
-        if std is not None:
-            s += f" ± {std:.1f}"
-        carried = "†" if row.get(f"{init}_from") else ""
-        steps = f", steps {'/'.join(map(str, row[f'{init}_steps']))}" if FLAGS.selection == "best_checkpoint" else ""
-        return s + f" (lr {row[f'{init}_best_lr']}{steps}, n={row[f'{init}_seeds']}){carried}"
 
     lines = [f"# Transfer: scratch vs MLM vs PLM pretraining ({report['machine']['cpu']}, "
              f"{report['machine']['cores']} cores; {report['machine']['vector_extensions']})", "",
@@ -936,7 +945,6 @@ def steps_lines(rows: List[Dict], curves: Dict, train_steps: int) -> List[str]:
     points = steps_points(rows, train_steps)
     if not points:
         return []
-    primary_metric = {r["task"]: r["metric"] for r in rows if r["primary"]}
     lines = ["", "Transfer against pretraining steps: each cell fine-tunes from the pretraining run's checkpoint "
                  "of that step (step 0: random weights, the scratch column; the last: its final weights), with the "
                  "same protocol as above (grid on dev with seed 0, then the seeds at the best rate). Held-out "
@@ -944,19 +952,11 @@ def steps_lines(rows: List[Dict], curves: Dict, train_steps: int) -> List[str]:
     for objective, curve in points.items():
         lines += [f"| task | metric | {objective.upper()} step: " + " | ".join(str(s) for s, _ in curve) + " |",
                   "|---|---|" + "---|" * len(curve)]
-        for row in rows:
-            if not (row["primary"] or row["metric"] == "test_" + primary_metric.get(row["task"], "")):
-                continue
+        for row in (r for pair in primary_and_test(rows) for r in pair if r is not None):
             cells = []
             for step, init in curve:
-                if init not in row:
-                    cells.append("-")
-                    continue
-                std = row.get(f"{init}_std")
-                loss = heldout_at(curves, objective, step) if step else None
-                cells.append(f"{row[init]:.1f}" + (f" ± {std:.1f}" if std is not None else "")
-                             + f" (lr {row[f'{init}_best_lr']}, n={row[f'{init}_seeds']})"
-                             + (f" [{loss:.2f}]" if loss is not None else ""))
+                loss = heldout_at(curves, objective, step) if step and init in row else None
+                cells.append(cell(row, init) + (f" [{loss:.2f}]" if loss is not None else ""))
             lines.append(f"| {row['task']} | {row['metric']} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
@@ -972,11 +972,10 @@ def plot_steps(rows: List[Dict], curves: Dict, train_steps: int, path: str) -> N
     import matplotlib.pyplot as plt
 
     points = steps_points(rows, train_steps)
-    primary = [r for r in rows if r["primary"]]
-    fig, axes = plt.subplots(1, len(primary), figsize=(4.2 * len(primary), 3.8), squeeze=False)
+    panels = primary_and_test(rows)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
     colors = {"mlm": "#1f77b4", "plm": "#d62728"}
-    for ax, row in zip(axes[0], primary):
-        test = next((r for r in rows if r["task"] == row["task"] and r["metric"] == "test_" + row["metric"]), None)
+    for ax, (row, test) in zip(axes[0], panels):
         for objective, curve in points.items():
             for r, style, label in ((row, "-", "dev"), (test, ":", "test")):
                 if r is None:
