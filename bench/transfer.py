@@ -352,6 +352,7 @@ def evaluate_test(work: str, task: TransferSet, init: str, lr: str, seed: str) -
                                                   f"--eval_split={task.test_split}"]
     if task.selection == "best_checkpoint":
         cmd += ["--eval_all_checkpoints=true"]  # read_score takes the dev-chosen checkpoint's
+    note_launch_code(out, first=False)
     run_logged(cmd, out + f".{task.test_split}.log")
     _say(f"{task.name} {init} lr {lr} seed {seed} on {task.test_split}: {read_score(out, task)}")
     keep_in_ledger(work, task, init, lr, seed)
@@ -472,6 +473,7 @@ def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra:
         cmd.append(f"--init_checkpoint={init_checkpoint(work, init)}")
     cmd += extra.split()
     t0 = time.time()
+    note_launch_code(out, first=True)
     run_logged(cmd, os.path.join(out + ".log"))
     score = read_score(out, task)
     if score is None:
@@ -516,17 +518,41 @@ def run_provenance(work: str, task: TransferSet, init: str, lr: str, seed: str,
         learning_rate=lr, seed=seed, flags=budget_flags(task) + FLAGS.extra_finetune_flags.split())
 
 
+LAUNCH_CODE_SUFFIX = ".code"
+
+
+def note_launch_code(out: str, first: bool) -> None:
+    """Keep the code version a run's process starts from (`transfer_ledger.code_version()`, one line per launch:
+    training, then the test evaluation) in `<run dir>.code`, so that the ledger records the code that ran, not
+    the work tree's at saving time (runs take minutes; the tree may change meanwhile). `first`: a fresh run."""
+    with open(out + LAUNCH_CODE_SUFFIX, "w" if first else "a", encoding="utf-8") as f:
+        f.write(f"{transfer_ledger.code_version()}\n")
+
+
+def launch_code(out: str) -> Optional[str]:
+    """The code version(s) a run's processes started from (`note_launch_code`), or None where none was kept
+    (runs made before it was): one version, or the distinct ones in launch order joined by " then "."""
+    try:
+        with open(out + LAUNCH_CODE_SUFFIX, encoding="utf-8") as f:
+            versions = [line.strip() for line in f if line.strip()]
+    except FileNotFoundError:
+        return None
+    return " then ".join(dict.fromkeys(versions)) or None
+
+
 def keep_in_ledger(work: str, task: TransferSet, init: str, lr: str, seed: str, weights: Optional[str] = None
                    ) -> None:
-    """Save a finished run of this work_dir (its eval_results.json) in the ledger."""
+    """Save a finished run of this work_dir (its eval_results.json) in the ledger, with the code it ran."""
     from xlnet_tf import results
 
     path = ledger_path()
-    recorded = results.load(run_dir(work, task.name, init, lr, seed)) if path else None
+    out = run_dir(work, task.name, init, lr, seed)
+    recorded = results.load(out) if path else None
     if recorded is None:
         return
     if transfer_ledger.save(path, transfer_ledger.run_key(task.name, init, lr, seed),
-                            run_provenance(work, task, init, lr, seed, weights), recorded.to_dict(), machine()):
+                            run_provenance(work, task, init, lr, seed, weights), recorded.to_dict(), machine(),
+                            code=launch_code(out)):
         _say(f"ledger: kept {task.name} {init} lr {lr} seed {seed} in {os.path.relpath(path, REPO)}")
 
 

@@ -15,7 +15,7 @@ File (`<results_prefix>_runs.json`, schema `SCHEMA` version `VERSION`):
     {"schema": "xlnet_tf.transfer_ledger", "version": 1,
      "runs": {"<task>/<init>/lr<lr>-seed<seed>": {"provenance": {...}, "eval_results": {...},
                                                    "commit": "<HEAD when it was saved>",
-                                                   "code": "<the last commit then that changed code>",
+                                                   "code": "<the last commit that changed code when the run's processes started>",
                                                    "machine": {...}, "saved": "<UTC time>"}}}
 
 A ledger entry whose provenance differs from the run asked for is left alone (and the run is trained again,
@@ -173,8 +173,10 @@ def code_version(commit: str = "HEAD") -> Optional[str]:
 
 
 def save(path: str, key: str, provenance: RunProvenance, eval_results: Dict[str, Any],
-         machine: Dict[str, str]) -> bool:
+         machine: Dict[str, str], code: Optional[str] = None) -> bool:
     """Record run `key` (replacing an entry of other provenance); False when the same entry is already there.
+    `code`: the code version(s) the run's processes started from (`code_version()` taken at each launch; a run
+    can outlast edits of the work tree); without it, the code version now.
     Read-modify-write under an exclusive lock (a file in the temporary folder, named by the ledger's path, so
     that two transfer.py processes sharing a ledger never drop each other's runs), then an atomic rename."""
     path = os.path.abspath(path)
@@ -187,7 +189,7 @@ def save(path: str, key: str, provenance: RunProvenance, eval_results: Dict[str,
         if kept and kept.get("provenance") == provenance.to_dict() and kept.get("eval_results") == eval_results:
             return False
         ledger["runs"][key] = {"provenance": provenance.to_dict(), "eval_results": eval_results,
-                               "commit": _git("rev-parse", "HEAD"), "code": code_version(), "machine": machine,
+                               "commit": _git("rev-parse", "HEAD"), "code": code or code_version(), "machine": machine,
                                "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         files.write_json_atomic(path, ledger)
     return True

@@ -42,9 +42,25 @@ def test_ledger_returns_a_run_only_for_the_same_provenance(tmp_path):
     assert kept["runs"][key]["provenance"] == provenance().to_dict() and kept["runs"][key]["saved"]
     code = kept["runs"][key]["code"]  # the last commit that changed code (None outside a git checkout)
     assert code is None or re.fullmatch(r"[0-9a-f]{40}(\+changes)?", code), code
-    # another provenance replaces the entry
-    assert ledger.save(path, key, provenance(seed="1"), scores, {"cpu": "x"})
+    # another provenance replaces the entry; the code a run started from is recorded as given
+    assert ledger.save(path, key, provenance(seed="1"), scores, {"cpu": "x"}, code="a" * 40 + " then " + "b" * 40)
+    assert ledger.read(path)["runs"][key]["code"] == "a" * 40 + " then " + "b" * 40
     assert ledger.lookup(ledger.read(path)["runs"], key, provenance()) is None
+
+
+def test_a_run_keeps_the_code_each_of_its_processes_started_from(tmp_path, monkeypatch):
+    from bench import transfer
+
+    out = str(tmp_path / "finetune" / "topic" / "plm" / "lr3e-4-seed0")
+    assert transfer.launch_code(out) is None  # a run made before launches were noted
+    os.makedirs(os.path.dirname(out))
+    versions = iter(["1" * 40, "1" * 40 + "+changes", "2" * 40])
+    monkeypatch.setattr(ledger, "code_version", lambda: next(versions))
+    transfer.note_launch_code(out, first=True)  # training
+    transfer.note_launch_code(out, first=False)  # its test evaluation, after an edit of the work tree
+    assert transfer.launch_code(out) == "1" * 40 + " then " + "1" * 40 + "+changes"
+    transfer.note_launch_code(out, first=True)  # the run started again: only its own launch counts
+    assert transfer.launch_code(out) == "2" * 40
 
 
 @pytest.mark.parametrize("text, message", [("{", "not JSON"), ('{"runs": {}}', "not a xlnet_tf.transfer_ledger"),
