@@ -348,10 +348,10 @@ def evaluate_test(work: str, task: TransferSet, init: str, lr: str, seed: str) -
         _say(f"{task.name} {init} lr {lr} seed {seed}: the ledger has no {task.test_split} score; training it again")
         shutil.rmtree(out)
         finetune(work, task, init, lr, seed, FLAGS.extra_finetune_flags)
-    cmd = runner_command(work, task, out, seed) + ["--do_train=false", "--do_eval=true",
-                                                  f"--eval_split={task.test_split}"]
-    if task.selection == "best_checkpoint":
-        cmd += ["--eval_all_checkpoints=true"]  # read_score takes the dev-chosen checkpoint's
+    # the run's own command (its model settings are checked against the model_dir's), training off; with
+    # best_checkpoint its --eval_all_checkpoints scores every kept checkpoint: read_score takes the dev-chosen one's
+    cmd = run_command(work, task, init, lr, seed, FLAGS.extra_finetune_flags) + [
+        "--do_train=false", "--do_eval=true", f"--eval_split={task.test_split}"]
     note_launch_code(out, first=False)
     run_logged(cmd, out + f".{task.test_split}.log")
     _say(f"{task.name} {init} lr {lr} seed {seed} on {task.test_split}: {read_score(out, task)}")
@@ -461,6 +461,17 @@ def budget_flags(task: TransferSet) -> List[str]:
             "--eval_all_checkpoints=true"]
 
 
+def run_command(work: str, task: TransferSet, init: str, lr: str, seed: str, extra: str) -> List[str]:
+    """A fine-tuning run's command, the one place its settings come from: its training, and its test evaluation
+    (the same command with training off: the runner refuses a model_dir trained with other model settings, e.g.
+    `extra`'s dropout)."""
+    cmd = runner_command(work, task, run_dir(work, task.name, init, lr, seed), seed) + [
+        f"--learning_rate={lr}"] + budget_flags(task)
+    if init != "scratch":
+        cmd.append(f"--init_checkpoint={init_checkpoint(work, init)}")
+    return cmd + extra.split()
+
+
 def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra: str) -> Dict[str, float]:
     out = run_dir(work, task.name, init, lr, seed)
     score = read_score(out, task)
@@ -468,10 +479,7 @@ def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra:
         return score
     if os.path.isdir(out):  # a killed run: start it again (records are kept outside)
         shutil.rmtree(out)
-    cmd = runner_command(work, task, out, seed) + [f"--learning_rate={lr}"] + budget_flags(task)
-    if init != "scratch":
-        cmd.append(f"--init_checkpoint={init_checkpoint(work, init)}")
-    cmd += extra.split()
+    cmd = run_command(work, task, init, lr, seed, extra)
     t0 = time.time()
     note_launch_code(out, first=True)
     run_logged(cmd, os.path.join(out + ".log"))

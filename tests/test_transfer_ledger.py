@@ -174,6 +174,17 @@ flags.FLAGS.runs_ledger = "none"
 shutil.rmtree(os.path.join(second, "finetune"))
 transfer.sync_ledger(second, {"topic": task})
 assert not os.path.exists(os.path.join(second, "finetune"))
+# the test evaluation runs the run's own command with training off: with extra flags (dropout) the runner would
+# refuse any other (the model_dir's settings differ)
+flags.FLAGS.extra_finetune_flags = "--dropout=0.1 --dropatt=0.1"
+commands = []
+transfer.run_logged = lambda cmd, log: commands.append(cmd)
+run(second, "plm", "1e-3", "0", 50.0)
+transfer.evaluate_test(second, task, "plm", "1e-3", "0")
+trained = transfer.run_command(second, task, "plm", "1e-3", "0", flags.FLAGS.extra_finetune_flags)
+assert "--dropout=0.1" in trained and any(a.startswith("--init_checkpoint=") for a in trained), trained
+assert len(commands) == 1 and commands[0][:len(trained)] == trained, commands
+assert commands[0][len(trained):] == ["--do_train=false", "--do_eval=true", "--eval_split=test"], commands
 print("ok")
 '''
 
