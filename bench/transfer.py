@@ -533,6 +533,7 @@ def note_launch_code(out: str, first: bool) -> None:
     """Keep the code version a run's process starts from (`transfer_ledger.code_version()`, one line per launch:
     training, then the test evaluation) in `<run dir>.code`, so that the ledger records the code that ran, not
     the work tree's at saving time (runs take minutes; the tree may change meanwhile). `first`: a fresh run."""
+    os.makedirs(os.path.dirname(out), exist_ok=True)  # the first run of a task and init: before run_logged makes it
     with open(out + LAUNCH_CODE_SUFFIX, "w" if first else "a", encoding="utf-8") as f:
         f.write(f"{transfer_ledger.code_version()}\n")
 

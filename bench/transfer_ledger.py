@@ -15,7 +15,8 @@ File (`<results_prefix>_runs.json`, schema `SCHEMA` version `VERSION`):
     {"schema": "xlnet_tf.transfer_ledger", "version": 1,
      "runs": {"<task>/<init>/lr<lr>-seed<seed>": {"provenance": {...}, "eval_results": {...},
                                                    "commit": "<HEAD when it was saved>",
-                                                   "code": "<the last commit that changed code when the run's processes started>",
+                                                   "code": "<the last commit that changed code when the
+                                                            run's processes started>",
                                                    "machine": {...}, "saved": "<UTC time>"}}}
 
 A ledger entry whose provenance differs from the run asked for is left alone (and the run is trained again,

@@ -53,7 +53,7 @@ def test_a_run_keeps_the_code_each_of_its_processes_started_from(tmp_path, monke
 
     out = str(tmp_path / "finetune" / "topic" / "plm" / "lr3e-4-seed0")
     assert transfer.launch_code(out) is None  # a run made before launches were noted
-    os.makedirs(os.path.dirname(out))
+    # the first run of a task and init: its folder finetune/<task>/<init> does not exist yet
     versions = iter(["1" * 40, "1" * 40 + "+changes", "2" * 40])
     monkeypatch.setattr(ledger, "code_version", lambda: next(versions))
     transfer.note_launch_code(out, first=True)  # training
