@@ -472,7 +472,7 @@ def _program_for(model, structure: _Structure):
     if structure not in per_model:
         ref = weakref.ref(model)
         per_model[structure] = tf.function(lambda *args: _run(ref(), structure, *args),
-                                           jit_compile=structure.jit_compile)
+                                           jit_compile=structure.jit_compile, autograph=False)
     return per_model[structure]
 
 
@@ -564,7 +564,7 @@ def serving_function(model, settings: GenerationSettings, prompt_len: int):
     seg = seg if prompt_len % seg == 0 else prompt_len  # segments tile the prompt, or one segment reads it
     spec = lambda shape, dtype, name: tf.TensorSpec(shape, dtype, name=name)  # noqa: E731
 
-    @tf.function(jit_compile=settings.jit_compile, input_signature=[
+    @tf.function(jit_compile=settings.jit_compile, autograph=False, input_signature=[
         spec([None, prompt_len], tf.int32, "input_ids"), spec([None, prompt_len], tf.int32, "attention_mask"),
         spec([], tf.int32, "seed"), spec([], tf.float32, "temperature"), spec([], tf.float32, "top_p"),
         spec([], tf.float32, "repetition_penalty")])
@@ -596,7 +596,7 @@ def request_program(model, layout: str, max_new_tokens: int, max_top_k: int, sto
     mem_len = prompt_len + int(max_new_tokens)
     seg = min(segment_len, prompt_len)
 
-    @tf.function(jit_compile=True)
+    @tf.function(jit_compile=True, autograph=False)
     def program(ids, mask, row_keys, values):
         return _run(model, st, ids, mask, row_keys, values, None, mem_len, seg, False)
     return program

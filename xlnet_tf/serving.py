@@ -344,11 +344,11 @@ class ServingModule(TaggingSignatures, tf.Module):
                         return self._sequence_features(*self._pack_texts(
                             _valid_utf8("text", text, signature=sig), _valid_utf8("text_b", text_b, signature=sig)))
 
-                return tf.function(pair_features, input_signature=[S([None], tf.string, name="text"),
+                return tf.function(pair_features, autograph=False, input_signature=[S([None], tf.string, name="text"),
                                                                    S([None], tf.string, name="text_b")])
             return tf.function(
                 lambda text: self._sequence_features(*self._pack_texts(_valid_utf8("text", text, signature=sig))),
-                input_signature=[S([None], tf.string, name="text")])
+                autograph=False, input_signature=[S([None], tf.string, name="text")])
         if self.task == "race":
             def race_features(article, question, options):
                 checks = _same_batch(("article", "question", "options"), article, question, options, signature=sig)
@@ -360,7 +360,7 @@ class ServingModule(TaggingSignatures, tf.Module):
                     options = _valid_utf8("options", options, rank=2, signature=sig)
                     return self._race_features(*self._race_pack(article, question, options))
 
-            return tf.function(race_features, input_signature=[
+            return tf.function(race_features, autograph=False, input_signature=[
                 S([None], tf.string, name="article"), S([None], tf.string, name="question"),
                 S([None, None], tf.string, name="options")])
         if self.task == "squad":
@@ -370,23 +370,25 @@ class ServingModule(TaggingSignatures, tf.Module):
                     context = _valid_utf8("context", context, signature=sig)
                     return self._squad_features(self._squad_pack(question, context)[0])
 
-            return tf.function(squad_features, input_signature=[S([None], tf.string, name="question"),
+            return tf.function(squad_features, autograph=False, input_signature=[S([None], tf.string, name="question"),
                                                                 S([None], tf.string, name="context")])
         if self.task == "tagging":
             return tf.function(lambda text: self._tagging_features(_valid_utf8("text", text, signature=sig)),
-                               input_signature=[S([None], tf.string, name="text")])
+                               autograph=False, input_signature=[S([None], tf.string, name="text")])
         raise ValueError(f"no features signature for task {self.task!r}")
 
     # ------------------------------------------------------------------------------------ signatures
-    def signatures(self) -> Dict[str, tf.types.experimental.ConcreteFunction]:
+    def signatures(self) -> Dict[str, tf.types.experimental.PolymorphicFunction]:
+        """The signatures of the task, by name: `tf.function`s with input signatures, traced by
+        `tf.saved_model.save` itself. A concrete function traced before the save would be traced a second time
+        inside it (the save context is part of the tracing cache key): half of an export's time."""
         if self.task == "lm":  # xlnet_tf/serving_lm.py
             from xlnet_tf import serving_lm
 
             self.serve_generate = serving_lm.generate_function(self, self.generation)
             self.serve_features = serving_lm.features_function(self)
-            generate = self.serve_generate.get_concrete_function()
-            return {"serving_default": generate, serving_lm.SIGNATURE: generate,
-                    "features": self.serve_features.get_concrete_function()}
+            return {"serving_default": self.serve_generate, serving_lm.SIGNATURE: self.serve_generate,
+                    "features": self.serve_features}
         S = tf.TensorSpec
         ids_specs = [S([None, None], tf.int32, name="input_ids"), S([None, None], tf.int32, name="segment_ids"),
                      S([None, None], tf.float32, name="attention_mask")]
@@ -400,17 +402,18 @@ class ServingModule(TaggingSignatures, tf.Module):
                         return self._classify(*self._pack_texts(_valid_utf8("text", text),
                                                                 _valid_utf8("text_b", text_b)))
 
-                text_fn = tf.function(classify_pair, input_signature=[S([None], tf.string, name="text"),
-                                                                      S([None], tf.string, name="text_b")])
+                text_fn = tf.function(classify_pair, autograph=False,
+                                      input_signature=[S([None], tf.string, name="text"),
+                                                       S([None], tf.string, name="text_b")])
             else:
                 text_fn = tf.function(lambda text: self._classify(*self._pack_texts(_valid_utf8("text", text))),
-                                      input_signature=[S([None], tf.string, name="text")])
+                                      autograph=False, input_signature=[S([None], tf.string, name="text")])
             rank = 3 if self.max_segments > 1 else 2
 
             def classify_ids(input_ids, segment_ids, attention_mask):
                 return self._classify(*self._checked_ids(input_ids, segment_ids, attention_mask, rank=rank))
 
-            ids_fn = tf.function(classify_ids, input_signature=[
+            ids_fn = tf.function(classify_ids, autograph=False, input_signature=[
                 S([None] * rank, spec.dtype, name=spec.name) for spec in ids_specs])
         elif self.task == "race":
             def race_text(article, question, options):
@@ -426,11 +429,11 @@ class ServingModule(TaggingSignatures, tf.Module):
                 return self._race(*self._checked_ids(input_ids, segment_ids, attention_mask, rank=3))
 
             text_fn = tf.function(
-                race_text,
+                race_text, autograph=False,
                 input_signature=[S([None], tf.string, name="article"), S([None], tf.string, name="question"),
                                  S([None, None], tf.string, name="options")])
             ids_fn = tf.function(race_ids,
-                                 input_signature=[S([None, None, None], tf.int32, name="input_ids"),
+                                 autograph=False, input_signature=[S([None, None, None], tf.int32, name="input_ids"),
                                                   S([None, None, None], tf.int32, name="segment_ids"),
                                                   S([None, None, None], tf.float32, name="attention_mask")])
         else:
@@ -446,19 +449,19 @@ class ServingModule(TaggingSignatures, tf.Module):
                 return self._squad({"input_ids": input_ids, "segment_ids": segment_ids,
                                     "attention_mask": attention_mask, "p_mask": p_mask, "cls_index": cls_index})
 
-            text_fn = tf.function(squad_text, input_signature=[S([None], tf.string, name="question"),
+            text_fn = tf.function(squad_text, autograph=False, input_signature=[S([None], tf.string, name="question"),
                                                                S([None], tf.string, name="context")])
             ids_fn = tf.function(
                 squad_ids,
-                input_signature=ids_specs + [S([None, None], tf.float32, name="p_mask"),
+                autograph=False, input_signature=ids_specs + [S([None, None], tf.float32, name="p_mask"),
                                              S([None], tf.int32, name="cls_index")])
         self.serve_text, self.serve_ids = text_fn, ids_fn
-        out = {"serving_default": text_fn.get_concrete_function(), "from_ids": ids_fn.get_concrete_function()}
+        out = {"serving_default": text_fn, "from_ids": ids_fn}
         if words_fn is not None:
             self.serve_words = words_fn
-            out["from_words"] = words_fn.get_concrete_function()
+            out["from_words"] = words_fn
         self.serve_features = self._features_signature()
-        out["features"] = self.serve_features.get_concrete_function()
+        out["features"] = self.serve_features
         return out
 
 

@@ -128,7 +128,7 @@ def generate_function(module, bounds: GenerationBounds):
                 "lengths": lengths, "stopped": stopped, "prompt_tokens": tf.cast(keep, tf.int32),
                 "prompt_truncated": n > bounds.max_prompt_tokens}
 
-    return tf.function(generate, input_signature=[
+    return tf.function(generate, autograph=False, input_signature=[
         S([None], tf.string, name="prompt"), S([], tf.int32, name="max_new_tokens"),
         S([], tf.float32, name="temperature"), S([], tf.int32, name="top_k"), S([], tf.float32, name="top_p"),
         S([], tf.float32, name="repetition_penalty"), S([], tf.int32, name="seed")])
@@ -145,4 +145,4 @@ def features_function(module):
         content = tf.cast(content, tf.float32)
         return {**out, "token_states": content, "pooled": content[:, -1]}  # <cls> ends each packed text
 
-    return tf.function(features, input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    return tf.function(features, autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="text")])

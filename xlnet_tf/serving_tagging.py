@@ -106,10 +106,10 @@ class TaggingSignatures:
             return self._tag_positions(tf.pad(out["logits"], [[0, 0], [pad, 0], [0, 0]]))
 
         text_fn = tf.function(lambda text: self._tag_text(_valid_utf8("text", text)),
-                              input_signature=[S([None], tf.string, name="text")])
-        words_fn = tf.function(tag_words, input_signature=[S([None, None], tf.string, name="words"),
+                              autograph=False, input_signature=[S([None], tf.string, name="text")])
+        words_fn = tf.function(tag_words, autograph=False, input_signature=[S([None, None], tf.string, name="words"),
                                                            S([None], tf.int32, name="num_words")])
-        ids_fn = tf.function(tag_ids, input_signature=[
+        ids_fn = tf.function(tag_ids, autograph=False, input_signature=[
             S([None, None], tf.int32, name="input_ids"), S([None, None], tf.int32, name="segment_ids"),
             S([None, None], tf.float32, name="attention_mask")])
         return text_fn, ids_fn, words_fn
