@@ -384,3 +384,22 @@ def test_features_of_an_embedding_export_are_its_outputs():
     np.testing.assert_allclose(out["pooled"].numpy(), served["pooled"].numpy(), atol=1e-5)
     np.testing.assert_allclose(out["token_states"].numpy(), served["sequence"].numpy(), atol=1e-5)
     assert out["attention_mask"].shape == out["input_ids"].shape == served["sequence"].shape[:2]
+
+
+def test_export_traces_each_signature_once(tmp_path, monkeypatch):
+    """`tf.saved_model.save` traces the signatures itself: a concrete function traced before the save is traced
+    again inside it (the save context is part of the tracing cache key), which doubled every export's time."""
+    from xlnet_tf import serving
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.models import XLNetClassifier
+
+    modules = []
+    signatures = serving.ServingModule.signatures
+    monkeypatch.setattr(serving.ServingModule, "signatures", lambda self: modules.append(self) or signatures(self))
+    model = XLNetClassifier(XLNetConfig(n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32,
+                                        n_token=data_fixtures.TINY_VOCAB), num_labels=2)
+    serving.export(model, "classifier", data_fixtures.tiny_spm(), str(tmp_path), 1, 16)
+    (module,) = modules
+    counts = {name: getattr(module, name).experimental_get_tracing_count()
+              for name in ("serve_text", "serve_ids", "serve_features")}
+    assert counts == {"serve_text": 1, "serve_ids": 1, "serve_features": 1}
