@@ -69,7 +69,7 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf.serving_checks import _rank_is, _same_batch, _trim_left, _valid_utf8
+from xlnet_tf.serving_checks import _rank_is, _same_batch, _trim_left, _valid_utf8, signature_function
 from xlnet_tf.serving_tagging import TaggingSignatures
 from xlnet_tf.text import layout, preprocessing, tagging, tokenization
 
@@ -344,11 +344,11 @@ class ServingModule(TaggingSignatures, tf.Module):
                         return self._sequence_features(*self._pack_texts(
                             _valid_utf8("text", text, signature=sig), _valid_utf8("text_b", text_b, signature=sig)))
 
-                return tf.function(pair_features, autograph=False, input_signature=[S([None], tf.string, name="text"),
-                                                                   S([None], tf.string, name="text_b")])
-            return tf.function(
+                return signature_function(pair_features, [S([None], tf.string, name="text"),
+                                                          S([None], tf.string, name="text_b")])
+            return signature_function(
                 lambda text: self._sequence_features(*self._pack_texts(_valid_utf8("text", text, signature=sig))),
-                autograph=False, input_signature=[S([None], tf.string, name="text")])
+                [S([None], tf.string, name="text")])
         if self.task == "race":
             def race_features(article, question, options):
                 checks = _same_batch(("article", "question", "options"), article, question, options, signature=sig)
@@ -360,7 +360,7 @@ class ServingModule(TaggingSignatures, tf.Module):
                     options = _valid_utf8("options", options, rank=2, signature=sig)
                     return self._race_features(*self._race_pack(article, question, options))
 
-            return tf.function(race_features, autograph=False, input_signature=[
+            return signature_function(race_features, [
                 S([None], tf.string, name="article"), S([None], tf.string, name="question"),
                 S([None, None], tf.string, name="options")])
         if self.task == "squad":
@@ -370,18 +370,17 @@ class ServingModule(TaggingSignatures, tf.Module):
                     context = _valid_utf8("context", context, signature=sig)
                     return self._squad_features(self._squad_pack(question, context)[0])
 
-            return tf.function(squad_features, autograph=False, input_signature=[S([None], tf.string, name="question"),
-                                                                S([None], tf.string, name="context")])
+            return signature_function(squad_features, [S([None], tf.string, name="question"),
+                                                       S([None], tf.string, name="context")])
         if self.task == "tagging":
-            return tf.function(lambda text: self._tagging_features(_valid_utf8("text", text, signature=sig)),
-                               autograph=False, input_signature=[S([None], tf.string, name="text")])
+            return signature_function(lambda text: self._tagging_features(_valid_utf8("text", text, signature=sig)),
+                                      [S([None], tf.string, name="text")])
         raise ValueError(f"no features signature for task {self.task!r}")
 
     # ------------------------------------------------------------------------------------ signatures
     def signatures(self) -> Dict[str, tf.types.experimental.PolymorphicFunction]:
-        """The signatures of the task, by name: `tf.function`s with input signatures, traced by
-        `tf.saved_model.save` itself. A concrete function traced before the save would be traced a second time
-        inside it (the save context is part of the tracing cache key): half of an export's time."""
+        """The signatures of the task, by name: `serving_checks.signature_function`s, which `tf.saved_model.save`
+        traces itself (once each)."""
         if self.task == "lm":  # xlnet_tf/serving_lm.py
             from xlnet_tf import serving_lm
 
@@ -402,18 +401,17 @@ class ServingModule(TaggingSignatures, tf.Module):
                         return self._classify(*self._pack_texts(_valid_utf8("text", text),
                                                                 _valid_utf8("text_b", text_b)))
 
-                text_fn = tf.function(classify_pair, autograph=False,
-                                      input_signature=[S([None], tf.string, name="text"),
-                                                       S([None], tf.string, name="text_b")])
+                text_fn = signature_function(classify_pair, [S([None], tf.string, name="text"),
+                                                             S([None], tf.string, name="text_b")])
             else:
-                text_fn = tf.function(lambda text: self._classify(*self._pack_texts(_valid_utf8("text", text))),
-                                      autograph=False, input_signature=[S([None], tf.string, name="text")])
+                text_fn = signature_function(lambda text: self._classify(*self._pack_texts(_valid_utf8("text", text))),
+                                             [S([None], tf.string, name="text")])
             rank = 3 if self.max_segments > 1 else 2
 
             def classify_ids(input_ids, segment_ids, attention_mask):
                 return self._classify(*self._checked_ids(input_ids, segment_ids, attention_mask, rank=rank))
 
-            ids_fn = tf.function(classify_ids, autograph=False, input_signature=[
+            ids_fn = signature_function(classify_ids, [
                 S([None] * rank, spec.dtype, name=spec.name) for spec in ids_specs])
         elif self.task == "race":
             def race_text(article, question, options):
@@ -428,14 +426,12 @@ class ServingModule(TaggingSignatures, tf.Module):
             def race_ids(input_ids, segment_ids, attention_mask):
                 return self._race(*self._checked_ids(input_ids, segment_ids, attention_mask, rank=3))
 
-            text_fn = tf.function(
-                race_text, autograph=False,
-                input_signature=[S([None], tf.string, name="article"), S([None], tf.string, name="question"),
-                                 S([None, None], tf.string, name="options")])
-            ids_fn = tf.function(race_ids,
-                                 autograph=False, input_signature=[S([None, None, None], tf.int32, name="input_ids"),
-                                                  S([None, None, None], tf.int32, name="segment_ids"),
-                                                  S([None, None, None], tf.float32, name="attention_mask")])
+            text_fn = signature_function(race_text, [S([None], tf.string, name="article"),
+                                                     S([None], tf.string, name="question"),
+                                                     S([None, None], tf.string, name="options")])
+            ids_fn = signature_function(race_ids, [S([None, None, None], tf.int32, name="input_ids"),
+                                                   S([None, None, None], tf.int32, name="segment_ids"),
+                                                   S([None, None, None], tf.float32, name="attention_mask")])
         else:
             def squad_text(question, context):
                 with tf.control_dependencies(_same_batch(("question", "context"), question, context)):
@@ -449,12 +445,10 @@ class ServingModule(TaggingSignatures, tf.Module):
                 return self._squad({"input_ids": input_ids, "segment_ids": segment_ids,
                                     "attention_mask": attention_mask, "p_mask": p_mask, "cls_index": cls_index})
 
-            text_fn = tf.function(squad_text, autograph=False, input_signature=[S([None], tf.string, name="question"),
-                                                               S([None], tf.string, name="context")])
-            ids_fn = tf.function(
-                squad_ids,
-                autograph=False, input_signature=ids_specs + [S([None, None], tf.float32, name="p_mask"),
-                                             S([None], tf.int32, name="cls_index")])
+            text_fn = signature_function(squad_text, [S([None], tf.string, name="question"),
+                                                      S([None], tf.string, name="context")])
+            ids_fn = signature_function(squad_ids, ids_specs + [S([None, None], tf.float32, name="p_mask"),
+                                                                S([None], tf.int32, name="cls_index")])
         self.serve_text, self.serve_ids = text_fn, ids_fn
         out = {"serving_default": text_fn, "from_ids": ids_fn}
         if words_fn is not None:

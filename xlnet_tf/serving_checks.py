@@ -1,9 +1,18 @@
 """Request checks shared by the SavedModel signatures (xlnet_tf/serving.py, serving_tagging.py, serving_lm.py):
-each failure is an error that names the signature and the input."""
+each failure is an error that names the signature and the input; and `signature_function`, how each signature
+becomes a `tf.function`."""
 
 from __future__ import annotations
 
 import tensorflow as tf
+
+
+def signature_function(fn, input_signature):
+    """`fn` as a signature's `tf.function`: `input_signature` fixed, traced by `tf.saved_model.save` itself (hand
+    it the function, not a concrete function traced before: the save context is part of the tracing cache key,
+    so it would be traced twice), and without autograph (the signatures use explicit `tf.while_loop` / `tf.cond`
+    only: a tensor-valued Python condition fails at trace time instead of being converted)."""
+    return tf.function(fn, input_signature=input_signature, autograph=False)
 
 
 def _first_real_column(attention_mask):

@@ -82,7 +82,7 @@ def _tail(ids: tf.RaggedTensor, keep) -> tf.RaggedTensor:
 
 def generate_function(module, bounds: GenerationBounds):
     """The `generate` tf.function of a `ServingModule` of task `lm` (module docstring)."""
-    from xlnet_tf.serving_checks import _valid_utf8
+    from xlnet_tf.serving_checks import _valid_utf8, signature_function
 
     model, encoder = module.model, module.encoder
     program = generation.request_program(model, bounds.layout, bounds.max_new_tokens, bounds.max_top_k,
@@ -128,7 +128,7 @@ def generate_function(module, bounds: GenerationBounds):
                 "lengths": lengths, "stopped": stopped, "prompt_tokens": tf.cast(keep, tf.int32),
                 "prompt_truncated": n > bounds.max_prompt_tokens}
 
-    return tf.function(generate, autograph=False, input_signature=[
+    return signature_function(generate, [
         S([None], tf.string, name="prompt"), S([], tf.int32, name="max_new_tokens"),
         S([], tf.float32, name="temperature"), S([], tf.int32, name="top_k"), S([], tf.float32, name="top_p"),
         S([], tf.float32, name="repetition_penalty"), S([], tf.int32, name="seed")])
@@ -136,7 +136,7 @@ def generate_function(module, bounds: GenerationBounds):
 
 def features_function(module):
     """The `features` tf.function of a `ServingModule` of task `lm` (module docstring)."""
-    from xlnet_tf.serving_checks import _valid_utf8
+    from xlnet_tf.serving_checks import _valid_utf8, signature_function
 
     def features(text):
         f = preprocessing.encode_and_pack(module.encoder, _valid_utf8("text", text, signature="features"), None,
@@ -145,4 +145,4 @@ def features_function(module):
         content = tf.cast(content, tf.float32)
         return {**out, "token_states": content, "pooled": content[:, -1]}  # <cls> ends each packed text
 
-    return tf.function(features, autograph=False, input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    return signature_function(features, [tf.TensorSpec([None], tf.string, name="text")])

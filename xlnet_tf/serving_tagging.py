@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from xlnet_tf.serving_checks import _first_real_column, _rank_is, _same_batch, _trim_left, _valid_utf8
+from xlnet_tf.serving_checks import (_first_real_column, _rank_is, _same_batch, _trim_left, _valid_utf8,
+                                     signature_function)
 from xlnet_tf.text import packing_tf, tagging
 
 
@@ -105,11 +106,11 @@ class TaggingSignatures:
             pad = tf.shape(input_ids)[1] - tf.shape(ids)[1]
             return self._tag_positions(tf.pad(out["logits"], [[0, 0], [pad, 0], [0, 0]]))
 
-        text_fn = tf.function(lambda text: self._tag_text(_valid_utf8("text", text)),
-                              autograph=False, input_signature=[S([None], tf.string, name="text")])
-        words_fn = tf.function(tag_words, autograph=False, input_signature=[S([None, None], tf.string, name="words"),
-                                                           S([None], tf.int32, name="num_words")])
-        ids_fn = tf.function(tag_ids, autograph=False, input_signature=[
+        text_fn = signature_function(lambda text: self._tag_text(_valid_utf8("text", text)),
+                                     [S([None], tf.string, name="text")])
+        words_fn = signature_function(tag_words, [S([None, None], tf.string, name="words"),
+                                                  S([None], tf.int32, name="num_words")])
+        ids_fn = signature_function(tag_ids, [
             S([None, None], tf.int32, name="input_ids"), S([None, None], tf.int32, name="segment_ids"),
             S([None, None], tf.float32, name="attention_mask")])
         return text_fn, ids_fn, words_fn
