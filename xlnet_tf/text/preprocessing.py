@@ -218,9 +218,9 @@ def _read_proto(spiece_model) -> bytes:
 
 class _Packers:
     """`encode_and_pack` of one text and of a text pair as `tf.function`s (strings `[N]` in), traced once per
-    encoder. A plain object: Keras and the SavedModel's object graph do not track what it holds. Every `fit`,
-    `evaluate` and `predict` maps the preprocessor over a new `tf.data` pipeline, which without it built the
-    whole tokenization and packing graph again each time (about 5 s per call on the 2-core host)."""
+    encoder. A plain object: Keras and the SavedModel's object graph do not track what it holds. Without it,
+    every call in a new graph (each `tf.data` map of the preprocessor, each `fit` / `evaluate` / `predict`)
+    built the whole tokenization and packing graph again (about 5 s on the 2-core host)."""
 
     def __init__(self, encoder: XLNetTextEncoder, max_seq_length: int, max_segments: int):
         texts = tf.TensorSpec([None], tf.string)
