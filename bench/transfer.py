@@ -161,14 +161,18 @@ def define_flags():
 # ---- helpers ----------------------------------------------------------------------------------------------
 
 def read_flagfile(path: str) -> Dict[str, str]:
-    """`--name=value` lines of a flag file (comments and blank lines skipped)."""
+    """`--name=value` lines of a flag file (comments and blank lines skipped); a `--flagfile=` line is read in
+    place as absl reads it (a relative path from the repository, where the runners start), later lines win."""
     out = {}
     with open(path, encoding="utf-8") as f:
         for line in f:
             line = line.strip()
             if line.startswith("--"):
                 name, _, value = line[2:].partition("=")
-                out[name] = value
+                if name == "flagfile":
+                    out.update(read_flagfile(value if os.path.isabs(value) else os.path.join(REPO, value)))
+                else:
+                    out[name] = value
     return out
 
 
