@@ -43,9 +43,8 @@ def _long_text(min_tokens=80):
 
 @pytest.fixture(autouse=True)
 def seeded():
-    """Each test seeds once, first: tf.random.set_seed clears TensorFlow's kernel cache, which holds the
-    SentencePiece model of a preprocessor built before it (TF Text's kernel-owned resource), so no test
-    seeds again after building one."""
+    """Each test seeds first (a seed set after a preprocessor was built costs its packing a new trace:
+    test_a_seed_set_after_the_model_was_built_leaves_its_preprocessor_working)."""
     keras.utils.set_random_seed(0)
 
 
@@ -243,6 +242,22 @@ def test_predict_on_one_string_asks_for_a_list():
         model.fit("one string", np.array([1]), verbose=0)
     with pytest.raises(ValueError, match=r"text must be a batch of strings \[B\].*tuple \(texts_a, texts_b\)"):
         model.predict([["text a", "text b"]], verbose=0)  # a pair given as rows of a 2-D array
+
+
+def test_a_seed_set_after_the_model_was_built_leaves_its_preprocessor_working():
+    """keras.utils.set_random_seed clears TensorFlow's kernel cache, which held TF Text's SentencePiece model:
+    every later predict or fit of a model built before the seed failed ("SentencepieceResource does not
+    exist"). Texts in memory and a tf.data pipeline of texts, each after a new seed, pack as before."""
+    model = _text_classifier()
+    expected = model.predict(TEXTS, verbose=0)["logits"]
+    keras.utils.set_random_seed(1)
+    np.testing.assert_allclose(model.predict(TEXTS, verbose=0)["logits"], expected, atol=1e-6)
+    keras.utils.set_random_seed(2)
+    data = tf.data.Dataset.from_tensor_slices(TEXTS).batch(2)
+    np.testing.assert_allclose(model.predict(data, verbose=0)["logits"], expected, atol=1e-6)
+    keras.utils.set_random_seed(3)
+    packed = model.preprocessor(tf.constant(TEXTS))
+    np.testing.assert_array_equal(packed["input_ids"].numpy(), _record_features(TEXTS, 1)["input_ids"].numpy())
 
 
 # ---- 5. data without a batch ----------------------------------------------------------------------------------

@@ -320,10 +320,24 @@ class XLNetPreprocessor(keras.layers.Layer):
         if scalar:
             text = text[None]
             text_b = None if text_b is None else text_b[None]
-        features = self._packers.one(text) if text_b is None else self._packers.two(text, text_b)
+        packers = self._live_packers()
+        features = packers.one(text) if text_b is None else packers.two(text, text_b)
         if scalar:
             features = {k: v[0] for k, v in features.items()}
         return keras.utils.pack_x_y_sample_weight(features, y, sample_weight)
+
+    def _live_packers(self) -> _Packers:
+        """The packers, built again when the SentencePiece model they read is gone. TF Text keeps the model in a
+        resource owned by the kernel that created it, and `tf.random.set_seed` (so `keras.utils.set_random_seed`)
+        clears TensorFlow's kernel cache: a preprocessor built before a seed was set then failed every call with
+        "Resource ... SentencepieceResource does not exist". A one-string eager probe (outside any graph being
+        traced, so a `tf.data` map checks when it is built) finds that and loads the model again."""
+        with tf.init_scope():
+            try:
+                self.encoder.tokenizer.tokenize(tf.constant([""]))
+            except tf.errors.NotFoundError:
+                self.set_spiece_model(self._proto)
+        return self._packers
 
     def compute_output_spec(self, x, y=None, sample_weight=None):  # noqa: D102 (symbolic shapes)
         lead = tuple(x.shape[:1]) if not isinstance(x, (tuple, list, dict)) else (None,)
