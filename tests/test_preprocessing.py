@@ -66,6 +66,20 @@ def test_digit_comma_resplit_equals_python(digit_comma_spm):
     assert want[0] != plain  # the re-split really happened on this text
 
 
+def test_digit_comma_resplit_equals_python_on_random_mixes(digit_comma_spm):
+    """Random mixes of numbers with commas, spaced or glued to letters and to each other (pieces with and
+    without a leading ▁), in batches with empty texts and texts without any re-split: the ids and each token's
+    source equal the Python tokenizer's."""
+    r = np.random.RandomState(0)
+    words = ["1914,", "x1914,", "45,000,", "12,", "7,", ",", "men,", "1999,x", "2000,", "a", "In", "1,5", "0,"]
+    texts = ["", "no numbers here"] + [
+        (" " if r.rand() < 0.7 else "").join(r.choice(words, r.randint(1, 12))) for _ in range(150)]
+    got, want = _encode_both(digit_comma_spm, texts)
+    assert got == want
+    python = tokenization.XLNetTokenizer(digit_comma_spm)
+    assert sum(len(python.sp.encode(python.normalize(t))) != len(w) for t, w in zip(texts, want)) > 50
+
+
 def test_pack_pair_equals_builder_packing(rng):
     max_len = 12
     for _ in range(60):

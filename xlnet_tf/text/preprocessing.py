@@ -108,36 +108,36 @@ class XLNetTextEncoder(tf.Module):
         flat = ids.flat_values  # [T] ids of all texts
         is_dc = tf.gather(self._digit_comma, flat)
         dc_pos = tf.where(is_dc)[:, 0]
-        n = tf.shape(dc_pos, out_type=tf.int64)[0]
         pieces = self.tokenizer.id_to_string(tf.gather(flat, dc_pos))
         core = tf.strings.regex_replace(tf.strings.regex_replace(pieces, ",$", ""), "\u2581", "")
         sub_ids = self.tokenizer.tokenize(core)
         sub = sub_ids.with_flat_values(self.tokenizer.id_to_string(sub_ids.flat_values))  # [n, (m)]
         # A piece that did not start a word loses the "▁" its re-split starts with (or that piece).
-        first = sub[:, :1]
-        strip = tf.gather(tf.logical_not(tf.strings.regex_full_match(pieces, "\u2581.*")),
-                          first.value_rowids())
-        values = tf.where(strip, tf.strings.regex_replace(first.flat_values, "^\u2581", ""),
-                          first.flat_values)
-        first = tf.RaggedTensor.from_value_rowids(values, first.value_rowids(), nrows=n)
-        first = tf.ragged.boolean_mask(first, tf.strings.length(first) > 0)
-        replaced = tf.concat([first, sub[:, 1:]], axis=1)
-        replaced = replaced.with_flat_values(
-            tf.cast(self.tokenizer.string_to_id(replaced.flat_values), flat.dtype))
-        replaced = tf.concat([replaced, tf.fill([n, 1], tf.cast(self._comma_id, flat.dtype))], axis=1)
-        # Every token becomes a list (itself, or its re-split), back in token order, then per text.
+        row = packing_tf.row_ids(sub.row_splits)
+        first = tf.equal(tf.range(tf.size(row, out_type=tf.int64)), tf.gather(sub.row_starts(), row))
+        strip = first & tf.gather(tf.logical_not(tf.strings.regex_full_match(pieces, "\u2581.*")), row)
+        values = tf.where(strip, tf.strings.regex_replace(sub.flat_values, "^\u2581", ""), sub.flat_values)
+        kept = packing_tf.keep_where(sub.with_flat_values(values),
+                                     sub.with_flat_values(tf.logical_not(first) | (tf.strings.length(values) > 0)))
+        kept_ids = tf.cast(self.tokenizer.string_to_id(kept.flat_values), flat.dtype)
+        # Every token becomes a list (itself, or its re-split and a comma), in token order: each list's place in
+        # the output is the exclusive cumulative sum of the lengths before it.
+        lengths = tf.ones_like(flat, tf.int64)
+        lengths = tf.tensor_scatter_nd_update(lengths, dc_pos[:, None], kept.row_lengths() + 1)
+        out_start = tf.math.cumsum(lengths, exclusive=True)
         keep_pos = tf.where(tf.logical_not(is_dc))[:, 0]
-        singles = tf.RaggedTensor.from_tensor(tf.gather(flat, keep_pos)[:, None])
-        order = tf.math.invert_permutation(tf.concat([keep_pos, dc_pos], axis=0))
-        lists = tf.gather(tf.concat([singles, replaced], axis=0), order)
-        sources = tf.concat([keep_pos, tf.repeat(dc_pos, replaced.row_lengths())], axis=0)
-        source_lists = tf.gather(
-            tf.RaggedTensor.from_row_lengths(sources, tf.concat([singles.row_lengths(), replaced.row_lengths()], 0)),
-            order)
-        per_text = tf.reduce_sum(tf.RaggedTensor.from_row_lengths(lists.row_lengths(), ids.row_lengths()),
-                                 axis=1)
-        return (tf.RaggedTensor.from_row_lengths(lists.flat_values, per_text),
-                source_lists.flat_values)
+        dc_start = tf.gather(out_start, dc_pos)  # [n]
+        kept_row = packing_tf.row_ids(kept.row_splits)
+        within = tf.range(tf.size(kept_row, out_type=tf.int64)) - tf.gather(kept.row_starts(), kept_row)
+        where = tf.concat([tf.gather(out_start, keep_pos), tf.gather(dc_start, kept_row) + within,
+                           dc_start + kept.row_lengths()], 0)
+        new_values = tf.concat([tf.gather(flat, keep_pos), kept_ids,
+                                tf.fill(tf.shape(dc_pos), tf.cast(self._comma_id, flat.dtype))], 0)
+        total = tf.reduce_sum(lengths)
+        new_flat = tf.scatter_nd(where[:, None], new_values, total[None])
+        sources = packing_tf.row_ids(tf.concat([[0], tf.math.cumsum(lengths)], 0))  # token of each new one
+        per_text = tf.math.unsorted_segment_sum(lengths, packing_tf.row_ids(ids.row_splits), ids.nrows())
+        return tf.RaggedTensor.from_row_lengths(new_flat, per_text, validate=False), sources
 
 
 def _split_unknown(ids, begin, end, word_of, words):
@@ -198,9 +198,8 @@ def encode_and_pack_squad(encoder: XLNetTextEncoder, question, context, max_seq_
     ids, begin, end = encoder.encode_with_spans(context, split_unknown=split_unknown)
     query = encoder.encode(question)[:, :max_query_length]
     features = packing_tf.pack_squad_window(ids, query, max_seq_length)
-    keep = tf.ragged.range(ids.row_lengths()) < tf.cast(features["paragraph_len"], tf.int64)[:, None]
     shape = [None, max_seq_length]
-    spans = {k: tf.ragged.boolean_mask(v, keep).to_tensor(tf.constant(-1, tf.int64), shape=shape)
+    spans = {k: packing_tf.head(v, features["paragraph_len"]).to_tensor(tf.constant(-1, tf.int64), shape=shape)
              for k, v in (("begin", begin), ("end", end))}
     return features, spans
 
