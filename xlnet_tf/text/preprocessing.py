@@ -73,7 +73,7 @@ class XLNetTextEncoder(tf.Module):
         flat = words.flat_values
         norm = normalize(flat, self.uncased, self.keep_accents)
         ids, p_begin, p_end = self.encode_normalized_with_offsets(norm)  # [words, (pieces)]
-        word_of, ids_per_word = ids.value_rowids(), ids.row_lengths()
+        word_of, ids_per_word = packing_tf.row_ids(tf.cast(ids.row_splits, tf.int64)), ids.row_lengths()
         ids, p_begin, p_end = (ids.flat_values, tf.cast(p_begin.flat_values, tf.int64),
                                tf.cast(p_end.flat_values, tf.int64))
         if split_unknown:
@@ -85,8 +85,9 @@ class XLNetTextEncoder(tf.Module):
         we = tf.cast(tf.gather(w_end.flat_values, word_of), tf.int64)
         begin = tf.where(same, wb + p_begin, wb)
         end = tf.where(same, wb + p_end, we)
-        per_text = tf.reduce_sum(tf.RaggedTensor.from_row_lengths(ids_per_word, words.row_lengths()), 1)
-        return tuple(tf.RaggedTensor.from_row_lengths(v, per_text) for v in (ids, begin, end))
+        per_text = tf.math.unsorted_segment_sum(tf.cast(ids_per_word, tf.int64),
+                                                packing_tf.row_ids(tf.cast(words.row_splits, tf.int64)), words.nrows())
+        return tuple(tf.RaggedTensor.from_row_lengths(v, per_text, validate=False) for v in (ids, begin, end))
 
     def _tokenize(self, normalized, with_offsets: bool = False):
         if with_offsets:
@@ -148,7 +149,7 @@ def _split_unknown(ids, begin, end, word_of, words):
     n_chars = chars.row_lengths()
     split = tf.logical_and(tf.equal(ids, tf.cast(tokenization.UNK_ID, ids.dtype)), n_chars > 1)
     copies = tf.where(split, n_chars, tf.ones_like(n_chars))
-    token = tf.repeat(tf.range(tf.size(ids, out_type=tf.int64)), copies)  # [T'] the token each comes from
+    token = packing_tf.row_ids(tf.concat([[0], tf.math.cumsum(tf.cast(copies, tf.int64))], 0))  # [T'] its token
     k = tf.ragged.range(copies).flat_values  # [T'] its character within that token
     char_bytes = tf.strings.length(chars.flat_values)  # [C]
     char_start = tf.cast(tf.math.cumsum(char_bytes, exclusive=True), tf.int64)  # within the flat characters
