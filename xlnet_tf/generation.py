@@ -486,11 +486,15 @@ def _run(model, st: _Structure, ids, mask, row_keys, values, forced, mem_len: in
     mem_real = tf.zeros([batch, mem_len], tf.bool)
 
     # ---- the prompt, segment by segment; the last segment's query predicts the first new token
+    # (the first segment reads no memory: before it every slot is empty, and a fully masked slot adds exactly 0
+    # to each softmax while the relative distances between real positions stay the same; the pass then attends
+    # over S keys, not M + S: at a 512-token prompt and M = 768, 2.5x fewer)
     n_seg = ids.shape[1] // seg
     for i in range(n_seg):
         part, real = ids[:, i * seg:(i + 1) * seg], mask[:, i * seg:(i + 1) * seg]
-        content_mask, query_mask = _segment_masks(mem_real, real, causal=st.layout == "causal")
-        logits, inputs = _forward(model, part, mems, content_mask, query_mask if i == n_seg - 1 else None)
+        read = (mems, mem_real) if i else ([m[:, :0] for m in mems], mem_real[:, :0])
+        content_mask, query_mask = _segment_masks(read[1], real, causal=st.layout == "causal")
+        logits, inputs = _forward(model, part, read[0], content_mask, query_mask if i == n_seg - 1 else None)
         mems = [cache_mems(x, m, mem_len, None) for x, m in zip(inputs, mems)]  # last M of [mems; inputs]
         mem_real = tf.concat([mem_real, real], 1)[:, -mem_len:]
 
