@@ -68,8 +68,9 @@ def test_digit_comma_resplit_equals_python(digit_comma_spm):
 
 def test_digit_comma_resplit_equals_python_on_random_mixes(digit_comma_spm):
     """Random mixes of numbers with commas, spaced or glued to letters and to each other (pieces with and
-    without a leading ▁), in batches with empty texts and texts without any re-split: the ids and each token's
-    source equal the Python tokenizer's."""
+    without a leading ▁), in batches with empty texts and texts without any re-split: the ids equal the Python
+    tokenizer's, and each new token's source (what SQuAD's spans read) is the piece it came from: in order, every
+    piece at least once, a piece kept whole keeps its id, a re-split one ends with its comma."""
     r = np.random.RandomState(0)
     words = ["1914,", "x1914,", "45,000,", "12,", "7,", ",", "men,", "1999,x", "2000,", "a", "In", "1,5", "0,"]
     texts = ["", "no numbers here"] + [
@@ -78,6 +79,17 @@ def test_digit_comma_resplit_equals_python_on_random_mixes(digit_comma_spm):
     assert got == want
     python = tokenization.XLNetTokenizer(digit_comma_spm)
     assert sum(len(python.sp.encode(python.normalize(t))) != len(w) for t, w in zip(texts, want)) > 50
+
+    encoder = preprocessing.XLNetTextEncoder(open(digit_comma_spm, "rb").read())
+    normalized = packing_tf.normalize(tf.constant(texts))
+    pieces = encoder.tokenizer.tokenize(normalized).flat_values.numpy()
+    ids, source = (t.numpy() for t in (encoder._tokenize(normalized)[0].flat_values, encoder._tokenize(normalized)[1]))
+    assert np.all(np.diff(source) >= 0) and np.array_equal(np.unique(source), np.arange(len(pieces)))
+    resplit = python._digit_comma[pieces]
+    last = np.r_[source[1:] != source[:-1], True]  # each piece's last new token
+    np.testing.assert_array_equal(ids[~resplit[source]], pieces[source][~resplit[source]])
+    assert np.all(ids[last & resplit[source]] == python.sp.piece_to_id(","))
+    assert resplit.sum() > 50
 
 
 def test_pack_pair_equals_builder_packing(rng):

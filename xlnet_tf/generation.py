@@ -487,8 +487,10 @@ def _run(model, st: _Structure, ids, mask, row_keys, values, forced, mem_len: in
 
     # ---- the prompt, segment by segment; the last segment's query predicts the first new token
     # (the first segment reads no memory: before it every slot is empty, and a fully masked slot adds exactly 0
-    # to each softmax while the relative distances between real positions stay the same; the pass then attends
-    # over S keys, not M + S: at a 512-token prompt and M = 768, 2.5x fewer)
+    # to each softmax while the relative distances between real positions stay the same, so the logits are the
+    # same to float rounding (~2e-6, the order of the sums); the pass attends over S keys, not M + S: at a
+    # 512-token prompt and M = 768, 2.5x fewer. A row without any real token, which callers refuse, would now
+    # spread its attention over S blocked keys instead of M + S: meaningless either way.)
     n_seg = ids.shape[1] // seg
     for i in range(n_seg):
         part, real = ids[:, i * seg:(i + 1) * seg], mask[:, i * seg:(i + 1) * seg]

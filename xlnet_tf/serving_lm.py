@@ -76,6 +76,8 @@ class GenerationBounds:
 
 def _tail(ids: tf.RaggedTensor, keep) -> tf.RaggedTensor:
     """Each row's last `keep[i]` ids (by one gather: `tf.ragged.boolean_mask` builds hundreds of graph ops)."""
+    if ids.ragged_rank != 1:
+        raise ValueError(f"_tail: expected ragged ids [N, (n)], got ragged rank {ids.ragged_rank}")
     lengths = tf.cast(ids.row_lengths(), tf.int64)
     ends = tf.cast(ids.row_starts(), tf.int64) + lengths
     index = tf.ragged.range(ends - tf.clip_by_value(tf.cast(keep, tf.int64), 0, lengths), ends)

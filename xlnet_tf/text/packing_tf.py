@@ -103,11 +103,18 @@ def _ids(ids) -> tf.RaggedTensor:
 
 
 def head(ids: tf.RaggedTensor, keep) -> tf.RaggedTensor:
-    """Each row's first `keep[i]` ids (`keep` [N]; at most the row, none below 0), by one gather
+    """Each row's first `keep[i]` ids (`keep` [N]; at most the row, none below 0; int64 row splits), by one gather
     (`tf.ragged.boolean_mask` built ~500 graph ops, a fifth of a packer's whole graph)."""
+    _one_ragged_dimension(ids, "head")
     starts, lengths = tf.cast(ids.row_starts(), tf.int64), tf.cast(ids.row_lengths(), tf.int64)
     index = tf.ragged.range(starts, starts + tf.clip_by_value(tf.cast(keep, tf.int64), 0, lengths))
     return index.with_flat_values(tf.gather(ids.flat_values, index.flat_values))
+
+
+def _one_ragged_dimension(rows: tf.RaggedTensor, name: str) -> None:
+    """The gathers below index `flat_values` by row starts: right only for `[N, (n), ...]` (ragged rank 1)."""
+    if not isinstance(rows, tf.RaggedTensor) or rows.ragged_rank != 1:
+        raise ValueError(f"{name}: expected a RaggedTensor [N, (n), ...] of ragged rank 1, got {rows!r}")
 
 
 def row_ids(row_splits) -> tf.Tensor:
@@ -119,6 +126,8 @@ def row_ids(row_splits) -> tf.Tensor:
 def keep_where(rows: tf.RaggedTensor, mask: tf.RaggedTensor) -> tf.RaggedTensor:
     """`tf.ragged.boolean_mask(rows, mask)` for `[N, (n)]` rows and a bool mask of the same row lengths, in a
     few graph ops instead of hundreds."""
+    _one_ragged_dimension(rows, "keep_where")
+    _one_ragged_dimension(mask, "keep_where")
     lengths = tf.math.unsorted_segment_sum(tf.cast(mask.flat_values, tf.int64), row_ids(mask.row_splits),
                                            mask.nrows())
     return tf.RaggedTensor.from_row_lengths(tf.boolean_mask(rows.flat_values, mask.flat_values), lengths,
