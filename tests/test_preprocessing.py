@@ -83,7 +83,8 @@ def test_digit_comma_resplit_equals_python_on_random_mixes(digit_comma_spm):
     encoder = preprocessing.XLNetTextEncoder(open(digit_comma_spm, "rb").read())
     normalized = packing_tf.normalize(tf.constant(texts))
     pieces = encoder.tokenizer.tokenize(normalized).flat_values.numpy()
-    ids, source = (t.numpy() for t in (encoder._tokenize(normalized)[0].flat_values, encoder._tokenize(normalized)[1]))
+    new_ids, source = encoder._tokenize(normalized)
+    ids, source = new_ids.flat_values.numpy(), source.numpy()
     assert np.all(np.diff(source) >= 0) and np.array_equal(np.unique(source), np.arange(len(pieces)))
     resplit = python._digit_comma[pieces]
     last = np.r_[source[1:] != source[:-1], True]  # each piece's last new token

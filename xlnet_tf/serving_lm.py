@@ -74,16 +74,6 @@ class GenerationBounds:
         return {**dataclasses.asdict(self), "stop_ids": list(self.stop_ids)}
 
 
-def _tail(ids: tf.RaggedTensor, keep) -> tf.RaggedTensor:
-    """Each row's last `keep[i]` ids (by one gather: `tf.ragged.boolean_mask` builds hundreds of graph ops)."""
-    if ids.ragged_rank != 1:
-        raise ValueError(f"_tail: expected ragged ids [N, (n)], got ragged rank {ids.ragged_rank}")
-    lengths = tf.cast(ids.row_lengths(), tf.int64)
-    ends = tf.cast(ids.row_starts(), tf.int64) + lengths
-    index = tf.ragged.range(ends - tf.clip_by_value(tf.cast(keep, tf.int64), 0, lengths), ends)
-    return index.with_flat_values(tf.gather(ids.flat_values, index.flat_values))
-
-
 def generate_function(module, bounds: GenerationBounds):
     """The `generate` tf.function of a `ServingModule` of task `lm` (module docstring)."""
     from xlnet_tf.serving_checks import _valid_utf8, signature_function
@@ -117,7 +107,7 @@ def generate_function(module, bounds: GenerationBounds):
             f"{sig}: every prompt needs at least one token; an empty or whitespace-only prompt was given"])
         keep = tf.minimum(n, bounds.max_prompt_tokens)
         with tf.control_dependencies([empty]):
-            tail = _tail(ids, keep)
+            tail = packing_tf.tail(ids, keep)
             packed = packing_tf.pad(tail, tf.zeros_like(tail), bounds.prompt_len, side=packing_tf.LEFT)
         values = {"seed": tf.cast(seed, tf.uint32), "temperature": temperature, "top_k": top_k, "top_p": top_p,
                   "penalty": repetition_penalty, "max_new_tokens": max_new_tokens}

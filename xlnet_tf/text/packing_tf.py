@@ -105,9 +105,21 @@ def _ids(ids) -> tf.RaggedTensor:
 def head(ids: tf.RaggedTensor, keep) -> tf.RaggedTensor:
     """Each row's first `keep[i]` ids (`keep` [N]; at most the row, none below 0; int64 row splits), by one gather
     (`tf.ragged.boolean_mask` built ~500 graph ops, a fifth of a packer's whole graph)."""
-    _one_ragged_dimension(ids, "head")
+    return _keep_run(ids, keep, "head", from_end=False)
+
+
+def tail(ids: tf.RaggedTensor, keep) -> tf.RaggedTensor:
+    """Each row's last `keep[i]` ids (as `head`, from the other end)."""
+    return _keep_run(ids, keep, "tail", from_end=True)
+
+
+def _keep_run(ids: tf.RaggedTensor, keep, name: str, from_end: bool) -> tf.RaggedTensor:
+    """`head` / `tail`: one run of `keep[i]` (clipped to [0, row]) consecutive values per row, gathered."""
+    _one_ragged_dimension(ids, name)
     starts, lengths = tf.cast(ids.row_starts(), tf.int64), tf.cast(ids.row_lengths(), tf.int64)
-    index = tf.ragged.range(starts, starts + tf.clip_by_value(tf.cast(keep, tf.int64), 0, lengths))
+    keep = tf.clip_by_value(tf.cast(keep, tf.int64), 0, lengths)
+    first = starts + lengths - keep if from_end else starts
+    index = tf.ragged.range(first, first + keep)
     return index.with_flat_values(tf.gather(ids.flat_values, index.flat_values))
 
 
@@ -121,6 +133,11 @@ def row_ids(row_splits) -> tf.Tensor:
     """The row of every value of rows with these int64 `row_splits` [N + 1] -> int64 [row_splits[-1]]: what
     `RaggedTensor.value_rowids()` gives, by one sorted search (that builds ~70 graph ops, `tf.repeat` ~50)."""
     return tf.searchsorted(row_splits[1:], tf.range(row_splits[-1]), side="right", out_type=tf.int64)
+
+
+def repeat_index(counts) -> tf.Tensor:
+    """`tf.repeat(tf.range(N), counts)` for int64 `counts` [N] (each index `counts[i]` times), by `row_ids`."""
+    return row_ids(tf.concat([tf.zeros([1], tf.int64), tf.math.cumsum(tf.cast(counts, tf.int64))], 0))
 
 
 def keep_where(rows: tf.RaggedTensor, mask: tf.RaggedTensor) -> tf.RaggedTensor:

@@ -136,7 +136,7 @@ class XLNetTextEncoder(tf.Module):
                                 tf.fill(tf.shape(dc_pos), tf.cast(self._comma_id, flat.dtype))], 0)
         total = tf.reduce_sum(lengths)
         new_flat = tf.scatter_nd(where[:, None], new_values, total[None])
-        sources = packing_tf.row_ids(tf.concat([[0], tf.math.cumsum(lengths)], 0))  # token of each new one
+        sources = packing_tf.repeat_index(lengths)  # the token each new one comes from
         per_text = tf.math.unsorted_segment_sum(lengths, packing_tf.row_ids(ids.row_splits), ids.nrows())
         return tf.RaggedTensor.from_row_lengths(new_flat, per_text, validate=False), sources
 
@@ -149,7 +149,7 @@ def _split_unknown(ids, begin, end, word_of, words):
     n_chars = chars.row_lengths()
     split = tf.logical_and(tf.equal(ids, tf.cast(tokenization.UNK_ID, ids.dtype)), n_chars > 1)
     copies = tf.where(split, n_chars, tf.ones_like(n_chars))
-    token = packing_tf.row_ids(tf.concat([[0], tf.math.cumsum(tf.cast(copies, tf.int64))], 0))  # [T'] its token
+    token = packing_tf.repeat_index(copies)  # [T'] the token each comes from
     k = tf.ragged.range(copies).flat_values  # [T'] its character within that token
     char_bytes = tf.strings.length(chars.flat_values)  # [C]
     char_start = tf.cast(tf.math.cumsum(char_bytes, exclusive=True), tf.int64)  # within the flat characters
