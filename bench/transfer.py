@@ -315,10 +315,25 @@ def run_dir(work: str, task: str, init: str, lr: str, seed: str) -> str:
     return os.path.join(work, "finetune", task, init, f"lr{lr}-seed{seed}")
 
 
+def final_step(task: TransferSet) -> int:
+    """The step a run of `task` trains to: the flag file's --train_steps, as the budget flags and
+    --extra_finetune_flags override it (the runner reads them in that order; the last one counts)."""
+    steps = read_flagfile(task.flagfile).get("train_steps")
+    for arg in budget_flags(task) + FLAGS.extra_finetune_flags.split():
+        if arg.startswith("--train_steps="):
+            steps = arg.split("=", 1)[1]
+    if steps is None:
+        raise app.UsageError(f"{task.flagfile}: no --train_steps (every transfer task's flag file sets one)")
+    return int(steps)
+
+
 def read_score(path: str, task: TransferSet) -> Optional[Dict[str, float]]:
     """The run's dev metrics, plus "test_<metric>" of the same checkpoint's test evaluation when there is one.
     Dev: the last evaluation of any split but the task's test split (`task.selection == "last"`), or the one with
-    the best primary metric, the earliest on a tie ("best_checkpoint"); its checkpoint's step is "step"."""
+    the best primary metric, the earliest on a tie ("best_checkpoint"); its checkpoint's step is "step".
+    None for a run that has not finished: no dev evaluation of its final step (`final_step`). The runner scores
+    the checkpoints in order and records each at once, so a run killed while scoring them has some, and its best
+    so far must not stand for the run's."""
     from xlnet_tf import results
 
     recorded = results.load(path)
@@ -326,7 +341,7 @@ def read_score(path: str, task: TransferSet) -> Optional[Dict[str, float]]:
         return None
     dev = [e for e in recorded.evaluations if not task.test_split or e.get("split") != task.test_split]
     test = [e for e in recorded.evaluations if task.test_split and e.get("split") == task.test_split]
-    if not dev:
+    if not any(int(e["step"]) == final_step(task) for e in dev):
         return None
     chosen = dev[-1]
     if task.selection == "best_checkpoint":
@@ -476,16 +491,48 @@ def run_command(work: str, task: TransferSet, init: str, lr: str, seed: str, ext
     return cmd + extra.split()
 
 
+LAUNCH_SUFFIX = ".launch.json"
+
+
+def launch_record(cmd: List[str]) -> Dict[str, object]:
+    """What a run's training launch was: its command and the version of the code its process executes."""
+    return {"command": cmd, "runner_code": transfer_ledger.code_version(paths=transfer_ledger.RUNNER_CODE_PATHS)}
+
+
+def resumable(out: str, launch: Dict[str, object]) -> bool:
+    """Whether the killed run in `out` may be resumed by `launch`: the same command as its first launch and the
+    same committed runner code (the training loop resumes exactly: same batches, dropout and optimizer state)."""
+    code = launch["runner_code"]
+    if not code or code.endswith("+changes"):
+        return False
+    try:
+        with open(out + LAUNCH_SUFFIX, encoding="utf-8") as f:
+            return json.load(f) == launch
+    except (OSError, ValueError):
+        return False
+
+
 def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra: str) -> Dict[str, float]:
+    """Train and score one run (records are shared, outside the run). A run killed before it finished (a session
+    ending, a pause) is resumed from its last checkpoint when nothing that shapes it changed (`resumable`), and
+    started again otherwise."""
+    from xlnet_tf import files
+
     out = run_dir(work, task.name, init, lr, seed)
     score = read_score(out, task)
     if score is not None:
         return score
-    if os.path.isdir(out):  # a killed run: start it again (records are kept outside)
-        shutil.rmtree(out)
     cmd = run_command(work, task, init, lr, seed, extra)
+    launch = launch_record(cmd)
     t0 = time.time()
-    note_launch_code(out, first=True)
+    if os.path.isdir(out) and resumable(out, launch):
+        _say(f"{task.name} {init} lr {lr} seed {seed}: resuming the killed run (same command and runner code)")
+        note_launch_code(out, first=False)
+    else:
+        if os.path.isdir(out):
+            shutil.rmtree(out)
+        note_launch_code(out, first=True)
+        files.write_json_atomic(out + LAUNCH_SUFFIX, launch)
     run_logged(cmd, os.path.join(out + ".log"))
     score = read_score(out, task)
     if score is None:
@@ -560,8 +607,8 @@ def keep_in_ledger(work: str, task: TransferSet, init: str, lr: str, seed: str, 
 
     path = ledger_path()
     out = run_dir(work, task.name, init, lr, seed)
-    recorded = results.load(out) if path else None
-    if recorded is None:
+    recorded = results.load(out) if path and read_score(out, task) is not None else None
+    if recorded is None:  # no ledger, or not a finished run
         return
     if transfer_ledger.save(path, transfer_ledger.run_key(task.name, init, lr, seed),
                             run_provenance(work, task, init, lr, seed, weights), recorded.to_dict(), machine(),
@@ -604,7 +651,7 @@ def sync_ledger(work: str, task_map: Dict[str, TransferSet]) -> None:
             for lr in LR_LADDER:
                 for seed in sorted({"0", *FLAGS.seeds}):
                     key, out = transfer_ledger.run_key(name, init, lr, seed), run_dir(work, name, init, lr, seed)
-                    if results.load(out) is not None:
+                    if read_score(out, task) is not None:  # finished here
                         keep_in_ledger(work, task, init, lr, seed, weights[init])
                         continue
                     if key not in kept:

@@ -33,7 +33,7 @@ import os
 import subprocess
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from xlnet_tf import files
 
@@ -153,6 +153,9 @@ def differs(runs: Dict[str, Any], key: str, provenance: RunProvenance) -> List[s
 
 # what counts as code for a run's code version: everything but results and prose
 CODE_PATHS = (".", ":(exclude)bench/results", ":(exclude)*.md")
+# the code a fine-tuning run's own process executes (its runner, the library, the record readers, flag files):
+# what must not change between a killed run and its resumption (bench/transfer.py's orchestration may)
+RUNNER_CODE_PATHS = ("run", "xlnet_tf", "tfrecords", "pyproject.toml", ":(exclude)*.md")
 
 
 def _git(*args: str) -> Optional[str]:
@@ -162,13 +165,14 @@ def _git(*args: str) -> Optional[str]:
         return None
 
 
-def code_version(commit: str = "HEAD") -> Optional[str]:
+def code_version(commit: str = "HEAD", paths: Tuple[str, ...] = CODE_PATHS) -> Optional[str]:
     """The last commit at or before `commit` that changed code (not results or prose: committing a ledger does
-    not make a new code version), with "+changes" when `commit` is HEAD and the work tree's code differs from it."""
-    last = _git("log", "-1", "--format=%H", commit, "--", *CODE_PATHS)
+    not make a new code version), with "+changes" when `commit` is HEAD and the work tree's code differs from it.
+    `paths`: git pathspecs of what counts as code (RUNNER_CODE_PATHS: only what a fine-tuning run executes)."""
+    last = _git("log", "-1", "--format=%H", commit, "--", *paths)
     if not last:
         return None
-    if commit == "HEAD" and _git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS):
+    if commit == "HEAD" and _git("status", "--porcelain", "--untracked-files=no", "--", *paths):
         last += "+changes"
     return last
 

@@ -132,8 +132,8 @@ old = {"pretrain_recipe": recipe, "pretrain_heldout": {"plm": curve, "mlm": curv
                 for m, d in (("accuracy", 0.0), ("macro_f1", -10.0))]}
 json.dump(old, open(sys.argv[1], "w"))
 def run(init, lr, seed, acc):  # a finished run in the work_dir
-    results.record(transfer.run_dir(work, "topic", init, lr, seed), "classifier", "accuracy", 10,
-                   {"accuracy": acc / 100, "macro_f1": acc / 200})
+    results.record(transfer.run_dir(work, "topic", init, lr, seed), "classifier", "accuracy",
+                   transfer.final_step(task), {"accuracy": acc / 100, "macro_f1": acc / 200})
 other_mlm = {"plm": curve, "mlm": curve[:1]}
 grids = transfer.carried_grids(sys.argv[1], recipe, other_mlm)
 assert grids[("topic", "plm")] == {"3e-4": {"accuracy": 40.0, "macro_f1": 30.0},
@@ -174,13 +174,22 @@ assert transfer.budget_flags(spam) == ["--train_steps=480", "--warmup_steps=48",
                                        "--steps_per_loop=20",  # the flag file's 40 ends no loop at 60
                                        "--keep_checkpoints=8", "--eval_all_checkpoints=true"]
 out = os.path.join(work, "best")
-for step, dev, test in ((60, 0.5, 0.9), (120, 0.7, 0.6), (180, 0.7, 0.95), (240, 0.6, 0.99)):
-    for split, acc in (("dev", dev), ("test", test)):
-        results.record(out, "classifier", "accuracy", step, {"accuracy": acc, "macro_f1": acc / 2}, split=split)
+def scored(steps, dev, test):
+    for step, d, t in zip(steps, dev, test):
+        for split, acc in (("dev", d), ("test", t)):
+            results.record(out, "classifier", "accuracy", step, {"accuracy": acc, "macro_f1": acc / 2}, split=split)
+scored((60, 120, 180, 240), (0.5, 0.7, 0.7, 0.6), (0.9, 0.6, 0.95, 0.99))
+assert transfer.final_step(spam) == 480
+assert transfer.read_score(out, spam) is None  # killed while scoring its checkpoints: 4 of 8 scored, not a result
+scored((300, 360, 420, 480), (0.6, 0.4, 0.5, 0.6), (0.9, 0.9, 0.9, 0.9))
 score = transfer.read_score(out, spam)
 assert score == {"accuracy": 70.0, "macro_f1": 35.0, "step": 120, "test_accuracy": 60.0, "test_macro_f1": 30.0}, score
 spam.selection = "last"
-assert transfer.read_score(out, spam)["step"] == 240 and transfer.budget_flags(spam) == []
+assert transfer.budget_flags(spam) == [] and transfer.final_step(spam) == 120
+assert transfer.read_score(out, spam)["step"] == 480
+flags.FLAGS.extra_finetune_flags = "--dropout=0.1 --train_steps=240"  # the last --train_steps counts
+assert transfer.final_step(spam) == 240
+flags.FLAGS.extra_finetune_flags = ""
 # zero-shot cells (cloze): a pretrained init's score without fine-tuning, none where there is no model
 cloze_task = transfer.tasks("data/finetune")["cloze"]
 assert cloze_task.zero_shot(work, "plm") is None  # this work_dir has no pretrained model

@@ -102,6 +102,55 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, rng):
             np.testing.assert_allclose(a, b, atol=1e-5, err_msg=str(key))
 
 
+class _Killed(Exception):
+    pass
+
+
+def test_a_killed_fine_tuning_run_resumes_exactly(tmp_path):
+    """run_classifier.py killed after step 4 of 6 and started again with the same flags ends with the weights and
+    dev score of the run that was never killed: the same shuffled batches (skipped on resume), dropout draws and
+    optimizer state (bench/transfer.py resumes its killed runs on this)."""
+    from run import run_classifier
+    from xlnet_tf import training
+
+    flags = ["--n_layer=1", "--d_model=32", "--n_head=2", "--d_head=16", "--d_inner=64",
+             f"--n_token={data_fixtures.TINY_VOCAB}", f"--spiece_model_file={data_fixtures.tiny_spm()}",
+             "--task=tsv", f"--data_dir={DATA}/topic", f"--record_dir={tmp_path}/records", "--max_seq_length=32",
+             "--train_batch_size=8", "--train_steps=6", "--save_steps=2", "--steps_per_loop=2", "--warmup_steps=2",
+             "--dropout=0.1", "--dropatt=0.1", "--learning_rate=1e-3", "--do_train", "--do_eval",
+             "--eval_batch_size=64"]
+    _run(run_classifier, flags + [f"--model_dir={tmp_path}/straight"])
+    original_train = training.Trainer.train
+
+    def train_then_die(self, on_loop_end=None):
+        def die(step):
+            if step == 4:
+                raise _Killed()
+        return original_train(self, on_loop_end=die)
+
+    training.Trainer.train = train_then_die
+    try:
+        with pytest.raises(_Killed):
+            _run(run_classifier, flags + [f"--model_dir={tmp_path}/killed"])
+    finally:
+        training.Trainer.train = original_train
+    assert not os.path.exists(tmp_path / "killed" / "ckpt-6.index")
+    _run(run_classifier, flags + [f"--model_dir={tmp_path}/killed"])
+    logged = [json.loads(line)["step"] for line in open(tmp_path / "killed" / "train_history.json")]
+    assert logged == [2, 4, 6], logged  # the resumed run trained steps 5-6 only
+    straight = tf.train.load_checkpoint(str(tmp_path / "straight" / "ckpt-6"))
+    resumed = tf.train.load_checkpoint(str(tmp_path / "killed" / "ckpt-6"))
+    names = [n for n in straight.get_variable_to_shape_map() if n.startswith("model/")]
+    assert len(names) > 10
+    for name in names:
+        np.testing.assert_allclose(resumed.get_tensor(name), straight.get_tensor(name), atol=1e-6, err_msg=name)
+    moved = tf.train.load_checkpoint(str(tmp_path / "straight" / "ckpt-2"))
+    assert any(np.abs(moved.get_tensor(n) - straight.get_tensor(n)).max() > 1e-4 for n in names)  # steps 3-6 count
+    scores = [{k: v for k, v in json.load(open(tmp_path / d / "eval_results.json"))["evaluations"][-1].items()
+               if k != "checkpoint"} for d in ("straight", "killed")]
+    assert scores[0] == scores[1] and scores[0]["step"] == 6, scores
+
+
 def test_checkpoint_for_another_vocabulary_is_a_clear_error(tmp_path):
     from xlnet_tf import checkpoints
     from xlnet_tf.config import XLNetConfig

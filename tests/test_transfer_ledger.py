@@ -119,11 +119,11 @@ flags.FLAGS(["transfer", "--tasks=topic", "--objectives=plm", f"--work_dir={firs
 task = transfer.tasks("data/finetune")["topic"]
 task.test_split = "test"
 task.metrics = ("accuracy", "test_accuracy")
-def run(work, init, lr, seed, acc, test=None):  # a finished run in a work_dir
-    out = transfer.run_dir(work, "topic", init, lr, seed)
-    results.record(out, "classifier", "accuracy", 10, {"accuracy": acc / 100}, split="dev")
+def run(work, init, lr, seed, acc, test=None):  # a finished run in a work_dir: scored at its final step
+    out, step = transfer.run_dir(work, "topic", init, lr, seed), transfer.final_step(task)
+    results.record(out, "classifier", "accuracy", step, {"accuracy": acc / 100}, split="dev")
     if test is not None:
-        results.record(out, "classifier", "accuracy", 10, {"accuracy": test / 100}, split="test")
+        results.record(out, "classifier", "accuracy", step, {"accuracy": test / 100}, split="test")
 run(first, "plm", "3e-4", "0", 60.0, 58.0)
 run(first, "scratch", "3e-4", "0", 40.0)
 run(first, "scratch", "3e-4", "1", 45.0, 44.0)
@@ -191,5 +191,80 @@ print("ok")
 
 def test_transfer_keeps_runs_in_the_ledger_and_restores_those_of_the_same_provenance(tmp_path):
     out = subprocess.run([sys.executable, "-c", RESTORE_CHECK, str(tmp_path)], cwd=REPO,
+                         capture_output=True, text=True, timeout=300)
+    assert out.stdout.strip().endswith("ok"), out.stdout[-2000:] + out.stderr[-3000:]
+
+
+RESUME_CHECK = r'''
+import os, shutil, sys
+from absl import flags
+from bench import transfer, transfer_ledger
+from xlnet_tf import results
+transfer.define_flags()
+root = sys.argv[1]
+work = os.path.join(root, "work")
+os.makedirs(os.path.join(work, "plm_model"))
+for rel, text in (("spiece.model", "pieces"), ("plm_model/xlnet_config.json", "{}")):
+    with open(os.path.join(work, rel), "w") as f:
+        f.write(text)
+ledger_file = os.path.join(root, "runs.json")
+flags.FLAGS(["transfer", "--tasks=topic", f"--work_dir={work}", "--inits=scratch", f"--runs_ledger={ledger_file}",
+             "--learning_rates=3e-4"])
+task = transfer.tasks("data/finetune")["topic"]
+code = {"runner": "a" * 40}
+transfer_ledger.code_version = lambda commit="HEAD", paths=transfer_ledger.CODE_PATHS: (
+    code["runner"] if paths == transfer_ledger.RUNNER_CODE_PATHS else "f" * 40)
+launches = []  # (seed, whether the run's first checkpoint was there when the runner started)
+def runner(killed):  # the runner: a checkpoint, then its checkpoints scored in order; killed after the first
+    def run_logged(cmd, log):
+        out = next(a for a in cmd if a.startswith("--model_dir=")).split("=", 1)[1]
+        seed = next(a for a in cmd if a.startswith("--seed="))
+        launches.append((seed, os.path.exists(os.path.join(out, "ckpt-60.index"))))
+        os.makedirs(out, exist_ok=True)
+        open(os.path.join(out, "ckpt-60.index"), "w").close()
+        results.record(out, "classifier", "accuracy", 60, {"accuracy": 0.9}, split="dev")
+        if killed:
+            raise RuntimeError("killed")
+        results.record(out, "classifier", "accuracy", transfer.final_step(task), {"accuracy": 0.5}, split="dev")
+    return run_logged
+def attempt(seed, killed):
+    transfer.run_logged = runner(killed)
+    try:
+        return transfer.finetune(work, task, "scratch", "3e-4", seed, flags.FLAGS.extra_finetune_flags)
+    except RuntimeError as e:
+        assert str(e) == "killed", e
+out = transfer.run_dir(work, "topic", "scratch", "3e-4", "0")
+attempt("0", killed=True)
+# a partial scoring is not a result: no score, nothing kept in the ledger (by the run or by a later sync)
+assert transfer.read_score(out, task) is None
+transfer.sync_ledger(work, {"topic": task})
+assert not os.path.exists(ledger_file) or not transfer_ledger.read(ledger_file)["runs"]
+# the same command and runner code: resumed in place (its checkpoint kept), then finished and kept
+assert attempt("0", killed=False) == {"accuracy": 50.0, "step": transfer.final_step(task)}
+assert launches == [("--seed=0", False), ("--seed=0", True)], launches
+assert transfer.launch_code(out) == "f" * 40  # both launches from one code version
+assert list(transfer_ledger.read(ledger_file)["runs"]) == ["topic/scratch/lr3e-4-seed0"]
+# anything that shapes the run changed since it was killed: started again from nothing
+for change in ("flags", "runner code", "uncommitted runner code"):
+    launches.clear()
+    attempt("1", killed=True)
+    if change == "flags":
+        flags.FLAGS.extra_finetune_flags = "--dropout=0.1 --dropatt=0.1"
+    else:
+        code["runner"] = "b" * 40 if change == "runner code" else "b" * 40 + "+changes"
+    attempt("1", killed=True)
+    assert launches == [("--seed=1", False), ("--seed=1", False)], (change, launches)
+    flags.FLAGS.extra_finetune_flags, code["runner"] = "", "a" * 40
+    shutil.rmtree(transfer.run_dir(work, "topic", "scratch", "3e-4", "1"))
+print("ok")
+'''
+
+
+def test_a_killed_fine_tuning_run_is_resumed_only_when_nothing_that_shapes_it_changed(tmp_path):
+    """bench/transfer.py's chain is killed with its session: a run killed while training or while scoring its
+    checkpoints is no result (its best so far is not its best); the next launch resumes it when its command and
+    the runner's code are the same (the training loop resumes exactly: tests/test_finetune_runners.py), and starts
+    it again otherwise."""
+    out = subprocess.run([sys.executable, "-c", RESUME_CHECK, str(tmp_path)], cwd=REPO,
                          capture_output=True, text=True, timeout=300)
     assert out.stdout.strip().endswith("ok"), out.stdout[-2000:] + out.stderr[-3000:]

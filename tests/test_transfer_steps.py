@@ -63,7 +63,8 @@ flags.FLAGS(["transfer", "--tasks=topic", "--objectives=plm", f"--work_dir={work
 task = transfer.tasks("data/finetune")["topic"]
 task.baseline = None  # the linear baseline's column: tests/test_benchmark_runner.py (here ~40 s of fitting)
 def run(init, seed, acc):
-    results.record(transfer.run_dir(work, "topic", init, "3e-4", seed), "classifier", "accuracy", 10,
+    results.record(transfer.run_dir(work, "topic", init, "3e-4", seed), "classifier", "accuracy",
+                   transfer.final_step(task),
                    {"accuracy": acc / 100, "macro_f1": acc / 200}, split="dev")
 for init, accs in (("scratch", (40, 42)), ("plm@900", (50, 54)), ("plm", (60, 62))):
     for seed, acc in zip("01", accs):
