@@ -356,10 +356,40 @@ def read_score(path: str, task: TransferSet) -> Optional[Dict[str, float]]:
     return score
 
 
+def logged_command(out: str) -> Optional[List[str]]:
+    """The arguments of the last training launch of run `out` (the last `$ ` line `run_logged` wrote in its .log:
+    the launch that made what the run folder holds), without the interpreter's path; None without a log."""
+    try:
+        with open(out + ".log", encoding="utf-8") as f:
+            launches = [line[2:].split() for line in f if line.startswith("$ ")]
+    except FileNotFoundError:
+        return None
+    return launches[-1][1:] if launches else None
+
+
+def run_score(work: str, task: TransferSet, init: str, lr: str, seed: str) -> Optional[Dict[str, float]]:
+    """`read_score` of run (task, init, lr, seed) of this work_dir, refusing a run that another command made: its
+    folder's name holds the task, init, rate and seed only, so a table with other fine-tuning flags (a diagnosis
+    row's --extra_finetune_flags, another budget) run in the same work_dir would otherwise take the runs there as
+    its own. Runs restored from the ledger had their provenance, flags included, checked on restore."""
+    out = run_dir(work, task.name, init, lr, seed)
+    score = read_score(out, task)
+    if score is None or os.path.exists(os.path.join(out, transfer_ledger.RESTORED_MARKER)):
+        return score
+    made_by = logged_command(out)
+    wanted = run_command(work, task, init, lr, seed, FLAGS.extra_finetune_flags)[1:]
+    if made_by is not None and made_by != wanted:
+        differs = sorted(set(made_by) ^ set(wanted))
+        raise app.UsageError(f"{out}: made by another command than this table's (differs in {' '.join(differs)}); "
+                             "give a table with other fine-tuning flags its own --work_dir (with links to the "
+                             "pretrained models and spiece.model)")
+    return score
+
+
 def evaluate_test(work: str, task: TransferSet, init: str, lr: str, seed: str) -> None:
     """Evaluate a finished run's final weights on the task's test split (appended to its eval_results.json)."""
     out = run_dir(work, task.name, init, lr, seed)
-    score = read_score(out, task)
+    score = run_score(work, task, init, lr, seed)
     if not task.test_split or score is None or any(m.startswith("test_") for m in score):
         return
     if os.path.exists(os.path.join(out, transfer_ledger.RESTORED_MARKER)):
@@ -519,7 +549,7 @@ def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra:
     from xlnet_tf import files
 
     out = run_dir(work, task.name, init, lr, seed)
-    score = read_score(out, task)
+    score = run_score(work, task, init, lr, seed)
     if score is not None:
         return score
     cmd = run_command(work, task, init, lr, seed, extra)
@@ -607,7 +637,7 @@ def keep_in_ledger(work: str, task: TransferSet, init: str, lr: str, seed: str, 
 
     path = ledger_path()
     out = run_dir(work, task.name, init, lr, seed)
-    recorded = results.load(out) if path and read_score(out, task) is not None else None
+    recorded = results.load(out) if path and run_score(work, task, init, lr, seed) is not None else None
     if recorded is None:  # no ledger, or not a finished run
         return
     if transfer_ledger.save(path, transfer_ledger.run_key(task.name, init, lr, seed),
@@ -651,7 +681,7 @@ def sync_ledger(work: str, task_map: Dict[str, TransferSet]) -> None:
             for lr in LR_LADDER:
                 for seed in sorted({"0", *FLAGS.seeds}):
                     key, out = transfer_ledger.run_key(name, init, lr, seed), run_dir(work, name, init, lr, seed)
-                    if read_score(out, task) is not None:  # finished here
+                    if run_score(work, task, init, lr, seed) is not None:  # finished here
                         keep_in_ledger(work, task, init, lr, seed, weights[init])
                         continue
                     if key not in kept:
@@ -685,7 +715,7 @@ def seed0_grid(work: str, task: TransferSet, init: str, carried: Optional[Grids]
 
 def finished_seed0_runs(work: str, task: TransferSet, init: str) -> Dict[str, Dict[str, float]]:
     """Scores of this work_dir's finished seed-0 runs, by learning rate."""
-    scores = {lr: read_score(run_dir(work, task.name, init, lr, "0"), task) for lr in LR_LADDER}
+    scores = {lr: run_score(work, task, init, lr, "0") for lr in LR_LADDER}
     return {lr: s for lr, s in scores.items() if s is not None}
 
 
@@ -698,7 +728,7 @@ def with_carried(here: Dict[str, Dict[str, float]], carried: Optional[Grids], ta
 
 def seed0_run(work: str, task: TransferSet, init: str, lr: str, carried: Optional[Grids]) -> Dict[str, float]:
     """The seed-0 run of one rate: carried from the earlier report when this work_dir has not run it."""
-    here = read_score(run_dir(work, task.name, init, lr, "0"), task)
+    here = run_score(work, task, init, lr, "0")
     if here is None and lr in (carried or {}).get((task.name, init), {}):
         return carried[(task.name, init)][lr]
     return finetune(work, task, init, lr, "0", FLAGS.extra_finetune_flags)
@@ -754,7 +784,7 @@ def collect(work: str, task_map: Dict[str, TransferSet], carried: Optional[Grids
             grid = with_carried(here, carried, name, init)
             if grid:
                 best = max(grid, key=lambda lr: grid[lr][task.primary])
-                at_best = (grid[best] if seed == "0" else read_score(run_dir(work, name, init, best, seed), task)
+                at_best = (grid[best] if seed == "0" else run_score(work, task, init, best, seed)
                            for seed in FLAGS.seeds)
                 seeds = [s for s in at_best if s is not None]
                 runs[init] = (grid, best, seeds, len(grid) > len(here))

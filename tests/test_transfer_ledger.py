@@ -217,6 +217,8 @@ transfer_ledger.code_version = lambda commit="HEAD", paths=transfer_ledger.CODE_
 launches = []  # (seed, whether the run's first checkpoint was there when the runner started)
 def runner(killed):  # the runner: a checkpoint, then its checkpoints scored in order; killed after the first
     def run_logged(cmd, log):
+        with open(log, "a") as f:  # as bench/transfer.run_logged: the command heads its output
+            f.write(f"\n$ {' '.join(cmd)}\n")
         out = next(a for a in cmd if a.startswith("--model_dir=")).split("=", 1)[1]
         seed = next(a for a in cmd if a.startswith("--seed="))
         launches.append((seed, os.path.exists(os.path.join(out, "ckpt-60.index"))))
@@ -256,6 +258,17 @@ for change in ("flags", "runner code", "uncommitted runner code"):
     assert launches == [("--seed=1", False), ("--seed=1", False)], (change, launches)
     flags.FLAGS.extra_finetune_flags, code["runner"] = "", "a" * 40
     shutil.rmtree(transfer.run_dir(work, "topic", "scratch", "3e-4", "1"))
+# a table with other fine-tuning flags in the same work_dir: the finished run there is not its run
+flags.FLAGS.extra_finetune_flags = "--lr_layer_decay_rate=0.75"
+for read in (lambda: transfer.finetune(work, task, "scratch", "3e-4", "0", flags.FLAGS.extra_finetune_flags),
+             lambda: transfer.collect(work, {"topic": task}), lambda: transfer.sync_ledger(work, {"topic": task})):
+    try:
+        read()
+        raise SystemExit("a run of another command was taken as this table's")
+    except Exception as e:  # app.UsageError
+        assert "made by another command" in str(e) and "--lr_layer_decay_rate=0.75" in str(e), e
+flags.FLAGS.extra_finetune_flags = ""
+assert transfer.run_score(work, task, "scratch", "3e-4", "0")["accuracy"] == 50.0
 print("ok")
 '''
 
@@ -264,7 +277,7 @@ def test_a_killed_fine_tuning_run_is_resumed_only_when_nothing_that_shapes_it_ch
     """bench/transfer.py's chain is killed with its session: a run killed while training or while scoring its
     checkpoints is no result (its best so far is not its best); the next launch resumes it when its command and
     the runner's code are the same (the training loop resumes exactly: tests/test_finetune_runners.py), and starts
-    it again otherwise."""
+    it again otherwise. A finished run is this table's only when this table's command made it."""
     out = subprocess.run([sys.executable, "-c", RESUME_CHECK, str(tmp_path)], cwd=REPO,
                          capture_output=True, text=True, timeout=300)
     assert out.stdout.strip().endswith("ok"), out.stdout[-2000:] + out.stderr[-3000:]
