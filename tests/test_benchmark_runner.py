@@ -98,17 +98,33 @@ def test_transfer_flag_file_parses_and_names_real_tasks():
     import sys
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for flagfile in ("transfer_cpu.flags", "transfer_cpu_ood.flags"):  # the table; its out-of-domain rows
+    # the table; its out-of-domain rows; their diagnosis rows (own work_dir and ledger, the runner's own flags added)
+    variants = {"transfer_cpu_ood_layer_decay.flags": "--lr_layer_decay_rate=0.75",
+                "transfer_cpu_ood_mean.flags": "--summary_type=mean"}
+    for flagfile in ("transfer_cpu.flags", "transfer_cpu_ood.flags", *variants):
+        extra = ["--dropout=0.1", "--dropatt=0.1", variants[flagfile]] if flagfile in variants else None
         code = (f"import sys; sys.argv=['transfer', '--flagfile=run/flags/{flagfile}']; "
                 "from bench import transfer; from absl import flags; transfer.define_flags(); flags.FLAGS(sys.argv); "
                 "F = flags.FLAGS; tasks = transfer.tasks('labeled'); "
-                "assert set(F.tasks) <= set(tasks) and set(F.inits) == set(transfer.INITS), F.tasks; "
+                "assert set(F.tasks) <= set(tasks) and set(F.inits) <= set(transfer.INITS), F.tasks; "
                 "assert all(__import__('os').path.exists(tasks[t].flagfile) for t in F.tasks); "
                 "r = transfer.read_flagfile(F.pretrain_flagfile); assert int(r['n_token']) == F.vocab_size; "
-                "assert set(F.stages) <= set(transfer.STAGES) and F.extra_finetune_flags.split() in "
-                "([], ['--dropout=0.1', '--dropatt=0.1']); print('ok')")
+                f"assert set(F.stages) <= set(transfer.STAGES) and F.extra_finetune_flags.split() in "
+                f"([], ['--dropout=0.1', '--dropatt=0.1'], {extra}); "
+                f"assert {extra is None} or (F.work_dir, F.results_prefix) != "
+                "('bench_out/transfer_ood', 'bench/results/transfer_ood_cpu'), (F.work_dir, F.results_prefix); "
+                "print(repr(F.extra_finetune_flags.split())); print('ok')")
         out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=300)
         assert out.stdout.strip().endswith("ok"), (flagfile, out.stderr[-2000:])
+        if extra:  # the classifier runner takes the added flags
+            from run import common_flags, run_classifier
+
+            fv = common_flags.parse(run_classifier.FLAGS, run_classifier.define_flags,
+                                    ["x", f"--flagfile={repo}/run/flags/transfer_tweets.flags", *extra])
+            try:
+                assert fv.dropout == 0.1 and (fv.lr_layer_decay_rate, fv.summary_type) != (1.0, "last"), flagfile
+            finally:
+                fv.unparse_flags()
 
 
 CARRY_CHECK = r'''
