@@ -524,28 +524,33 @@ def run_command(work: str, task: TransferSet, init: str, lr: str, seed: str, ext
 LAUNCH_SUFFIX = ".launch.json"
 
 
-def launch_record(cmd: List[str]) -> Dict[str, object]:
-    """What a run's training launch was: its command and the version of the code its process executes."""
-    return {"command": cmd, "runner_code": transfer_ledger.code_version(paths=transfer_ledger.RUNNER_CODE_PATHS)}
+def launch_record(cmd: List[str], task: TransferSet) -> Dict[str, object]:
+    """What a run's training launch was: its command, its task flag file's SHA-256 (the command names the file)
+    and the version of the code its process executes."""
+    return {"command": cmd, "flagfile_sha256": transfer_ledger.fingerprint(task.flagfile),
+            "runner_code": transfer_ledger.code_version(paths=transfer_ledger.RUNNER_CODE_PATHS)}
 
 
-def resumable(out: str, launch: Dict[str, object]) -> bool:
-    """Whether the killed run in `out` may be resumed by `launch`: the same command as its first launch and the
-    same committed runner code (the training loop resumes exactly: same batches, dropout and optimizer state)."""
+def launch_differences(out: str, launch: Dict[str, object]) -> List[str]:
+    """What differs between `launch` and the first launch of the killed run `out` ([]: none), or why it cannot
+    be resumed at all."""
     code = launch["runner_code"]
     if not code or code.endswith("+changes"):
-        return False
+        return [f"runner code {code or 'unknown'} (uncommitted or not in git)"]
     try:
         with open(out + LAUNCH_SUFFIX, encoding="utf-8") as f:
-            return json.load(f) == launch
+            first = json.load(f)
     except (OSError, ValueError):
-        return False
+        return ["no launch record"]
+    return [k for k in sorted(set(first) | set(launch)) if first.get(k) != launch.get(k)]
+
+
 
 
 def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra: str) -> Dict[str, float]:
     """Train and score one run (records are shared, outside the run). A run killed before it finished (a session
-    ending, a pause) is resumed from its last checkpoint when nothing that shapes it changed (`resumable`), and
-    started again otherwise."""
+    ending, a pause) is resumed from its last checkpoint when nothing that shapes it changed, and started again
+    otherwise (`launch_differences`)."""
     from xlnet_tf import files
 
     out = run_dir(work, task.name, init, lr, seed)
@@ -553,13 +558,17 @@ def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra:
     if score is not None:
         return score
     cmd = run_command(work, task, init, lr, seed, extra)
-    launch = launch_record(cmd)
+    launch = launch_record(cmd, task)
     t0 = time.time()
-    if os.path.isdir(out) and resumable(out, launch):
-        _say(f"{task.name} {init} lr {lr} seed {seed}: resuming the killed run (same command and runner code)")
+    differs = launch_differences(out, launch) if os.path.isdir(out) else None
+    if differs == []:  # the training loop resumes exactly: the same batches, dropout draws and optimizer state
+        _say(f"{task.name} {init} lr {lr} seed {seed}: resuming the killed run (same command, flag file and "
+             "runner code)")
         note_launch_code(out, first=False)
     else:
-        if os.path.isdir(out):
+        if differs:
+            _say(f"{task.name} {init} lr {lr} seed {seed}: starting the killed run again ({', '.join(differs)} "
+                 "changed)")
             shutil.rmtree(out)
         note_launch_code(out, first=True)
         files.write_json_atomic(out + LAUNCH_SUFFIX, launch)
@@ -821,7 +830,28 @@ def collect(work: str, task_map: Dict[str, TransferSet], carried: Optional[Grids
 RECIPE_BOOKKEEPING = ("keep_checkpoint_steps", "keep_checkpoints", "save_steps")
 
 
-def carried_grids(path: str, recipe: Dict[str, str], curves: Dict) -> Grids:
+# what reports made before they recorded their fine-tuning settings were all made with: every such command
+# (transfer_cpu, transfer_cloze_cpu, transfer_pos_brown_cpu) shows the default protocol and no added flags
+LEGACY_FINETUNE_SETTINGS = {"selection": "last", "extra_finetune_flags": []}
+
+
+def finetune_settings() -> Dict[str, object]:
+    """What shapes every fine-tuning run of this table besides its task's flag file, init, rate and seed: the
+    selection protocol (with its budget) and the added runner flags."""
+    settings: Dict[str, object] = {"selection": FLAGS.selection,
+                                   "extra_finetune_flags": FLAGS.extra_finetune_flags.split()}
+    if FLAGS.selection == "best_checkpoint":
+        settings.update(steps_multiplier=FLAGS.steps_multiplier, checkpoints_per_run=FLAGS.checkpoints_per_run)
+    return settings
+
+
+def task_flagfile_hashes(task_list: Sequence[TransferSet]) -> Dict[str, str]:
+    """SHA-256 of the flag file of each task of this table (those of --tasks)."""
+    return {t.name: transfer_ledger.fingerprint(t.flagfile) for t in task_list if t.name in FLAGS.tasks}
+
+
+def carried_grids(path: str, recipe: Dict[str, str], curves: Dict,
+                  task_map: Optional[Dict[str, TransferSet]] = None) -> Grids:
     """The seed-0 runs (the learning-rate grids) of an earlier report at `path`, to stand for runs this
     work_dir has not made: only when it is a report of the same pretraining recipe (checkpoint bookkeeping
     aside) and, for mlm/plm, of a pretrained model whose held-out curve is the one measured here (pretraining
@@ -835,6 +865,17 @@ def carried_grids(path: str, recipe: Dict[str, str], curves: Dict) -> Grids:
 
     if shaping(earlier.get("pretrain_recipe")) != shaping(recipe):
         raise app.UsageError(f"--carry_over={path}: another pretraining recipe; its cells do not belong here")
+    theirs, ours = earlier.get("finetune_settings", LEGACY_FINETUNE_SETTINGS), finetune_settings()
+    if theirs != ours:
+        differs = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+        raise app.UsageError(f"--carry_over={path}: made with other fine-tuning settings ("
+                             + ", ".join(f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here" for k in differs)
+                             + "); its cells do not belong here")
+    recorded = earlier.get("task_flagfile_sha256", {})
+    for name, task in (task_map or {}).items():
+        if name in FLAGS.tasks and name in recorded and recorded[name] != transfer_ledger.fingerprint(task.flagfile):
+            raise app.UsageError(f"--carry_over={path}: its {name} runs were made with another {task.flagfile}; "
+                                 "its cells do not belong here")
     same_model = {o for o in FLAGS.objectives
                   if o in curves and earlier.get("pretrain_heldout", {}).get(o) == curves[o]}
     grids: Grids = {}
@@ -952,6 +993,8 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
                    + (f" --carry_over={carried[0]}" if carried else ""),
         "machine": machine(),
         "learning_rates": FLAGS.learning_rates,
+        "finetune_settings": finetune_settings(),
+        "task_flagfile_sha256": task_flagfile_hashes(task_list),
         "max_grid_extensions": FLAGS.max_grid_extensions,
         "seeds": FLAGS.seeds,
         "pretrain_recipe": recipe,
@@ -1204,7 +1247,7 @@ def main(argv):
     carried, source = None, None
     if FLAGS.carry_over:
         source = os.path.relpath(os.path.abspath(FLAGS.carry_over), REPO)
-        carried = carried_grids(os.path.abspath(FLAGS.carry_over), recipe, pretrain_curves(work))
+        carried = carried_grids(os.path.abspath(FLAGS.carry_over), recipe, pretrain_curves(work), task_map)
     if "finetune" in FLAGS.stages or "report" in FLAGS.stages:
         try:
             sync_ledger(work, task_map)

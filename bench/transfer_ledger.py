@@ -153,9 +153,10 @@ def differs(runs: Dict[str, Any], key: str, provenance: RunProvenance) -> List[s
 
 # what counts as code for a run's code version: everything but results and prose
 CODE_PATHS = (".", ":(exclude)bench/results", ":(exclude)*.md")
-# the code a fine-tuning run's own process executes (its runner, the library, the record readers, flag files):
-# what must not change between a killed run and its resumption (bench/transfer.py's orchestration may)
-RUNNER_CODE_PATHS = ("run", "xlnet_tf", "tfrecords", "pyproject.toml", ":(exclude)*.md")
+# the code a fine-tuning run's own process executes (its runner, the library, the record readers): what must not
+# change between a killed run and its resumption (bench/transfer.py's orchestration may; the flag files are not
+# code: a run's launch record holds its own flag file's SHA-256, and a new flag file changes no run)
+RUNNER_CODE_PATHS = ("run", "xlnet_tf", "tfrecords", "pyproject.toml", ":(exclude)*.md", ":(exclude)run/flags")
 
 
 def _git(*args: str) -> Optional[str]:

@@ -278,3 +278,58 @@ def test_mc_diagnosis_variants_keep_each_answer_and_drop_the_article(tmp_path):
     for reading, (template, _) in mc_diagnosis.ZERO_SHOT_READINGS.items():
         query = template(question)
         assert query.count("_") == 1 and (question in query or question.split(": ", 1)[1].rstrip("?") in query)
+
+
+CARRY_SETTINGS_CHECK = r'''
+import json, os, sys
+from absl import flags
+from bench import transfer
+transfer.define_flags()
+root = sys.argv[1]
+flags.FLAGS(["transfer", "--tasks=topic", f"--work_dir={root}", "--objectives=plm", "--inits=scratch,plm"])
+recipe, curve = {"n_token": "8000"}, [{"step": 0, "loss": 9.0, "accuracy": 0.0}]
+task_map = transfer.tasks("data/finetune")
+row = {"task": "topic", "metric": "accuracy", "primary": True, "scratch_grid": {"3e-4": 40.0},
+       "plm_grid": {"3e-4": 50.0}}
+def report(**recorded):
+    path = os.path.join(root, "earlier.json")
+    with open(path, "w") as f:
+        json.dump({"pretrain_recipe": recipe, "pretrain_heldout": {"plm": curve}, "rows": [row], **recorded}, f)
+    return path
+def refused(path, *words):
+    try:
+        transfer.carried_grids(path, recipe, {"plm": curve}, task_map)
+    except Exception as e:  # app.UsageError
+        assert all(w in str(e) for w in words), e
+        return
+    raise SystemExit(f"carried over: {words}")
+# a report made before settings were recorded: the default protocol, no added flags
+assert transfer.carried_grids(report(), recipe, {"plm": curve}, task_map)[("topic", "plm")] == {
+    "3e-4": {"accuracy": 50.0}}
+flags.FLAGS.selection = "best_checkpoint"  # a dev-chosen budget here: the fixed-budget cells do not belong
+refused(report(), "other fine-tuning settings", "selection: 'last' there, 'best_checkpoint' here")
+flags.FLAGS.selection = "last"
+same = dict(finetune_settings=transfer.finetune_settings(),
+            task_flagfile_sha256=transfer.task_flagfile_hashes(list(task_map.values())))
+assert list(same["task_flagfile_sha256"]) == ["topic"]
+assert transfer.carried_grids(report(**same), recipe, {"plm": curve}, task_map)[("topic", "scratch")] == {
+    "3e-4": {"accuracy": 40.0}}
+flags.FLAGS.extra_finetune_flags = "--dropout=0.1 --dropatt=0.1"  # e.g. a diagnosis row's table
+refused(report(**same), "extra_finetune_flags: [] there, ['--dropout=0.1', '--dropatt=0.1'] here")
+flags.FLAGS.extra_finetune_flags = ""
+refused(report(**{**same, "task_flagfile_sha256": {"topic": "0" * 64}}), "topic runs", "transfer_topic.flags")
+print("ok")
+'''
+
+
+def test_carried_cells_must_come_from_the_same_fine_tuning_settings(tmp_path):
+    """--carry_over takes an earlier report's seed-0 grids only when its runs were fine-tuned as this table's
+    are: the same selection protocol and budget, added runner flags and task flag files (reports made before
+    these were recorded were all made with the default protocol)."""
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-c", CARRY_SETTINGS_CHECK, str(tmp_path)], cwd=repo, capture_output=True,
+                         text=True, timeout=300)
+    assert out.stdout.strip().endswith("ok"), out.stdout[-2000:] + out.stderr[-3000:]

@@ -247,16 +247,19 @@ assert launches == [("--seed=0", False), ("--seed=0", True)], launches
 assert transfer.launch_code(out) == "f" * 40  # both launches from one code version
 assert list(transfer_ledger.read(ledger_file)["runs"]) == ["topic/scratch/lr3e-4-seed0"]
 # anything that shapes the run changed since it was killed: started again from nothing
-for change in ("flags", "runner code", "uncommitted runner code"):
+fingerprint = transfer_ledger.fingerprint
+for change in ("flags", "flag file", "runner code", "uncommitted runner code"):
     launches.clear()
     attempt("1", killed=True)
     if change == "flags":
         flags.FLAGS.extra_finetune_flags = "--dropout=0.1 --dropatt=0.1"
+    elif change == "flag file":  # the command names the task's flag file; its content changed
+        transfer_ledger.fingerprint = lambda p: "0" * 64 if p == task.flagfile else fingerprint(p)
     else:
         code["runner"] = "b" * 40 if change == "runner code" else "b" * 40 + "+changes"
     attempt("1", killed=True)
     assert launches == [("--seed=1", False), ("--seed=1", False)], (change, launches)
-    flags.FLAGS.extra_finetune_flags, code["runner"] = "", "a" * 40
+    flags.FLAGS.extra_finetune_flags, code["runner"], transfer_ledger.fingerprint = "", "a" * 40, fingerprint
     shutil.rmtree(transfer.run_dir(work, "topic", "scratch", "3e-4", "1"))
 # a table with other fine-tuning flags in the same work_dir: the finished run there is not its run
 flags.FLAGS.extra_finetune_flags = "--lr_layer_decay_rate=0.75"
