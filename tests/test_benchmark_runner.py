@@ -199,7 +199,7 @@ assert transfer.final_step(spam) == 480
 assert transfer.read_score(out, spam) is None  # killed while scoring its checkpoints: 4 of 8 scored, not a result
 scored((300, 360, 420, 480), (0.6, 0.4, 0.5, 0.6), (0.9, 0.9, 0.9, 0.9))
 score = transfer.read_score(out, spam)
-assert score == {"accuracy": 70.0, "macro_f1": 35.0, "step": 120, "test_accuracy": 60.0, "test_macro_f1": 30.0}, score
+assert score == {"accuracy": 70.0, "step": 120, "test_accuracy": 60.0}, score  # accuracy only (bench/transfer.tasks)
 spam.selection = "last"
 assert transfer.budget_flags(spam) == [] and transfer.final_step(spam) == 120
 assert transfer.read_score(out, spam)["step"] == 480
