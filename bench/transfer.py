@@ -399,10 +399,11 @@ def evaluate_test(work: str, task: TransferSet, init: str, lr: str, seed: str) -
         _say(f"{task.name} {init} lr {lr} seed {seed}: the ledger has no {task.test_split} score; training it again")
         shutil.rmtree(out)
         finetune(work, task, init, lr, seed, FLAGS.extra_finetune_flags)
-    # the run's own command (its model settings are checked against the model_dir's), training off; with
-    # best_checkpoint its --eval_all_checkpoints scores every kept checkpoint: read_score takes the dev-chosen one's
+    # the run's own command (its model settings are checked against the model_dir's), training off, scoring only
+    # the dev-chosen checkpoint (read_score then takes its test score)
     cmd = run_command(work, task, init, lr, seed, FLAGS.extra_finetune_flags) + [
-        "--do_train=false", "--do_eval=true", f"--eval_split={task.test_split}"]
+        "--do_train=false", "--do_eval=true", f"--eval_split={task.test_split}",
+        f"--eval_checkpoint_steps={run_score(work, task, init, lr, seed)['step']}"]
     note_launch_code(out, first=False)
     run_logged(cmd, out + f".{task.test_split}.log")
     _say(f"{task.name} {init} lr {lr} seed {seed} on {task.test_split}: {read_score(out, task)}")

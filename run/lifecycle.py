@@ -141,6 +141,14 @@ def _run_on_records(task: FineTuningJob, config: XLNetConfig, log: Callable[[str
     model_dir.check(s.model_dir, config, info)
     if s.init_checkpoint:
         check_pretrained_weights(s.init_checkpoint, task.manifest, config)
+    if s.eval_checkpoint_steps:  # checked before anything is trained or written
+        if not s.do_eval:
+            raise UserError("--eval_checkpoint_steps without --do_eval: nothing would evaluate them")
+        if s.do_train and max(s.eval_checkpoint_steps) > s.train_steps:
+            raise UserError(f"--eval_checkpoint_steps={max(s.eval_checkpoint_steps)} is beyond "
+                            f"--train_steps={s.train_steps}")
+        if not s.do_train:
+            finetuning.checkpoints_of_steps(s.model_dir, s.eval_checkpoint_steps)
     if not s.do_train and not s.init_checkpoint and not finetuning.list_checkpoints(s.model_dir):
         wanted = " and ".join(f for f, on in (("--do_eval", s.do_eval), ("--do_predict", s.do_predict)) if on)
         raise UserError(f"{wanted} without --do_train: no checkpoint in --model_dir={s.model_dir} and no "
@@ -187,7 +195,8 @@ def _run_on_records(task: FineTuningJob, config: XLNetConfig, log: Callable[[str
             return result
 
         done["eval"] = finetuning.evaluate_checkpoints(model, s.model_dir, evaluate, s.eval_all_checkpoints,
-                                                       task.metric_key, task=task.name, split=split)
+                                                       task.metric_key, task=task.name, split=split,
+                                                       steps=s.eval_checkpoint_steps)
         best = done["eval"]["best"][split]
         log(f"best {task.metric_key} on {split}: {best.get(task.metric_key)} at step {best['step']}")
 

@@ -106,10 +106,12 @@ class _Killed(Exception):
     pass
 
 
-def test_a_killed_fine_tuning_run_resumes_exactly(tmp_path):
+def test_a_killed_run_resumes_exactly_and_named_checkpoints_are_scored_alone(tmp_path):
     """run_classifier.py killed after step 4 of 6 and started again with the same flags ends with the weights and
     dev score of the run that was never killed: the same shuffled batches (skipped on resume), dropout draws and
-    optimizer state (bench/transfer.py resumes its killed runs on this)."""
+    optimizer state (bench/transfer.py resumes its killed runs on this). Then --eval_checkpoint_steps on the
+    finished run: only the named kept checkpoints are scored, a step not kept is refused before anything is
+    written."""
     from run import run_classifier
     from xlnet_tf import training
 
@@ -149,6 +151,26 @@ def test_a_killed_fine_tuning_run_resumes_exactly(tmp_path):
     scores = [{k: v for k, v in json.load(open(tmp_path / d / "eval_results.json"))["evaluations"][-1].items()
                if k != "checkpoint"} for d in ("straight", "killed")]
     assert scores[0] == scores[1] and scores[0]["step"] == 6, scores
+
+    # --eval_checkpoint_steps scores only the kept checkpoints named (bench/transfer.py: the dev-chosen one on test)
+    from xlnet_tf.errors import UserError
+
+    evaluate = flags + [f"--model_dir={tmp_path}/straight", "--do_train=false"]
+    results_file = tmp_path / "straight" / "eval_results.json"
+    before = results_file.read_text()
+    for bad, message in ((["--eval_checkpoint_steps=4", "--eval_checkpoint_steps=5"],
+                          r"no checkpoint of step\(s\) 5 in --model_dir=.*straight \(kept: 2, 4, 6\)"),
+                         (["--eval_checkpoint_steps=4", "--do_eval=false", "--do_predict", "--predict_split=dev"],
+                          "without --do_eval")):
+        with pytest.raises(UserError, match=message):
+            _run(run_classifier, evaluate + bad)
+        assert results_file.read_text() == before  # refused before anything was written
+    _run(run_classifier, evaluate + ["--eval_checkpoint_steps=4"])
+    scored = sorted((e["split"], e["step"]) for e in json.load(open(results_file))["evaluations"])
+    assert scored == [("dev", 4), ("dev", 6)], scored  # step 2 not scored
+    with pytest.raises(UserError, match="--eval_checkpoint_steps=7 is beyond --train_steps=6"):
+        _run(run_classifier, flags + [f"--model_dir={tmp_path}/other", "--eval_checkpoint_steps=7"])
+    assert not os.path.exists(tmp_path / "other")
 
 
 def test_checkpoint_for_another_vocabulary_is_a_clear_error(tmp_path):

@@ -184,7 +184,8 @@ transfer.evaluate_test(second, task, "plm", "1e-3", "0")
 trained = transfer.run_command(second, task, "plm", "1e-3", "0", flags.FLAGS.extra_finetune_flags)
 assert "--dropout=0.1" in trained and any(a.startswith("--init_checkpoint=") for a in trained), trained
 assert len(commands) == 1 and commands[0][:len(trained)] == trained, commands
-assert commands[0][len(trained):] == ["--do_train=false", "--do_eval=true", "--eval_split=test"], commands
+assert commands[0][len(trained):] == ["--do_train=false", "--do_eval=true", "--eval_split=test",
+                                      f"--eval_checkpoint_steps={transfer.final_step(task)}"], commands
 print("ok")
 '''
 

@@ -107,9 +107,24 @@ def restore_weights(model, path: str) -> None:
     checkpoints.assign_arrays(model, checkpoints.read_object_checkpoint(path), path, require_heads=True)
 
 
+def checkpoints_of_steps(model_dir: str, steps: Sequence[int]) -> List[str]:
+    """The kept checkpoints of `model_dir` at `steps`, in step order; a step without one is a UserError naming
+    --eval_checkpoint_steps and the steps kept."""
+    from xlnet_tf.errors import UserError
+
+    kept = {checkpoint_step(p): p for p in list_checkpoints(model_dir)}
+    missing = sorted(set(steps) - set(kept))
+    if missing:
+        raise UserError(f"--eval_checkpoint_steps: no checkpoint of step(s) {', '.join(map(str, missing))} in "
+                        f"--model_dir={model_dir} (kept: {', '.join(map(str, sorted(kept))) or 'none'})")
+    return [kept[step] for step in sorted(set(steps))]
+
+
 def evaluate_checkpoints(model, model_dir: str, evaluate: Callable[[int], Dict[str, float]],
-                         all_checkpoints: bool, key: str, task: str, split: str) -> Dict[str, object]:
-    """Evaluates the latest (or every) checkpoint of `model_dir` with `evaluate(step) -> metrics`.
+                         all_checkpoints: bool, key: str, task: str, split: str,
+                         steps: Sequence[int] = ()) -> Dict[str, object]:
+    """Evaluates the latest (or every, or those of `steps`: `checkpoints_of_steps`) checkpoint of `model_dir`
+    with `evaluate(step) -> metrics`.
 
     Each evaluation is added to `eval_results.json` (xlnet_tf.results; best by `key`) as soon as it is
     measured; returns the file's content. With no checkpoint, evaluates the model as it is (step 0).
@@ -117,7 +132,9 @@ def evaluate_checkpoints(model, model_dir: str, evaluate: Callable[[int], Dict[s
     from xlnet_tf import results
 
     paths = list_checkpoints(model_dir)
-    if not all_checkpoints:
+    if steps:
+        paths = checkpoints_of_steps(model_dir, steps)
+    elif not all_checkpoints:
         paths = paths[-1:]
     recorded = None
     if not paths:
