@@ -991,7 +991,8 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
                            f"checkpoints over {FLAGS.steps_multiplier}x the budget of run/flags/"
                            "transfer_<task>.flags (the step chosen on dev, listed in each cell; test scored at it)")
                        + "; learning rate = best of the grid on dev with seed 0, then mean and sample std over the "
-                         "seeds at that rate.",
+                         "seeds at that rate" + (f"; every run adds the runner flags `{FLAGS.extra_finetune_flags}`"
+                                                 if FLAGS.extra_finetune_flags else "") + ".",
         "command": " ".join(["python", "bench/transfer.py", *sys.argv[1:]])
                    + (f" --carry_over={carried[0]}" if carried else ""),
         "machine": machine(),
