@@ -164,8 +164,9 @@ def define_finetune_flags(fv: flags.FlagValues, max_seq_length=128):
                          "per-step batch is --train_batch_size, split into this many micro-batches.", lower_bound=1)
     d.bool("eval_all_checkpoints", False, "Evaluate every kept checkpoint (best and last "
                       "reported), not only the latest.")
-    d.multi_integer("eval_checkpoint_steps", [], "Evaluate only the kept checkpoints of these steps (repeat "
-                    "the flag; each must be kept in --model_dir), e.g. a dev-chosen checkpoint on test.",
+    d.multi_integer("eval_checkpoint_steps", [], "With --do_train=false: evaluate only the kept checkpoints of "
+                    "these steps (repeat the flag; each must be kept in --model_dir), e.g. a dev-chosen "
+                    "checkpoint on test.",
                     lower_bound=1)
     d.enum("summary_type", "last", ["last", "first", "mean", "attn"], "Sequence summary.")
     d.bool("use_summ_proj", True, "tanh projection after the summary.")

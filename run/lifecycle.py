@@ -141,14 +141,13 @@ def _run_on_records(task: FineTuningJob, config: XLNetConfig, log: Callable[[str
     model_dir.check(s.model_dir, config, info)
     if s.init_checkpoint:
         check_pretrained_weights(s.init_checkpoint, task.manifest, config)
-    if s.eval_checkpoint_steps:  # checked before anything is trained or written
+    if s.eval_checkpoint_steps:  # checked before the model_dir is touched
         if not s.do_eval:
             raise UserError("--eval_checkpoint_steps without --do_eval: nothing would evaluate them")
-        if s.do_train and max(s.eval_checkpoint_steps) > s.train_steps:
-            raise UserError(f"--eval_checkpoint_steps={max(s.eval_checkpoint_steps)} is beyond "
-                            f"--train_steps={s.train_steps}")
-        if not s.do_train:
-            finetuning.checkpoints_of_steps(s.model_dir, s.eval_checkpoint_steps)
+        if s.do_train:  # which steps a run will keep is known only once it has trained
+            raise UserError("--eval_checkpoint_steps scores kept checkpoints of a trained run: give it with "
+                            "--do_train=false (or use --eval_all_checkpoints while training)")
+        finetuning.checkpoints_of_steps(s.model_dir, s.eval_checkpoint_steps)
     if not s.do_train and not s.init_checkpoint and not finetuning.list_checkpoints(s.model_dir):
         wanted = " and ".join(f for f, on in (("--do_eval", s.do_eval), ("--do_predict", s.do_predict)) if on)
         raise UserError(f"{wanted} without --do_train: no checkpoint in --model_dir={s.model_dir} and no "
