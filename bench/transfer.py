@@ -317,6 +317,18 @@ def run_dir(work: str, task: str, init: str, lr: str, seed: str) -> str:
     return os.path.join(work, "finetune", task, init, f"lr{lr}-seed{seed}")
 
 
+def check_extra_flags(extra: str) -> None:
+    """--extra_finetune_flags as this script reads them (`final_step`, run identity): `--name=value` or a boolean
+    `--name` / `--noname`, each a token of its own; no --flagfile (its content would go unrecorded)."""
+    for token in extra.split():
+        if not token.startswith("--"):
+            raise app.UsageError(f"--extra_finetune_flags: '{token}' is not a --name=value flag (write "
+                                 "--name=value, not --name value)")
+        if token[2:].split("=", 1)[0] == "flagfile":
+            raise app.UsageError("--extra_finetune_flags: no --flagfile (its content would not be part of the runs' "
+                                 "identity); list the flags themselves")
+
+
 def final_step(task: TransferSet) -> int:
     """The step a run of `task` trains to: the flag file's --train_steps, as the budget flags and
     --extra_finetune_flags override it (the runner reads them in that order; the last one counts)."""
@@ -358,38 +370,63 @@ def read_score(path: str, task: TransferSet) -> Optional[Dict[str, float]]:
     return score
 
 
-def logged_command(out: str) -> Optional[List[str]]:
-    """The arguments of the last training launch of run `out` (the last `$ ` line `run_logged` wrote in its .log:
-    the launch that made what the run folder holds), without the interpreter's path; None without a log."""
+def made_by(out: str) -> Optional[tuple]:
+    """How run `out` was made: `(arguments without the interpreter's path, its task flag file's SHA-256 or None)`
+    from its launch record (`<run>.launch.json`), or for runs made before those, the arguments of its .log's last
+    `$ ` line (the launch that made what the folder holds; paths without spaces); None when neither exists."""
+    try:
+        with open(out + LAUNCH_SUFFIX, encoding="utf-8") as f:
+            launch = json.load(f)
+        return launch["command"][1:], launch.get("flagfile_sha256")
+    except FileNotFoundError:
+        pass
     try:
         with open(out + ".log", encoding="utf-8") as f:
             launches = [line[2:].split() for line in f if line.startswith("$ ")]
     except FileNotFoundError:
         return None
-    return launches[-1][1:] if launches else None
+    return (launches[-1][1:], None) if launches else None
 
 
 def run_score(work: str, task: TransferSet, init: str, lr: str, seed: str) -> Optional[Dict[str, float]]:
-    """`read_score` of run (task, init, lr, seed) of this work_dir, refusing a run that another command made: its
-    folder's name holds the task, init, rate and seed only, so a table with other fine-tuning flags (a diagnosis
-    row's --extra_finetune_flags, another budget) run in the same work_dir would otherwise take the runs there as
-    its own. Runs restored from the ledger had their provenance, flags included, checked on restore."""
+    """`read_score` of run (task, init, lr, seed) of this work_dir, refusing a run made otherwise than this table
+    makes it: its folder's name holds the task, init, rate and seed only, so a table with other fine-tuning flags
+    (a diagnosis row's --extra_finetune_flags, another budget) or an edited task flag file in the same work_dir
+    would otherwise take the runs there as its own. A run made here: its command (paths included) and flag file;
+    a run restored from the ledger: the provenance it was restored with against this table's."""
     out = run_dir(work, task.name, init, lr, seed)
     score = read_score(out, task)
-    if score is None or os.path.exists(os.path.join(out, transfer_ledger.RESTORED_MARKER)):
+    if score is None:
+        return None
+    marker = os.path.join(out, transfer_ledger.RESTORED_MARKER)
+    if os.path.exists(marker):
+        with open(marker, encoding="utf-8") as f:
+            restored = json.load(f)["provenance"]
+        wanted = run_provenance(work, task, init, lr, seed, restored.get("init_checkpoint_sha256")).to_dict()
+        differs = sorted(k for k in set(restored) | set(wanted) if restored.get(k) != wanted.get(k))
+        if differs:
+            raise app.UsageError(f"{out}: restored from the ledger for a table with other {', '.join(differs)} than "
+                                 "this one's; give this table its own --work_dir")
         return score
-    made_by = logged_command(out)
-    wanted = run_command(work, task, init, lr, seed, FLAGS.extra_finetune_flags)[1:]
-    if made_by is not None and made_by != wanted:
-        differs = sorted(set(made_by) ^ set(wanted))
+    made = made_by(out)
+    if made is None:
+        return score  # no record of how it was made (not made by this script)
+    args, flagfile_sha = made
+    wanted_args = run_command(work, task, init, lr, seed, FLAGS.extra_finetune_flags)[1:]
+    if args != wanted_args:
+        differs = sorted(set(args) ^ set(wanted_args)) or ["the order of the arguments"]
         raise app.UsageError(f"{out}: made by another command than this table's (differs in {' '.join(differs)}); "
                              "give a table with other fine-tuning flags its own --work_dir (with links to the "
-                             "pretrained models and spiece.model)")
+                             "pretrained models and spiece.model; a moved work_dir also differs, in its paths)")
+    if flagfile_sha is not None and flagfile_sha != transfer_ledger.fingerprint(task.flagfile):
+        raise app.UsageError(f"{out}: made with another {task.flagfile} (edited since); train it again in a new "
+                             "--work_dir, or restore the flag file")
     return score
 
 
 def evaluate_test(work: str, task: TransferSet, init: str, lr: str, seed: str) -> None:
-    """Evaluate a finished run's final weights on the task's test split (appended to its eval_results.json)."""
+    """Evaluate a finished run's dev-chosen checkpoint on the task's test split (appended to its
+    eval_results.json)."""
     out = run_dir(work, task.name, init, lr, seed)
     score = run_score(work, task, init, lr, seed)
     if not task.test_split or score is None or any(m.startswith("test_") for m in score):
@@ -578,7 +615,7 @@ def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra:
     run_logged(cmd, os.path.join(out + ".log"))
     score = read_score(out, task)
     if score is None:
-        raise RuntimeError(f"{out}: no eval_results.json")
+        raise RuntimeError(f"{out}: the run ended without a dev evaluation of its final step {final_step(task)}")
     _say(f"{task.name} {init} lr {lr} seed {seed}: {score} ({time.time() - t0:.0f} s)")
     keep_in_ledger(work, task, init, lr, seed)
     return score
@@ -1220,6 +1257,7 @@ def main(argv):
     bad = sorted(set(FLAGS.stages) - set(STAGES))
     if bad:
         raise app.UsageError(f"unknown stage {bad}; stages are {STAGES}")
+    check_extra_flags(FLAGS.extra_finetune_flags)
     for init in FLAGS.inits:
         try:
             parse_init(init)

@@ -186,6 +186,24 @@ assert "--dropout=0.1" in trained and any(a.startswith("--init_checkpoint=") for
 assert len(commands) == 1 and commands[0][:len(trained)] == trained, commands
 assert commands[0][len(trained):] == ["--do_train=false", "--do_eval=true", "--eval_split=test",
                                       f"--eval_checkpoint_steps={transfer.final_step(task)}"], commands
+# best of 8 checkpoints on dev: the test evaluation scores the dev-chosen one (180), not the last
+task.selection = "best_checkpoint"
+out = transfer.run_dir(second, "topic", "plm", "3e-4", "1")
+for step in range(60, 481, 60):
+    results.record(out, "classifier", "accuracy", step, {"accuracy": 0.9 if step == 180 else 0.5}, split="dev")
+commands.clear()
+transfer.evaluate_test(second, task, "plm", "3e-4", "1")
+assert commands[0][-1] == "--eval_checkpoint_steps=180", commands
+task.selection = "last"
+# a run restored for a table of other flags is not this table's
+flags.FLAGS.extra_finetune_flags = "--dropout=0.1 --dropatt=0.1 --lr_layer_decay_rate=0.75"
+try:
+    transfer.run_score(third, task, "plm", "3e-4", "0")
+    raise SystemExit("a run restored for other flags was taken")
+except Exception as e:  # app.UsageError
+    assert "restored from the ledger for a table with other flags" in str(e), e
+flags.FLAGS.extra_finetune_flags = ""
+assert transfer.run_score(third, task, "plm", "3e-4", "0") is not None
 print("ok")
 '''
 
@@ -273,6 +291,24 @@ for read in (lambda: transfer.finetune(work, task, "scratch", "3e-4", "0", flags
         assert "made by another command" in str(e) and "--lr_layer_decay_rate=0.75" in str(e), e
 flags.FLAGS.extra_finetune_flags = ""
 assert transfer.run_score(work, task, "scratch", "3e-4", "0")["accuracy"] == 50.0
+# ... nor is a run made with its task flag file as it was before an edit
+fingerprint = transfer_ledger.fingerprint
+transfer_ledger.fingerprint = lambda p: "0" * 64 if p == task.flagfile else fingerprint(p)
+try:
+    transfer.run_score(work, task, "scratch", "3e-4", "0")
+    raise SystemExit("a run of an edited flag file was taken")
+except Exception as e:  # app.UsageError
+    assert "made with another" in str(e) and "transfer_topic.flags" in str(e), e
+transfer_ledger.fingerprint = fingerprint
+# --extra_finetune_flags as the script reads them
+for extra, message in (("--train_steps 500", "'500' is not a --name=value flag"),
+                       ("--flagfile=more.flags", "no --flagfile")):
+    try:
+        transfer.check_extra_flags(extra)
+        raise SystemExit(f"accepted {extra}")
+    except Exception as e:  # app.UsageError
+        assert message in str(e), e
+transfer.check_extra_flags("--dropout=0.1 --nouse_summ_proj --train_steps=500")
 print("ok")
 '''
 
