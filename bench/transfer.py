@@ -747,6 +747,10 @@ def sync_ledger(work: str, task_map: Dict[str, TransferSet]) -> None:
                     results.save(out, results.EvalResults.from_dict(values, where=f"{path} {key}"))
                     files.write_json_atomic(os.path.join(out, transfer_ledger.RESTORED_MARKER),
                                             {"ledger": path, "key": key, "provenance": provenance.to_dict()})
+                    if read_score(out, task) is None:  # kept by older code before its final dev evaluation
+                        shutil.rmtree(out)
+                        _say(f"ledger: {key} has no dev evaluation of its final step; not restored")
+                        continue
                     _say(f"ledger: restored {key} (scores only, no weights)")
 
 

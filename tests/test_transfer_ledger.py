@@ -309,6 +309,16 @@ for extra, message in (("--train_steps 500", "'500' is not a --name=value flag")
     except Exception as e:  # app.UsageError
         assert message in str(e), e
 transfer.check_extra_flags("--dropout=0.1 --nouse_summ_proj --train_steps=500")
+# a ledger entry without its final dev evaluation (kept by older code) is not restored as a finished run
+ledger = transfer_ledger.read(ledger_file)
+entry = ledger["runs"]["topic/scratch/lr3e-4-seed0"]
+entry["eval_results"]["evaluations"] = [e for e in entry["eval_results"]["evaluations"] if e["step"] == 60]
+transfer_ledger.save(ledger_file, "topic/scratch/lr3e-4-seed0",
+                     transfer.run_provenance(work, task, "scratch", "3e-4", "0"), entry["eval_results"],
+                     entry["machine"])
+shutil.rmtree(transfer.run_dir(work, "topic", "scratch", "3e-4", "0"))
+transfer.sync_ledger(work, {"topic": task})
+assert not os.path.exists(transfer.run_dir(work, "topic", "scratch", "3e-4", "0"))
 print("ok")
 '''
 
