@@ -568,7 +568,7 @@ def launch_record(cmd: List[str], task: TransferSet) -> Dict[str, object]:
     """What a run's training launch was: its command, its task flag file's SHA-256 (the command names the file)
     and the version of the code its process executes."""
     return {"command": cmd, "flagfile_sha256": transfer_ledger.fingerprint(task.flagfile),
-            "runner_code": transfer_ledger.code_version(paths=transfer_ledger.RUNNER_CODE_PATHS)}
+            "runner_code": transfer_ledger.code_version(paths=transfer_ledger.RUNNER_CODE_PATHS, untracked=True)}
 
 
 def launch_differences(out: str, launch: Dict[str, object]) -> List[str]:

@@ -166,14 +166,18 @@ def _git(*args: str) -> Optional[str]:
         return None
 
 
-def code_version(commit: str = "HEAD", paths: Tuple[str, ...] = CODE_PATHS) -> Optional[str]:
+def code_version(commit: str = "HEAD", paths: Tuple[str, ...] = CODE_PATHS, untracked: bool = False
+                 ) -> Optional[str]:
     """The last commit at or before `commit` that changed code (not results or prose: committing a ledger does
     not make a new code version), with "+changes" when `commit` is HEAD and the work tree's code differs from it.
-    `paths`: git pathspecs of what counts as code (RUNNER_CODE_PATHS: only what a fine-tuning run executes)."""
+    `paths`: git pathspecs of what counts as code (RUNNER_CODE_PATHS: only what a fine-tuning run executes);
+    `untracked`: files git does not track (and does not ignore) under them count as changes too (a new module a
+    run imports)."""
     last = _git("log", "-1", "--format=%H", commit, "--", *paths)
     if not last:
         return None
-    if commit == "HEAD" and _git("status", "--porcelain", "--untracked-files=no", "--", *paths):
+    if commit == "HEAD" and _git("status", "--porcelain", f"--untracked-files={'all' if untracked else 'no'}",
+                                 "--", *paths):
         last += "+changes"
     return last
 

@@ -231,7 +231,7 @@ flags.FLAGS(["transfer", "--tasks=topic", f"--work_dir={work}", "--inits=scratch
              "--learning_rates=3e-4"])
 task = transfer.tasks("data/finetune")["topic"]
 code = {"runner": "a" * 40}
-transfer_ledger.code_version = lambda commit="HEAD", paths=transfer_ledger.CODE_PATHS: (
+transfer_ledger.code_version = lambda commit="HEAD", paths=transfer_ledger.CODE_PATHS, untracked=False: (
     code["runner"] if paths == transfer_ledger.RUNNER_CODE_PATHS else "f" * 40)
 launches = []  # (seed, whether the run's first checkpoint was there when the runner started)
 def runner(killed):  # the runner: a checkpoint, then its checkpoints scored in order; killed after the first
@@ -331,3 +331,34 @@ def test_a_killed_fine_tuning_run_is_resumed_only_when_nothing_that_shapes_it_ch
     out = subprocess.run([sys.executable, "-c", RESUME_CHECK, str(tmp_path)], cwd=REPO,
                          capture_output=True, text=True, timeout=300)
     assert out.stdout.strip().endswith("ok"), out.stdout[-2000:] + out.stderr[-3000:]
+
+
+def test_runner_code_version_counts_uncommitted_and_new_files_but_not_flag_files(tmp_path, monkeypatch):
+    """What a killed run's resumption compares (bench/transfer.launch_record): the last commit of the code its
+    process runs, '+changes' with an edit or a new untracked module there; a new flag file or prose is no change."""
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    for rel in ("xlnet_tf/model.py", "run/run_classifier.py", "run/flags/a.flags", "bench/transfer.py"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x = 1\n")
+    git("add", ".")
+    git("commit", "-qm", "code")
+    monkeypatch.setattr(ledger, "REPO", str(tmp_path))
+    first = ledger.code_version(paths=ledger.RUNNER_CODE_PATHS, untracked=True)
+    assert first and len(first) == 40
+    (tmp_path / "run" / "flags" / "b.flags").write_text("--seed=1\n")  # a new flag file, even committed
+    (tmp_path / "bench" / "transfer.py").write_text("x = 2\n")  # the orchestration
+    (tmp_path / "xlnet_tf" / "NOTES.md").write_text("prose\n")
+    git("add", ".")
+    git("commit", "-qm", "flags, bench and prose")
+    assert ledger.code_version(paths=ledger.RUNNER_CODE_PATHS, untracked=True) == first
+    (tmp_path / "xlnet_tf" / "new_module.py").write_text("y = 1\n")  # untracked, imported by the runner
+    assert ledger.code_version(paths=ledger.RUNNER_CODE_PATHS, untracked=True) == first + "+changes"
+    assert ledger.code_version(paths=ledger.RUNNER_CODE_PATHS) == first  # tracked files only
+    (tmp_path / "xlnet_tf" / "new_module.py").unlink()
+    (tmp_path / "run" / "run_classifier.py").write_text("x = 3\n")
+    assert ledger.code_version(paths=ledger.RUNNER_CODE_PATHS, untracked=True) == first + "+changes"
