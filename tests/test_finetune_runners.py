@@ -148,9 +148,10 @@ def test_a_killed_run_resumes_exactly_and_named_checkpoints_are_scored_alone(tmp
         np.testing.assert_allclose(resumed.get_tensor(name), straight.get_tensor(name), atol=1e-6, err_msg=name)
     moved = tf.train.load_checkpoint(str(tmp_path / "straight" / "ckpt-2"))
     assert any(np.abs(moved.get_tensor(n) - straight.get_tensor(n)).max() > 1e-4 for n in names)  # steps 3-6 count
-    scores = [{k: v for k, v in json.load(open(tmp_path / d / "eval_results.json"))["evaluations"][-1].items()
-               if k != "checkpoint"} for d in ("straight", "killed")]
-    assert scores[0] == scores[1] and scores[0]["step"] == 6, scores
+    scores = [json.load(open(tmp_path / d / "eval_results.json"))["evaluations"][-1] for d in ("straight", "killed")]
+    assert scores[0]["step"] == scores[1]["step"] == 6 and scores[0]["num_examples"] == scores[1]["num_examples"]
+    # the same weights to 1e-6: the dev accuracy may differ only by an argmax tie flipping (one example at most)
+    assert abs(scores[0]["accuracy"] - scores[1]["accuracy"]) <= 1 / scores[0]["num_examples"] + 1e-12, scores
 
     # --eval_checkpoint_steps scores only the kept checkpoints named (bench/transfer.py: the dev-chosen one on test)
     from xlnet_tf.errors import UserError
