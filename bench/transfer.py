@@ -154,6 +154,9 @@ def define_flags():
                         "and what shaped them, kept so that a table outlives its machine; runs missing from the "
                         "work_dir are restored from it when their provenance matches. Default "
                         "<results_prefix>_runs.json; 'none' for no ledger.")
+    flags.DEFINE_list("restore_from", [], "Other tables' run ledgers, read only: their runs this table needs are "
+                      "restored (provenance checked as for its own ledger) and copied into its own ledger as they are "
+                      "(e.g. a pretraining-steps table reusing the main table's scratch runs).")
     flags.DEFINE_string("carry_over", None, "An earlier report (.json) of this command whose seed-0 runs (its "
                         "learning-rate grids) stand for the runs this work_dir has not made: only when its "
                         "pretraining recipe is the same and, for mlm/plm, its pretraining held-out curve equals "
@@ -709,6 +712,12 @@ def sync_ledger(work: str, task_map: Dict[str, TransferSet]) -> None:
     if path is None:
         return
     kept = transfer_ledger.read(path)["runs"]
+    source = dict.fromkeys(kept, path)  # run key -> the ledger its entry comes from (this table's first)
+    for other in FLAGS.restore_from:
+        other = os.path.abspath(other)
+        for key, entry in transfer_ledger.read(other)["runs"].items():
+            if key not in kept:
+                kept[key], source[key] = entry, other
     weights = {}
     for init in FLAGS.inits:
         if init == "scratch" or os.path.exists(init_checkpoint_prefix(work, init) + ".index"):
@@ -744,14 +753,17 @@ def sync_ledger(work: str, task_map: Dict[str, TransferSet]) -> None:
                     if os.path.isdir(out):
                         shutil.rmtree(out)  # a killed run's leftovers
                     os.makedirs(out)
-                    results.save(out, results.EvalResults.from_dict(values, where=f"{path} {key}"))
+                    results.save(out, results.EvalResults.from_dict(values, where=f"{source[key]} {key}"))
                     files.write_json_atomic(os.path.join(out, transfer_ledger.RESTORED_MARKER),
-                                            {"ledger": path, "key": key, "provenance": provenance.to_dict()})
+                                            {"ledger": source[key], "key": key, "provenance": provenance.to_dict()})
                     if read_score(out, task) is None:  # kept by older code before its final dev evaluation
                         shutil.rmtree(out)
                         _say(f"ledger: {key} has no dev evaluation of its final step; not restored")
                         continue
-                    _say(f"ledger: restored {key} (scores only, no weights)")
+                    if source[key] != path:  # this table's ledger keeps it as the run was made
+                        transfer_ledger.copy_entry(path, key, kept[key])
+                    _say(f"ledger: restored {key} (scores only, no weights)"
+                         + (f" from {os.path.relpath(source[key], REPO)}" if source[key] != path else ""))
 
 
 LR_LADDER = ("1e-5", "3e-5", "1e-4", "3e-4", "1e-3", "3e-3", "1e-2")

@@ -182,6 +182,33 @@ def code_version(commit: str = "HEAD", paths: Tuple[str, ...] = CODE_PATHS, untr
     return last
 
 
+def _locked_update(path: str, update) -> Any:
+    """`update(ledger)` -> result, under the ledger's exclusive lock; the ledger is written back when the result is
+    true."""
+    path = os.path.abspath(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    lock_name = "transfer_ledger_" + hashlib.sha256(path.encode()).hexdigest()[:16] + ".lock"
+    with open(os.path.join(tempfile.gettempdir(), lock_name), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ledger = read(path)
+        changed = update(ledger)
+        if changed:
+            files.write_json_atomic(path, ledger)
+    return changed
+
+
+def copy_entry(path: str, key: str, entry: Dict[str, Any]) -> bool:
+    """Record another ledger's entry of run `key` as it is (its code, commit, machine and time stay those of the
+    run), unless this ledger already has `key`; True when copied."""
+    def update(ledger):
+        if key in ledger["runs"]:
+            return False
+        ledger["runs"][key] = entry
+        return True
+
+    return _locked_update(path, update)
+
+
 def save(path: str, key: str, provenance: RunProvenance, eval_results: Dict[str, Any],
          machine: Dict[str, str], code: Optional[str] = None) -> bool:
     """Record run `key` (replacing an entry of other provenance); False when the same entry is already there.
@@ -189,17 +216,13 @@ def save(path: str, key: str, provenance: RunProvenance, eval_results: Dict[str,
     can outlast edits of the work tree); without it, the code version now.
     Read-modify-write under an exclusive lock (a file in the temporary folder, named by the ledger's path, so
     that two transfer.py processes sharing a ledger never drop each other's runs), then an atomic rename."""
-    path = os.path.abspath(path)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    lock_name = "transfer_ledger_" + hashlib.sha256(path.encode()).hexdigest()[:16] + ".lock"
-    with open(os.path.join(tempfile.gettempdir(), lock_name), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        ledger = read(path)
+    def update(ledger):
         kept = ledger["runs"].get(key)
         if kept and kept.get("provenance") == provenance.to_dict() and kept.get("eval_results") == eval_results:
             return False
         ledger["runs"][key] = {"provenance": provenance.to_dict(), "eval_results": eval_results,
                                "commit": _git("rev-parse", "HEAD"), "code": code or code_version(), "machine": machine,
                                "saved": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        files.write_json_atomic(path, ledger)
-    return True
+        return True
+
+    return _locked_update(path, update)

@@ -204,6 +204,21 @@ except Exception as e:  # app.UsageError
     assert "restored from the ledger for a table with other flags" in str(e), e
 flags.FLAGS.extra_finetune_flags = ""
 assert transfer.run_score(third, task, "plm", "3e-4", "0") is not None
+# another table (its own ledger) restores from this one's, read only, and keeps the runs as they were made
+other_ledger = os.path.join(root, "other_runs.json")
+flags.FLAGS.runs_ledger, flags.FLAGS.restore_from = other_ledger, [path]
+before = open(path).read()
+fifth = work_dir("fifth")
+transfer.sync_ledger(fifth, {"topic": task})
+theirs, ours = transfer_ledger.read(path)["runs"], transfer_ledger.read(other_ledger)["runs"]
+assert "topic/scratch/lr3e-4-seed1" in ours and all(ours[k] == theirs[k] for k in ours), sorted(ours)
+assert open(path).read() == before  # read only
+restored = transfer.run_dir(fifth, "topic", "scratch", "3e-4", "1")
+assert transfer.read_score(restored, task)["accuracy"] == 45.0
+import json
+assert json.load(open(os.path.join(restored, transfer_ledger.RESTORED_MARKER)))["ledger"] == path
+transfer.sync_ledger(fifth, {"topic": task})  # again: nothing changes
+assert transfer_ledger.read(other_ledger)["runs"] == ours
 print("ok")
 '''
 
