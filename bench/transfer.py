@@ -35,7 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -320,6 +320,11 @@ def run_dir(work: str, task: str, init: str, lr: str, seed: str) -> str:
     return os.path.join(work, "finetune", task, init, f"lr{lr}-seed{seed}")
 
 
+def differing_keys(a: Dict[str, Any], b: Dict[str, Any]) -> List[str]:
+    """The keys whose values differ between two records (a key only one has counts), sorted."""
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
 def check_extra_flags(extra: str) -> None:
     """--extra_finetune_flags as this script reads them (`final_step`, run identity): `--name=value` or a boolean
     `--name` / `--noname`, each a token of its own; no --flagfile (its content would go unrecorded)."""
@@ -377,12 +382,9 @@ def made_by(out: str) -> Optional[tuple]:
     """How run `out` was made: `(arguments without the interpreter's path, its task flag file's SHA-256 or None)`
     from its launch record (`<run>.launch.json`), or for runs made before those, the arguments of its .log's last
     `$ ` line (the launch that made what the folder holds; paths without spaces); None when neither exists."""
-    try:
-        with open(out + LAUNCH_SUFFIX, encoding="utf-8") as f:
-            launch = json.load(f)
+    launch = read_launch(out)
+    if launch is not None:
         return launch["command"][1:], launch.get("flagfile_sha256")
-    except FileNotFoundError:
-        pass
     try:
         with open(out + ".log", encoding="utf-8") as f:
             launches = [line[2:].split() for line in f if line.startswith("$ ")]
@@ -406,7 +408,7 @@ def run_score(work: str, task: TransferSet, init: str, lr: str, seed: str) -> Op
         with open(marker, encoding="utf-8") as f:
             restored = json.load(f)["provenance"]
         wanted = run_provenance(work, task, init, lr, seed, restored.get("init_checkpoint_sha256")).to_dict()
-        differs = sorted(k for k in set(restored) | set(wanted) if restored.get(k) != wanted.get(k))
+        differs = differing_keys(restored, wanted)
         if differs:
             raise app.UsageError(f"{out}: restored from the ledger for a table with other {', '.join(differs)} than "
                                  "this one's; give this table its own --work_dir")
@@ -439,11 +441,12 @@ def evaluate_test(work: str, task: TransferSet, init: str, lr: str, seed: str) -
         _say(f"{task.name} {init} lr {lr} seed {seed}: the ledger has no {task.test_split} score; training it again")
         shutil.rmtree(out)
         finetune(work, task, init, lr, seed, FLAGS.extra_finetune_flags)
+        score = run_score(work, task, init, lr, seed)
     # the run's own command (its model settings are checked against the model_dir's), training off, scoring only
     # the dev-chosen checkpoint (read_score then takes its test score)
     cmd = run_command(work, task, init, lr, seed, FLAGS.extra_finetune_flags) + [
         "--do_train=false", "--do_eval=true", f"--eval_split={task.test_split}",
-        f"--eval_checkpoint_steps={run_score(work, task, init, lr, seed)['step']}"]
+        f"--eval_checkpoint_steps={score['step']}"]
     note_launch_code(out, first=False)
     run_logged(cmd, out + f".{task.test_split}.log")
     _say(f"{task.name} {init} lr {lr} seed {seed} on {task.test_split}: {read_score(out, task)}")
@@ -574,6 +577,15 @@ def launch_record(cmd: List[str], task: TransferSet) -> Dict[str, object]:
             "runner_code": transfer_ledger.code_version(paths=transfer_ledger.RUNNER_CODE_PATHS, untracked=True)}
 
 
+def read_launch(out: str) -> Optional[Dict[str, Any]]:
+    """Run `out`'s launch record (`launch_record` of its first training launch), None when it has none."""
+    try:
+        with open(out + LAUNCH_SUFFIX, encoding="utf-8") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return None
+
+
 def launch_differences(out: str, launch: Dict[str, object]) -> List[str]:
     """What differs between `launch` and the first launch of the killed run `out` ([]: none), or why it cannot
     be resumed at all."""
@@ -581,13 +593,12 @@ def launch_differences(out: str, launch: Dict[str, object]) -> List[str]:
     if not code or code.endswith("+changes"):
         return [f"runner code {code or 'unknown'} (uncommitted or not in git)"]
     try:
-        with open(out + LAUNCH_SUFFIX, encoding="utf-8") as f:
-            first = json.load(f)
+        first = read_launch(out)
     except (OSError, ValueError):
+        first = None
+    if first is None:
         return ["no launch record"]
-    return [k for k in sorted(set(first) | set(launch)) if first.get(k) != launch.get(k)]
-
-
+    return differing_keys(first, launch)
 
 
 def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra: str) -> Dict[str, float]:
@@ -923,7 +934,7 @@ def carried_grids(path: str, recipe: Dict[str, str], curves: Dict,
         raise app.UsageError(f"--carry_over={path}: another pretraining recipe; its cells do not belong here")
     theirs, ours = earlier.get("finetune_settings", LEGACY_FINETUNE_SETTINGS), finetune_settings()
     if theirs != ours:
-        differs = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+        differs = differing_keys(theirs, ours)
         raise app.UsageError(f"--carry_over={path}: made with other fine-tuning settings ("
                              + ", ".join(f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here" for k in differs)
                              + "); its cells do not belong here")
