@@ -7,6 +7,7 @@ slice in tests/data/corpus/; small record sets are built once per parameter set.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import os
 import shutil
@@ -96,3 +97,28 @@ def snapshot(directory) -> dict:
             with open(path, "rb") as f:
                 out[os.path.relpath(path, directory)] = f.read()
     return out
+
+
+class Killed(Exception):
+    """Raised by `killed_after`: the process "dies" at the end of a host loop."""
+
+
+@contextlib.contextmanager
+def killed_after(step: int):
+    """Inside, every `training.Trainer.train` raises `Killed` at the end of the host loop that reaches `step` (after
+    that loop's checkpoint is saved), as a run killed there would stop; the Trainer is restored on leaving."""
+    from xlnet_tf import training
+
+    original_train = training.Trainer.train
+
+    def train_then_die(self, on_loop_end=None):
+        def die(reached):
+            if reached == step:
+                raise Killed()
+        return original_train(self, on_loop_end=die)
+
+    training.Trainer.train = train_then_die
+    try:
+        yield
+    finally:
+        training.Trainer.train = original_train

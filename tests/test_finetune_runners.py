@@ -102,10 +102,6 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, rng):
             np.testing.assert_allclose(a, b, atol=1e-5, err_msg=str(key))
 
 
-class _Killed(Exception):
-    pass
-
-
 def test_a_killed_run_resumes_exactly_and_named_checkpoints_are_scored_alone(tmp_path):
     """run_classifier.py killed after step 4 of 6 and started again with the same flags ends with the weights and
     dev score of the run that was never killed: the same shuffled batches (skipped on resume), dropout draws and
@@ -113,7 +109,6 @@ def test_a_killed_run_resumes_exactly_and_named_checkpoints_are_scored_alone(tmp
     finished run: only the named kept checkpoints are scored, a step not kept is refused before anything is
     written."""
     from run import run_classifier
-    from xlnet_tf import training
 
     flags = ["--n_layer=1", "--d_model=32", "--n_head=2", "--d_head=16", "--d_inner=64",
              f"--n_token={data_fixtures.TINY_VOCAB}", f"--spiece_model_file={data_fixtures.tiny_spm()}",
@@ -122,20 +117,8 @@ def test_a_killed_run_resumes_exactly_and_named_checkpoints_are_scored_alone(tmp
              "--dropout=0.1", "--dropatt=0.1", "--learning_rate=1e-3", "--do_train", "--do_eval",
              "--eval_batch_size=64"]
     _run(run_classifier, flags + [f"--model_dir={tmp_path}/straight"])
-    original_train = training.Trainer.train
-
-    def train_then_die(self, on_loop_end=None):
-        def die(step):
-            if step == 4:
-                raise _Killed()
-        return original_train(self, on_loop_end=die)
-
-    training.Trainer.train = train_then_die
-    try:
-        with pytest.raises(_Killed):
-            _run(run_classifier, flags + [f"--model_dir={tmp_path}/killed"])
-    finally:
-        training.Trainer.train = original_train
+    with data_fixtures.killed_after(4), pytest.raises(data_fixtures.Killed):
+        _run(run_classifier, flags + [f"--model_dir={tmp_path}/killed"])
     assert not os.path.exists(tmp_path / "killed" / "ckpt-6.index")
     _run(run_classifier, flags + [f"--model_dir={tmp_path}/killed"])
     logged = [json.loads(line)["step"] for line in open(tmp_path / "killed" / "train_history.json")]

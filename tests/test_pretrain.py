@@ -66,10 +66,6 @@ def test_training_reduces_heldout_loss(records, tmp_path):
     assert glob.glob(str(tmp_path / "m" / "train" / "events.out.tfevents.*"))
 
 
-class _Killed(Exception):
-    pass
-
-
 def test_kill_and_resume_gives_the_same_loss_curve(records, tmp_path):
     common = ["--train_steps=8", "--steps_per_loop=2", "--save_steps=2", "--dropout=0.1", "--dropatt=0.1"]
     straight = _run(_args(records, tmp_path / "a", *common, "--keep_checkpoints=1",
@@ -82,22 +78,8 @@ def test_kill_and_resume_gives_the_same_loss_curve(records, tmp_path):
         assert reader.get_tensor("global_step/.ATTRIBUTES/VARIABLE_VALUE") == step
     assert not glob.glob(str(tmp_path / "a" / "kept" / "ckpt-[26].index"))
 
-    from xlnet_tf import training
-
-    original_train = training.Trainer.train
-
-    def train_then_die(self, on_loop_end=None):
-        def die(step):
-            if step == 4:
-                raise _Killed()
-        return original_train(self, on_loop_end=die)
-
-    training.Trainer.train = train_then_die
-    try:
-        with pytest.raises(_Killed):
-            _run(_args(records, tmp_path / "b", *common))
-    finally:
-        training.Trainer.train = original_train
+    with data_fixtures.killed_after(4), pytest.raises(data_fixtures.Killed):
+        _run(_args(records, tmp_path / "b", *common))
     resumed = _run(_args(records, tmp_path / "b", *common))["history"]
     assert [r["step"] for r in resumed] == [6, 8]
     # train_history.json was appended loop by loop: the killed run's loops, then the resumed run's
