@@ -1047,7 +1047,8 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
         "complete": complete,
         "unit": "percent (dev set)",
         "description": "Fine-tuning from random weights (scratch), BERT's masked LM (mlm) and XLNet's "
-                       "permutation LM (plm), pretrained with run/flags/pretrain_cpu.flags on the same records "
+                       "permutation LM (plm), pretrained with "
+                       f"{os.path.relpath(os.path.abspath(FLAGS.pretrain_flagfile), REPO)} on the same records "
                        "layout, model, optimizer and steps; " + (
                            "dev-set scores at the end of a fixed budget (run/flags/transfer_<task>.flags)"
                            if FLAGS.selection == "last" else

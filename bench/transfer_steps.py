@@ -1,0 +1,254 @@
+"""Where does pretraining start to pay off? The transfer gain (PLM minus scratch) against the pretraining steps of
+the initial weights, in-domain and out-of-domain rows side by side, composed from the transfer reports that
+bench/transfer.py writes (nothing is trained or evaluated here):
+
+  python bench/transfer_steps.py
+
+Inputs (each a bench/transfer.py report .json; a missing one leaves its points out and the report says so):
+  --indomain_report        the transfer table (topic: fixed budget; scratch and the 1x PLM recipe, annealed)
+  --indomain_steps_report  topic against the 10x run's kept checkpoints (same protocol; its own scratch rerun)
+  --ood_report             the out-of-domain table (tweets, spam: best checkpoint on dev; scratch and 1x PLM)
+  --ood_steps_report       the same rows against the 10x run's kept checkpoints (scratch restored from the above)
+
+Each point is a table cell: the mean over seeds at the rate chosen on dev with seed 0, as in the reports. The gain
+is taken against the scratch cell of the same table (the in-domain steps table has its own scratch runs), with
+the standard error of a difference of two means (sqrt(s1^2/n1 + s2^2/n2)) as its error bar. Out-of-domain rows
+use the test split (dev chose rate and checkpoint); topic uses dev (the transfer table's protocol).
+
+Output: <output_prefix>.json / .md / .png.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from typing import Dict, List, Optional, Tuple
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+
+from absl import app, flags
+
+FLAGS = flags.FLAGS
+RESULTS = os.path.join(REPO, "bench", "results")
+# (task, metric, kind): the rows of the composed table, in order.
+ROWS = (("topic", "accuracy", "in-domain"), ("tweets", "test_accuracy", "out-of-domain"),
+        ("spam", "test_accuracy", "out-of-domain"))
+RECIPE_STEPS = 3000  # run/flags/pretrain_cpu.flags --train_steps: the 1x recipe, annealed at its end
+
+
+def define_flags() -> None:
+    flags.DEFINE_string("indomain_report", os.path.join(RESULTS, "transfer_cpu.json"), "The transfer table.")
+    flags.DEFINE_string("indomain_steps_report", os.path.join(RESULTS, "transfer_topic_cpu_steps.json"),
+                        "The in-domain table against the 10x run's checkpoints.")
+    flags.DEFINE_string("ood_report", os.path.join(RESULTS, "transfer_ood_cpu.json"), "The out-of-domain table.")
+    flags.DEFINE_string("ood_steps_report", os.path.join(RESULTS, "transfer_ood_cpu_steps.json"),
+                        "The out-of-domain table against the 10x run's checkpoints.")
+    flags.DEFINE_string("output_prefix", os.path.join(RESULTS, "transfer_steps_cpu"), "Report path, no extension.")
+
+
+def load(path: str) -> Optional[Dict]:
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        report = json.load(f)
+    if "rows" not in report:
+        raise app.UsageError(f"{path}: not a bench/transfer.py report (no 'rows'); pass the report's .json")
+    return report
+
+
+def find_row(report: Optional[Dict], task: str, metric: str) -> Optional[Dict]:
+    if report is None:
+        return None
+    return next((r for r in report["rows"] if r["task"] == task and r["metric"] == metric), None)
+
+
+def cell(row: Optional[Dict], init: str) -> Optional[Dict]:
+    """{mean, std, n, runs, lr} of one init in one report row, or None when the row has no complete cell."""
+    if row is None or init not in row:
+        return None
+    return {"mean": row[init], "std": row.get(f"{init}_std"), "n": row.get(f"{init}_seeds"),
+            "runs": row.get(f"{init}_runs"), "lr": row.get(f"{init}_best_lr")}
+
+
+def gain(plm: Optional[Dict], scratch: Optional[Dict]) -> Optional[Dict]:
+    """PLM minus scratch and the standard error of that difference (None without both cells)."""
+    if plm is None or scratch is None:
+        return None
+    se = None
+    if plm["std"] is not None and scratch["std"] is not None and plm["n"] and scratch["n"]:
+        se = math.sqrt(plm["std"] ** 2 / plm["n"] + scratch["std"] ** 2 / scratch["n"])
+    return {"gain": plm["mean"] - scratch["mean"], "se": se}
+
+
+def step_inits(report: Optional[Dict], row: Optional[Dict]) -> List[Tuple[int, str]]:
+    """(step, init) of the `plm@<step>` cells a steps report has for a row, by step."""
+    if row is None:
+        return []
+    out = []
+    for key in row:
+        base, sep, step = key.partition("@")
+        if base == "plm" and sep and step.isdigit():
+            out.append((int(step), key))
+    return sorted(out)
+
+
+def heldout_loss(report: Optional[Dict], step: int) -> Optional[float]:
+    if report is None:
+        return None
+    at = [r["loss"] for r in report.get("pretrain_heldout", {}).get("plm", []) if int(r["step"]) == step]
+    return at[-1] if at else None
+
+
+def first_curve(reports: Dict[str, Optional[Dict]], keys: Tuple[str, ...]) -> List[Dict]:
+    """The PLM held-out curve of the first of these reports that has one (tables of one pretraining run agree)."""
+    for key in keys:
+        curve = (reports[key] or {}).get("pretrain_heldout", {}).get("plm", [])
+        if curve:
+            return curve
+    return []
+
+
+def compose(reports: Dict[str, Optional[Dict]]) -> Dict:
+    rows = []
+    for task, metric, kind in ROWS:
+        base_report = reports["indomain" if kind == "in-domain" else "ood"]
+        steps_report = reports["indomain_steps" if kind == "in-domain" else "ood_steps"]
+        base, stepped = find_row(base_report, task, metric), find_row(steps_report, task, metric)
+        scratch, steps_scratch = cell(base, "scratch"), cell(stepped, "scratch")
+        points = []
+        if base is not None:
+            plm = cell(base, "plm")
+            points.append({"run": "1x recipe (annealed)", "step": RECIPE_STEPS, "init": "plm", "cell": plm,
+                           "heldout_loss": heldout_loss(base_report, RECIPE_STEPS),
+                           "gain": gain(plm, scratch)})
+        for step, init in step_inits(steps_report, stepped):
+            plm = cell(stepped, init)
+            points.append({"run": "10x recipe", "step": step, "init": init, "cell": plm,
+                           "heldout_loss": heldout_loss(steps_report, step),
+                           "gain": gain(plm, steps_scratch or scratch)})
+        rows.append({"task": task, "metric": metric, "kind": kind,
+                     "baseline": (base or stepped or {}).get("baseline"),
+                     "majority": (base or stepped or {}).get("majority"),
+                     "scratch": scratch, "steps_table_scratch": steps_scratch, "points": points})
+    return {"rows": rows,
+            "heldout": {"1x": first_curve(reports, ("ood", "indomain")),
+                        "10x": first_curve(reports, ("ood_steps", "indomain_steps"))},
+            "inputs": {key: os.path.relpath(path, REPO) for key, path in input_paths().items()},
+            "missing": sorted(os.path.relpath(path, REPO) for key, path in input_paths().items()
+                              if reports[key] is None),
+            "command": " ".join(["python", "bench/transfer_steps.py", *sys.argv[1:]])}
+
+
+def input_paths() -> Dict[str, str]:
+    return {"indomain": FLAGS.indomain_report, "indomain_steps": FLAGS.indomain_steps_report,
+            "ood": FLAGS.ood_report, "ood_steps": FLAGS.ood_steps_report}
+
+
+def fmt(c: Optional[Dict]) -> str:
+    if c is None:
+        return "-"
+    std = f" ± {c['std']:.1f}" if c["std"] is not None else ""
+    return f"{c['mean']:.1f}{std} (n={c['n']}, lr {c['lr']})"
+
+
+def fmt_gain(g: Optional[Dict]) -> str:
+    if g is None:
+        return "-"
+    return f"{g['gain']:+.1f}" + (f" ± {g['se']:.1f}" if g["se"] is not None else "")
+
+
+def markdown(out: Dict) -> str:
+    lines = ["# Transfer against pretraining steps, in-domain and out-of-domain (CPU recipe, 4 x 256)", "",
+             "Composed from the transfer reports (nothing trained here): " +
+             ", ".join(f"`{p}`" for p in out["inputs"].values()) + ".", "",
+             f"Command: `{out['command']}`", ""]
+    if out["missing"]:
+        lines += ["Not yet made (their points are absent): " + ", ".join(f"`{p}`" for p in out["missing"]), ""]
+    lines += ["The 1x point is the recipe's own run (3,000 steps, learning rate annealed to 0 at its end); the other "
+              "points are kept checkpoints of one run of 10x the steps (30,000, the same recipe otherwise), whose "
+              "learning rate at step s is still high unless s = 30,000. Gain: PLM minus the scratch cell of the "
+              "same table (± the standard error of the difference). Topic: dev accuracy at the flag file's fixed "
+              "budget; tweets and spam: test accuracy at each run's best checkpoint on dev.", "",
+              "| task | kind | metric | scratch | run | pretraining step | held-out loss | PLM | gain |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for row in out["rows"]:
+        scratch = fmt(row["scratch"])
+        if row["steps_table_scratch"] is not None and row["steps_table_scratch"] != row["scratch"]:
+            scratch += f"; steps table: {fmt(row['steps_table_scratch'])}"
+        if not row["points"]:
+            lines.append(f"| {row['task']} | {row['kind']} | {row['metric']} | {scratch} | - | - | - | - | - |")
+        for p in row["points"]:
+            loss = f"{p['heldout_loss']:.3f}" if p["heldout_loss"] is not None else "-"
+            lines.append(f"| {row['task']} | {row['kind']} | {row['metric']} | {scratch} | {p['run']} | "
+                         f"{p['step']:,} | {loss} | {fmt(p['cell'])} | {fmt_gain(p['gain'])} |")
+    lines += ["", f"![transfer against pretraining steps]({os.path.basename(FLAGS.output_prefix)}.png)", ""]
+    return "\n".join(lines)
+
+
+def plot(out: Dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
+    for name, color in (("1x", "#999999"), ("10x", "#d62728")):
+        curve = out["heldout"][name]
+        if curve:
+            ax0.plot([r["step"] for r in curve], [r["loss"] for r in curve], color=color, marker="o", ms=2,
+                     label=f"{name} recipe run")
+    ax0.set_xlabel("pretraining step")
+    ax0.set_ylabel("held-out loss (nats / target token)")
+    ax0.set_title("PLM pretraining, held-out")
+    ax0.legend(fontsize=8)
+    colors = {"topic": "#1f77b4", "tweets": "#2ca02c", "spam": "#ff7f0e"}
+    for row in out["rows"]:
+        style = "-" if row["kind"] == "in-domain" else "--"
+        for run, marker in (("10x recipe", "o"), ("1x recipe (annealed)", "s")):
+            pts = [p for p in row["points"] if p["run"] == run and p["gain"] is not None]
+            if not pts:
+                continue
+            ax1.errorbar([p["step"] for p in pts], [p["gain"]["gain"] for p in pts],
+                         yerr=[p["gain"]["se"] or 0 for p in pts], ls=style if run == "10x recipe" else "none",
+                         marker=marker, ms=4, capsize=2, color=colors[row["task"]],
+                         label=f"{row['task']} ({row['kind']}, {run})")
+    ax1.axhline(0, color="#555555", lw=0.8)
+    ax1.set_xscale("symlog", linthresh=1000)
+    ax1.set_xlabel("pretraining step of the initial weights")
+    ax1.set_ylabel("PLM minus scratch (points)")
+    ax1.set_title("Transfer gain")
+    ax1.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path + ".tmp.png", dpi=110)
+    os.replace(path + ".tmp.png", path)
+    plt.close(fig)
+
+
+def write_atomic(path: str, text: str) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    reports = {key: load(os.path.abspath(path)) for key, path in input_paths().items()}
+    if reports["indomain"] is None and reports["ood"] is None:
+        raise app.UsageError(f"neither --indomain_report={FLAGS.indomain_report} nor --ood_report="
+                             f"{FLAGS.ood_report} exists: make them with bench/transfer.py first")
+    out = compose(reports)
+    prefix = os.path.abspath(FLAGS.output_prefix)
+    plot(out, prefix + ".png")
+    write_atomic(prefix + ".json", json.dumps(out, indent=1) + "\n")
+    write_atomic(prefix + ".md", markdown(out))
+    print(f"report: {os.path.relpath(prefix, REPO)}.md")
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)
