@@ -47,6 +47,9 @@ def define_flags() -> None:
     flags.DEFINE_string("ood_report", os.path.join(RESULTS, "transfer_ood_cpu.json"), "The out-of-domain table.")
     flags.DEFINE_string("ood_steps_report", os.path.join(RESULTS, "transfer_ood_cpu_steps.json"),
                         "The out-of-domain table against the 10x run's checkpoints.")
+    flags.DEFINE_list("domain_shift", [], "bench/domain_shift.py reports of the same PLM runs, as LABEL=PATH.json: "
+                      "LABEL is `1x` (the recipe's run, annealed) or a step of the 10x run (its kept checkpoint); "
+                      "adds each set's LM loss (bits per character, no memories) against the pretraining step.")
     flags.DEFINE_string("output_prefix", os.path.join(RESULTS, "transfer_steps_cpu"), "Report path, no extension.")
 
 
@@ -112,7 +115,28 @@ def first_curve(reports: Dict[str, Optional[Dict]], keys: Tuple[str, ...]) -> Li
     return []
 
 
-def compose(reports: Dict[str, Optional[Dict]]) -> Dict:
+def domain_shift_points(entries: List[str]) -> List[Dict]:
+    """[{run, step, set, bits_per_character, perplexity}] of the --domain_shift reports, by run and step."""
+    out = []
+    for entry in entries:
+        label, sep, path = entry.partition("=")
+        if not sep or not (label == "1x" or label.isdigit()):
+            raise app.UsageError(f"--domain_shift: {entry!r} is not LABEL=PATH with LABEL `1x` or a step")
+        if not os.path.exists(path):
+            raise app.UsageError(f"--domain_shift: {path} does not exist (make it with bench/domain_shift.py)")
+        with open(path, encoding="utf-8") as f:
+            report = json.load(f)
+        if "rows" not in report or not all("without_memories_bits_per_character" in r for r in report["rows"]):
+            raise app.UsageError(f"--domain_shift: {path} is not a bench/domain_shift.py report")
+        run, step = ("1x recipe (annealed)", RECIPE_STEPS) if label == "1x" else ("10x recipe", int(label))
+        for r in report["rows"]:
+            out.append({"run": run, "step": step, "set": r["set"], "tokens": r["tokens"],
+                        "bits_per_character": r["without_memories_bits_per_character"],
+                        "perplexity": r["without_memories_perplexity"], "checkpoint": report.get("checkpoint")})
+    return sorted(out, key=lambda p: (p["run"], p["step"], p["set"]))
+
+
+def compose(reports: Dict[str, Optional[Dict]], shift: List[Dict] = ()) -> Dict:
     rows = []
     for task, metric, kind in ROWS:
         base_report = reports["indomain" if kind == "in-domain" else "ood"]
@@ -137,6 +161,7 @@ def compose(reports: Dict[str, Optional[Dict]]) -> Dict:
     return {"rows": rows,
             "heldout": {"1x": first_curve(reports, ("ood", "indomain")),
                         "10x": first_curve(reports, ("ood_steps", "indomain_steps"))},
+            "domain_shift": list(shift),
             "inputs": {key: os.path.relpath(path, REPO) for key, path in input_paths().items()},
             "missing": sorted(os.path.relpath(path, REPO) for key, path in input_paths().items()
                               if reports[key] is None),
@@ -185,6 +210,21 @@ def markdown(out: Dict) -> str:
             loss = f"{p['heldout_loss']:.3f}" if p["heldout_loss"] is not None else "-"
             lines.append(f"| {row['task']} | {row['kind']} | {row['metric']} | {scratch} | {p['run']} | "
                          f"{p['step']:,} | {loss} | {fmt(p['cell'])} | {fmt_gain(p['gain'])} |")
+    if out["domain_shift"]:
+        steps = sorted({(p["run"] != "1x recipe (annealed)", p["step"]) for p in out["domain_shift"]})
+        names = list(dict.fromkeys(p["set"] for p in out["domain_shift"]))
+        lines += ["", "How well the pretrained model predicts each set's text (bench/domain_shift.py: its left-to-right "
+                  "LM loss, bits per character without memories; lower is better), by pretraining step:", "",
+                  "| set | " + " | ".join(("10x run, step " if ten else "1x recipe, step ") + f"{step:,}"
+                                         for ten, step in steps) + " |",
+                  "|---|" + "---|" * len(steps)]
+        for name in names:
+            cells = []
+            for ten, step in steps:
+                hit = [p for p in out["domain_shift"] if p["set"] == name and p["step"] == step
+                       and (p["run"] != "1x recipe (annealed)") == ten]
+                cells.append(f"{hit[0]['bits_per_character']:.3f}" if hit else "-")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", f"![transfer against pretraining steps]({os.path.basename(FLAGS.output_prefix)}.png)", ""]
     return "\n".join(lines)
 
@@ -195,7 +235,9 @@ def plot(out: Dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
+    shift = out["domain_shift"]
+    fig, axes = plt.subplots(1, 3 if shift else 2, figsize=(16 if shift else 11, 4))
+    ax0, ax1 = axes[0], axes[1]
     for name, color in (("1x", "#999999"), ("10x", "#d62728")):
         curve = out["heldout"][name]
         if curve:
@@ -222,6 +264,19 @@ def plot(out: Dict, path: str) -> None:
     ax1.set_ylabel("PLM minus scratch (points)")
     ax1.set_title("Transfer gain")
     ax1.legend(fontsize=7)
+    if shift:
+        ax2 = axes[2]
+        set_colors = dict(colors, heldout="#555555")
+        for name in dict.fromkeys(p["set"] for p in shift):
+            for run, marker, ls in (("10x recipe", "o", "-"), ("1x recipe (annealed)", "s", "none")):
+                pts = sorted((p["step"], p["bits_per_character"]) for p in shift if p["set"] == name and p["run"] == run)
+                if pts:
+                    ax2.plot([x for x, _ in pts], [y for _, y in pts], marker=marker, ls=ls, ms=4,
+                             color=set_colors.get(name), label=f"{name} ({run})")
+        ax2.set_xlabel("pretraining step")
+        ax2.set_ylabel("LM loss on the set's text (bits / char)")
+        ax2.set_title("Domain shift, to the model itself")
+        ax2.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path + ".tmp.png", dpi=110)
     os.replace(path + ".tmp.png", path)
@@ -241,7 +296,7 @@ def main(argv):
     if reports["indomain"] is None and reports["ood"] is None:
         raise app.UsageError(f"neither --indomain_report={FLAGS.indomain_report} nor --ood_report="
                              f"{FLAGS.ood_report} exists: make them with bench/transfer.py first")
-    out = compose(reports)
+    out = compose(reports, domain_shift_points(FLAGS.domain_shift))
     prefix = os.path.abspath(FLAGS.output_prefix)
     plot(out, prefix + ".png")
     write_atomic(prefix + ".json", json.dumps(out, indent=1) + "\n")

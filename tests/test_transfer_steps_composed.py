@@ -88,3 +88,40 @@ def test_a_file_that_is_not_a_report_is_named(tmp_path):
     proc, _ = run(tmp_path, ood={"runs": {}})
     assert proc.returncode != 0
     assert "ood.json: not a bench/transfer.py report" in proc.stderr
+
+
+def shift_report(bits):
+    return {"checkpoint": "ckpt", "rows": [{"set": name, "tokens": 100, "without_memories_bits_per_character": b,
+                                            "without_memories_perplexity": 2 ** b} for name, b in bits.items()]}
+
+
+def test_domain_shift_reports_add_each_sets_lm_loss_by_step(tmp_path):
+    ood = report([row("tweets", "test_accuracy", scratch=[80, 82], plm=[81, 82])], [(3000, 4.7)])
+    paths = []
+    for label, bits in (("1x", {"heldout": 1.8, "tweets": 3.5}), ("6000", {"heldout": 1.7, "tweets": 3.6})):
+        path = tmp_path / f"shift_{label}.json"
+        path.write_text(json.dumps(shift_report(bits)))
+        paths.append(f"{label}={path}")
+    proc, prefix = run(tmp_path, ood=ood)
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run([sys.executable, "bench/transfer_steps.py", f"--ood_report={tmp_path / 'ood.json'}",
+                           f"--indomain_report={tmp_path / 'none.json'}", "--domain_shift=" + ",".join(paths),
+                           f"--output_prefix={prefix}"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    out = json.load(open(prefix + ".json"))
+    got = {(p["run"], p["step"], p["set"]): p["bits_per_character"] for p in out["domain_shift"]}
+    assert got == {("1x recipe (annealed)", 3000, "heldout"): 1.8, ("1x recipe (annealed)", 3000, "tweets"): 3.5,
+                   ("10x recipe", 6000, "heldout"): 1.7, ("10x recipe", 6000, "tweets"): 3.6}
+    assert "| tweets | 3.500 | 3.600 |" in open(prefix + ".md").read()
+
+
+@pytest.mark.parametrize("entry, message", [("6000", "is not LABEL=PATH"), ("late=x.json", "is not LABEL=PATH"),
+                                            ("6000=/nonexistent.json", "does not exist")])
+def test_a_bad_domain_shift_entry_is_named(tmp_path, entry, message):
+    ood = report([row("tweets", "test_accuracy", scratch=[80, 82], plm=[81, 82])], [(3000, 4.7)])
+    (tmp_path / "ood.json").write_text(json.dumps(ood))
+    proc = subprocess.run([sys.executable, "bench/transfer_steps.py", f"--ood_report={tmp_path / 'ood.json'}",
+                           f"--domain_shift={entry}", f"--output_prefix={tmp_path / 'out'}"],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode != 0 and message in proc.stderr
+    assert not os.path.exists(tmp_path / "out.json")
