@@ -32,12 +32,13 @@ def test_a_stepped_init_starts_from_the_kept_checkpoint():
     assert transfer.init_checkpoint_prefix("/w", "mlm@1800") == "/w/mlm_model/kept/ckpt-1800"
 
 
-def test_the_longer_recipe_is_the_recipe_with_its_steps_changed():
-    """pretrain_cpu_10x.flags names pretrain_cpu.flags (`--flagfile=`, read in place) and overrides the steps: the
-    transfer stages read the same model, data layout and optimizer as the shipped recipe's."""
+@pytest.mark.parametrize("name, factor", [("pretrain_cpu_3x.flags", 3), ("pretrain_cpu_10x.flags", 10)])
+def test_the_longer_recipes_are_the_recipe_with_its_steps_changed(name, factor):
+    """pretrain_cpu_{3,10}x.flags name pretrain_cpu.flags (`--flagfile=`, read in place) and override the steps:
+    the transfer stages read the same model, data layout and optimizer as the shipped recipe's."""
     base = transfer.read_flagfile(os.path.join(REPO, "run", "flags", "pretrain_cpu.flags"))
-    longer = transfer.read_flagfile(os.path.join(REPO, "run", "flags", "pretrain_cpu_10x.flags"))
-    assert int(longer["train_steps"]) == 10 * int(base["train_steps"])
+    longer = transfer.read_flagfile(os.path.join(REPO, "run", "flags", name))
+    assert int(longer["train_steps"]) == factor * int(base["train_steps"])
     assert {k: v for k, v in longer.items() if k not in ("train_steps", "keep_checkpoint_steps")} == \
         {k: v for k, v in base.items() if k not in ("train_steps", "keep_checkpoint_steps")}
     assert "flagfile" not in longer
