@@ -157,6 +157,10 @@ def define_flags():
     flags.DEFINE_list("restore_from", [], "Other tables' run ledgers, read only: their runs this table needs are "
                       "restored (provenance checked as for its own ledger) and copied into its own ledger as they are "
                       "(e.g. a pretraining-steps table reusing the main table's scratch runs).")
+    flags.DEFINE_string("corpus_task", None, "The corpus stage writes this classification task's train texts (its "
+                        "train.tsv `text` column, labels dropped; one document per row) as the pretraining corpus "
+                        "instead of the shared corpus: task-adaptive pretraining (Gururangan et al. 2020), continued "
+                        "from the --init_checkpoint of --pretrain_flagfile (run/flags/pretrain_cpu_tapt.flags).")
     flags.DEFINE_string("carry_over", None, "An earlier report (.json) of this command whose seed-0 runs (its "
                         "learning-rate grids) stand for the runs this work_dir has not made: only when its "
                         "pretraining recipe is the same and, for mlm/plm, its pretraining held-out curve equals "
@@ -231,6 +235,33 @@ def stage_corpus(work: str, data_root: str) -> str:
             f.write("\n\n".join(keep) + "\n")
         os.replace(dst + ".tmp", dst)
         _say(f"corpus: wiki.txt keeps {len(keep)} of {len(docs)} articles (topic dev/test dropped)")
+    return out
+
+
+def stage_task_corpus(work: str, task: TransferSet) -> str:
+    """--corpus_task: <work_dir>/corpus/<task>_train.txt, the task's train texts in the corpus format (one document
+    per row, its text on one line, a blank line between); refused when the corpus folder holds other text."""
+    from tfrecords import tables
+
+    data_dir = next((a.split("=", 1)[1] for a in task.data_args if a.startswith("--data_dir=")), None)
+    if task.runner != "run_classifier.py" or data_dir is None:
+        raise app.UsageError(f"--corpus_task={task.name}: only a classification task's train.tsv can be a corpus")
+    out = os.path.join(work, "corpus")
+    os.makedirs(out, exist_ok=True)
+    dst = os.path.join(out, f"{task.name}_train.txt")
+    others = sorted(set(os.listdir(out)) - {os.path.basename(dst)})
+    if others:
+        raise app.UsageError(f"--corpus_task={task.name}: {out} also holds {others}; the task's text would be "
+                             "pretrained on mixed with them: use a work_dir of its own")
+    if not os.path.exists(dst):
+        table = tables.read_table(os.path.join(data_dir, "train.tsv"))
+        column = table.column("text")
+        docs = [" ".join(table.field(line, fields, column, "text").split()) for line, fields in table.rows]
+        docs = [d for d in docs if d]
+        with open(dst + ".tmp", "w", encoding="utf-8") as f:
+            f.write("\n\n".join(docs) + "\n")
+        os.replace(dst + ".tmp", dst)
+        _say(f"corpus: {len(docs)} train texts of {task.name} (labels dropped) in {dst}")
     return out
 
 
@@ -1304,9 +1335,14 @@ def main(argv):
     unknown = sorted(set(FLAGS.tasks) - set(task_map))
     if unknown:
         raise app.UsageError(f"unknown task(s) {unknown}; known: {sorted(task_map)}")
+    if FLAGS.corpus_task and FLAGS.corpus_task not in task_map:
+        raise app.UsageError(f"--corpus_task={FLAGS.corpus_task}: unknown task; known: {sorted(task_map)}")
     os.makedirs(work, exist_ok=True)
     if "corpus" in FLAGS.stages:
-        stage_corpus(work, data_root)
+        if FLAGS.corpus_task:
+            stage_task_corpus(work, task_map[FLAGS.corpus_task])
+        else:
+            stage_corpus(work, data_root)
     if "spm" in FLAGS.stages:
         stage_spm(work, FLAGS.vocab_size)
     for objective in FLAGS.objectives:

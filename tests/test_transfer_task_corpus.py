@@ -1,0 +1,55 @@
+"""bench/transfer.py --corpus_task: a classification task's train texts (labels dropped) as the pretraining corpus of
+task-adaptive pretraining (run/flags/pretrain_cpu_tapt.flags)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from absl import app
+
+from bench import transfer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def classification_set(tmp_path, rows):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "train.tsv").write_text("label\ttext\n" + "".join(f"{label}\t{text}\n" for label, text in rows))
+    return transfer.TransferSet("tweets", "run_classifier.py", [f"--data_dir={data}"], ("accuracy",), "accuracy")
+
+
+def test_the_train_texts_become_one_document_each_without_labels(tmp_path):
+    task = classification_set(tmp_path, [("positive", "So  lucky."), ("negative", "Ugh.\tno"), ("positive", "  ")])
+    work = tmp_path / "work"
+    corpus = transfer.stage_task_corpus(str(work), task)
+    text = open(os.path.join(corpus, "tweets_train.txt"), encoding="utf-8").read()
+    assert text == "So lucky.\n\nUgh.\n"  # a tab ends the text column (no quoting); the blank text is dropped
+    assert "positive" not in text
+    # a second call keeps the file (the stage is resumable) and still refuses nothing
+    assert transfer.stage_task_corpus(str(work), task) == corpus
+
+
+def test_a_corpus_folder_holding_other_text_is_refused(tmp_path):
+    task = classification_set(tmp_path, [("positive", "So lucky.")])
+    work = tmp_path / "work"
+    (work / "corpus").mkdir(parents=True)
+    (work / "corpus" / "wiki.txt").write_text("other text\n")
+    with pytest.raises(app.UsageError, match=r"--corpus_task=tweets: .* also holds \['wiki.txt'\]"):
+        transfer.stage_task_corpus(str(work), task)
+    assert sorted(os.listdir(work / "corpus")) == ["wiki.txt"]
+
+
+def test_only_a_classification_task_can_be_a_corpus(tmp_path):
+    task = transfer.TransferSet("squad_v1", "run_squad.py", ["--train_file=x.json"], ("f1",), "f1")
+    with pytest.raises(app.UsageError, match="only a classification task's train.tsv"):
+        transfer.stage_task_corpus(str(tmp_path), task)
+
+
+def test_an_unknown_corpus_task_is_a_one_line_usage_error(tmp_path):
+    proc = subprocess.run([sys.executable, "bench/transfer.py", f"--work_dir={tmp_path / 'w'}", "--corpus_task=nope",
+                           "--stages=corpus"], cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode != 0
+    assert "--corpus_task=nope: unknown task" in proc.stderr
+    assert not os.path.exists(tmp_path / "w")
