@@ -197,8 +197,13 @@ def model_config_from_flags(FLAGS, **runtime) -> XLNetConfig:
 
 
 def optimizer_settings(FLAGS):
-    """The typed optimizer settings (`optimization.OptimizerSettings`) of the optimizer flags."""
+    """The typed optimizer settings (`optimization.OptimizerSettings`) of the optimizer flags; UserError naming the
+    flags when the warm-up would not end within the run."""
     from xlnet_tf.optimization import OptimizerSettings
+
+    if FLAGS.warmup_steps > FLAGS.train_steps:
+        raise UserError(f"--warmup_steps={FLAGS.warmup_steps} exceeds --train_steps={FLAGS.train_steps}: the warm-up "
+                        "must end within the run; lower --warmup_steps or raise --train_steps")
 
     return OptimizerSettings(
         learning_rate=FLAGS.learning_rate, train_steps=FLAGS.train_steps, warmup_steps=FLAGS.warmup_steps,

@@ -116,6 +116,10 @@ def run(task: FineTuningJob, config: XLNetConfig, log: Callable[[str], None] = _
     for name in ("record_dir", "model_dir"):
         if not getattr(s, name):
             raise UserError(f"--{name} is required")
+    if s.do_train:
+        from run import common_flags
+
+        common_flags.optimizer_settings(s)  # its flag errors before any record or model_dir is written
 
     task.manifest = task.prepare_records(log)
     with manifest_lib.naming_corrupt_records(task.manifest):  # a damaged record names its file

@@ -64,6 +64,7 @@ def run():
     from xlnet_tf.models import XLNetPretrainer
 
     common_flags.require(FLAGS, "record_dir", "model_dir")
+    optimizer_settings = common_flags.optimizer_settings(FLAGS)  # its flag errors before anything is built
     strategy = distribute.get_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.num_cpu_replicas)
     replicas = strategy.num_replicas_in_sync
     if FLAGS.train_batch_size % replicas:
@@ -102,7 +103,7 @@ def run():
         model.backbone.remat = FLAGS.remat
         if FLAGS.init_checkpoint:
             checkpoints.load_init_checkpoint(model, FLAGS.init_checkpoint)
-        optimizer = common_flags.optimizer_settings(FLAGS).create(model)
+        optimizer = optimizer_settings.create(model)
         if FLAGS.mixed_precision == "float16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
     run_facts = model_dir.prepare_pretraining(FLAGS.model_dir, config, run_facts,

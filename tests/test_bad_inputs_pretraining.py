@@ -469,3 +469,19 @@ def test_a_kept_checkpoint_carries_its_runs_facts_and_initializes_fine_tuning(pr
     shared = sorted(set(before) & set(after))
     assert "model/transformer/word_embedding/lookup_table" in shared and len(shared) >= 18, sorted(after)
     assert all(np.array_equal(before[n], after[n]) for n in shared)
+
+
+def test_a_warmup_longer_than_the_run_is_refused_in_one_line_before_anything_is_written(tmp_path, capsys):
+    """--warmup_steps above --train_steps (the learning-rate schedule's own check raised a traceback from inside
+    the optimizer once the model was built): both kinds of runner name the two flags, and write nothing."""
+    from run import pretrain, run_classifier
+
+    line = _user_error(pretrain, PRETRAIN + [f"--record_dir={_records('plm')}", f"--model_dir={tmp_path}/m",
+                                             "--train_steps=4", "--warmup_steps=60"], capsys)
+    assert line == ("--warmup_steps=60 exceeds --train_steps=4: the warm-up must end within the run; lower "
+                    "--warmup_steps or raise --train_steps")
+    assert not os.path.exists(tmp_path / "m")
+    line = _user_error(run_classifier, FINETUNE + [f"--record_dir={tmp_path}/records", f"--model_dir={tmp_path}/ft",
+                                                   "--do_train", "--train_steps=1", "--warmup_steps=2"], capsys)
+    assert line.startswith("--warmup_steps=2 exceeds --train_steps=1: ")
+    assert not os.path.exists(tmp_path / "ft") and not os.path.exists(tmp_path / "records")
