@@ -170,7 +170,7 @@ def test_trainer_checks_the_objective_and_mlm_trains(tmp_path):
         _run(_args(mlm, tmp_path / "a"))  # --objective defaults to plm
     with pytest.raises(ManifestError, match="objective.*'plm' in the records.*'mlm'"):
         _run(_args(mlm, tmp_path / "b", "--objective=mlm", f"--eval_records_dir={plm_heldout}",
-                   "--train_steps=2", "--steps_per_loop=2", "--save_steps=2"))
+                   "--train_steps=2", "--warmup_steps=1", "--steps_per_loop=2", "--save_steps=2"))
     heldout = _records("mlm", "heldout", "sotu_slice.txt")
     result = _run(_args(mlm, tmp_path / "c", "--objective=mlm", f"--eval_records_dir={heldout}",
                         "--train_steps=40", "--steps_per_loop=20", "--save_steps=40", "--eval_batches=10",
