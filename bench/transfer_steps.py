@@ -32,6 +32,8 @@ if REPO not in sys.path:
 
 from absl import app, flags
 
+from xlnet_tf import files
+
 FLAGS = flags.FLAGS
 RESULTS = os.path.join(REPO, "bench", "results")
 # (task, metric, kind): the rows of the composed table, in order.
@@ -137,6 +139,7 @@ def domain_shift_points(entries: List[str]) -> List[Dict]:
 
 
 def compose(reports: Dict[str, Optional[Dict]], shift: List[Dict] = ()) -> Dict:
+    paths = input_paths()
     rows = []
     for task, metric, kind in ROWS:
         base_report = reports["indomain" if kind == "in-domain" else "ood"]
@@ -162,9 +165,8 @@ def compose(reports: Dict[str, Optional[Dict]], shift: List[Dict] = ()) -> Dict:
             "heldout": {"1x": first_curve(reports, ("ood", "indomain")),
                         "10x": first_curve(reports, ("ood_steps", "indomain_steps"))},
             "domain_shift": list(shift),
-            "inputs": {key: os.path.relpath(path, REPO) for key, path in input_paths().items()},
-            "missing": sorted(os.path.relpath(path, REPO) for key, path in input_paths().items()
-                              if reports[key] is None),
+            "inputs": {key: os.path.relpath(path, REPO) for key, path in paths.items()},
+            "missing": sorted(os.path.relpath(path, REPO) for key, path in paths.items() if reports[key] is None),
             "command": " ".join(["python", "bench/transfer_steps.py", *sys.argv[1:]])}
 
 
@@ -283,12 +285,6 @@ def plot(out: Dict, path: str) -> None:
     plt.close(fig)
 
 
-def write_atomic(path: str, text: str) -> None:
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(path + ".tmp", path)
-
-
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -299,8 +295,8 @@ def main(argv):
     out = compose(reports, domain_shift_points(FLAGS.domain_shift))
     prefix = os.path.abspath(FLAGS.output_prefix)
     plot(out, prefix + ".png")
-    write_atomic(prefix + ".json", json.dumps(out, indent=1) + "\n")
-    write_atomic(prefix + ".md", markdown(out))
+    files.write_json_atomic(prefix + ".json", out)
+    files.write_text_atomic(prefix + ".md", markdown(out))
     print(f"report: {os.path.relpath(prefix, REPO)}.md")
 
 
