@@ -214,6 +214,8 @@ def topic_eval_titles(labeled: str) -> set:
 
 def stage_corpus(work: str, data_root: str) -> str:
     """The pretraining text; wiki.txt's documents are matched to corpus/wiki_titles.txt line by line."""
+    from xlnet_tf import files
+
     out = os.path.join(work, "corpus")
     os.makedirs(out, exist_ok=True)
     src = os.path.join(data_root, "corpus", "train")
@@ -231,9 +233,7 @@ def stage_corpus(work: str, data_root: str) -> str:
             raise ValueError(f"{src}/wiki.txt has {len(docs)} documents but wiki_titles.txt {len(titles)} titles")
         drop = topic_eval_titles(os.path.join(data_root, "labeled"))
         keep = [d for d, t in zip(docs, titles) if t not in drop]
-        with open(dst + ".tmp", "w", encoding="utf-8") as f:
-            f.write("\n\n".join(keep) + "\n")
-        os.replace(dst + ".tmp", dst)
+        files.write_text_atomic(dst, "\n\n".join(keep) + "\n")
         _say(f"corpus: wiki.txt keeps {len(keep)} of {len(docs)} articles (topic dev/test dropped)")
     return out
 
@@ -242,6 +242,7 @@ def stage_task_corpus(work: str, task: TransferSet) -> str:
     """--corpus_task: <work_dir>/corpus/<task>_train.txt, the task's train texts in the corpus format (one document
     per row, its text on one line, a blank line between); refused when the corpus folder holds other text."""
     from tfrecords import tables
+    from xlnet_tf import files
 
     data_dir = next((a.split("=", 1)[1] for a in task.data_args if a.startswith("--data_dir=")), None)
     if task.runner != "run_classifier.py" or data_dir is None:
@@ -258,9 +259,7 @@ def stage_task_corpus(work: str, task: TransferSet) -> str:
         column = table.column("text")
         docs = [" ".join(table.field(line, fields, column, "text").split()) for line, fields in table.rows]
         docs = [d for d in docs if d]
-        with open(dst + ".tmp", "w", encoding="utf-8") as f:
-            f.write("\n\n".join(docs) + "\n")
-        os.replace(dst + ".tmp", dst)
+        files.write_text_atomic(dst, "\n\n".join(docs) + "\n")
         _say(f"corpus: {len(docs)} train texts of {task.name} (labels dropped) in {dst}")
     return out
 
