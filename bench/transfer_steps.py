@@ -10,6 +10,14 @@ Inputs (each a bench/transfer.py report .json; a missing one leaves its points o
   --ood_report             the out-of-domain table (tweets, spam: best checkpoint on dev; scratch and 1x PLM)
   --ood_steps_report       the same rows against the 10x run's kept checkpoints (scratch restored from the above)
 
+Two more kinds of input, for the out-of-domain rows:
+  --adapted_reports  TASK=PATH: the table of the recipe's model after task-adaptive pretraining on TASK's own train
+                     text (run/flags/transfer_cpu_ood_tapt.flags); one more point per row, against the OOD
+                     table's scratch cell, at step 3,000 + its own pretraining steps
+  --screen_reports   LABEL=PATH: seed-0 screens of one fine-tuning change each (layer-wise rate decay, the mean
+                     summary); with the OOD table's own grid (scratch, PLM, MLM) and the adapted models' grid they
+                     make the diagnosis table: dev at each rate of seed 0, and test where seeds were run
+
 Each point is a table cell: the mean over seeds at the rate chosen on dev with seed 0, as in the reports. The gain
 is taken against the scratch cell of the same table (the in-domain steps table has its own scratch runs), with
 the standard error of a difference of two means (sqrt(s1^2/n1 + s2^2/n2)) as its error bar. Out-of-domain rows
@@ -49,6 +57,12 @@ def define_flags() -> None:
     flags.DEFINE_string("ood_report", os.path.join(RESULTS, "transfer_ood_cpu.json"), "The out-of-domain table.")
     flags.DEFINE_string("ood_steps_report", os.path.join(RESULTS, "transfer_ood_cpu_steps.json"),
                         "The out-of-domain table against the 10x run's checkpoints.")
+    flags.DEFINE_list("adapted_reports", [f"{t}=" + os.path.join(RESULTS, f"transfer_ood_cpu_tapt_{t}.json")
+                                          for t in ("tweets", "spam")],
+                      "Task-adaptive pretraining tables as TASK=PATH.json (bench/transfer.py --corpus_task=TASK).")
+    flags.DEFINE_list("screen_reports", [f"{k}=" + os.path.join(RESULTS, f"transfer_ood_cpu_{k}.json")
+                                         for k in ("layer_decay", "mean")],
+                      "Seed-0 screens of one fine-tuning change each on the OOD rows, as LABEL=PATH.json.")
     flags.DEFINE_list("domain_shift", [], "bench/domain_shift.py reports of the same PLM runs, as LABEL=PATH.json: "
                       "LABEL is `1x` (the recipe's run, annealed) or a step of the 10x run (its kept checkpoint); "
                       "adds each set's LM loss (bits per character, no memories) against the pretraining step.")
@@ -138,7 +152,63 @@ def domain_shift_points(entries: List[str]) -> List[Dict]:
     return sorted(out, key=lambda p: (p["run"], p["step"], p["set"]))
 
 
-def compose(reports: Dict[str, Optional[Dict]], shift: List[Dict] = ()) -> Dict:
+ADAPTED_RUN = "1x recipe + task-adaptive"
+
+
+def labelled(flag: str, entries: List[str]) -> Dict[str, str]:
+    """{label: absolute path} of a LABEL=PATH list flag."""
+    out = {}
+    for entry in entries:
+        label, sep, path = entry.partition("=")
+        if not sep or not label or not path:
+            raise app.UsageError(f"--{flag}: {entry!r} is not LABEL=PATH")
+        out[label] = os.path.abspath(path)
+    return out
+
+
+def adapted_steps(report: Dict, path: str) -> int:
+    """The task-adaptive run's own pretraining steps (its report's recipe, after the 1x recipe's)."""
+    steps = (report.get("pretrain_recipe") or {}).get("train_steps")
+    if steps is None or not str(steps).isdigit():
+        raise app.UsageError(f"{path}: its pretrain_recipe has no train_steps; is it a task-adaptive table "
+                             "(bench/transfer.py --corpus_task with the pretrain stage)?")
+    return int(steps)
+
+
+def variant_flags(report: Dict, base: Optional[Dict]) -> str:
+    """The fine-tuning flags a screen adds to the OOD table's (e.g. `--summary_type=mean`)."""
+    own = (report.get("finetune_settings") or {}).get("extra_finetune_flags") or []
+    shared = set(((base or {}).get("finetune_settings") or {}).get("extra_finetune_flags") or [])
+    return " ".join(f for f in own if f not in shared) or "(no flag of its own)"
+
+
+def diagnosis(reports: Dict[str, Optional[Dict]], adapted: Dict[str, Optional[Dict]],
+              screens: Dict[str, Optional[Dict]]) -> List[Dict]:
+    """Per OOD task: every variant's seed-0 dev grid, rate chosen and test cell (where its seeds were run)."""
+    ood, out = reports["ood"], []
+    for task, metric, kind in ROWS:
+        if kind != "out-of-domain":
+            continue
+        dev_metric = metric[len("test_"):] if metric.startswith("test_") else metric
+        sources = [("scratch", ood, "scratch"), ("PLM", ood, "plm"), ("MLM", ood, "mlm")]
+        sources += [(f"PLM, {variant_flags(r, ood)}", r, "plm") for r in screens.values() if r is not None]
+        if adapted.get(task) is not None:
+            steps = adapted[task]["_steps"]
+            sources.append((f"PLM + task-adaptive ({steps:,} steps on its train text)", adapted[task], "plm"))
+        for variant, report, init in sources:
+            dev, test = find_row(report, task, dev_metric), find_row(report, task, metric)
+            grid = (dev or {}).get(f"{init}_grid") or {}
+            if not grid:
+                continue
+            out.append({"task": task, "variant": variant, "metric": dev_metric, "grid": grid,
+                        "best_lr": (dev or {}).get(f"{init}_best_lr") or max(grid, key=grid.get),
+                        "dev": cell(dev, init), "test": cell(test, init)})
+    return out
+
+
+def compose(reports: Dict[str, Optional[Dict]], shift: List[Dict] = (), adapted: Dict[str, Optional[Dict]] = None,
+            screens: Dict[str, Optional[Dict]] = None) -> Dict:
+    adapted, screens = adapted or {}, screens or {}
     paths = input_paths()
     rows = []
     for task, metric, kind in ROWS:
@@ -157,6 +227,11 @@ def compose(reports: Dict[str, Optional[Dict]], shift: List[Dict] = ()) -> Dict:
             points.append({"run": "10x recipe", "step": step, "init": init, "cell": plm,
                            "heldout_loss": heldout_loss(steps_report, step),
                            "gain": gain(plm, steps_scratch or scratch)})
+        if adapted.get(task) is not None:
+            plm = cell(find_row(adapted[task], task, metric), "plm")
+            steps = adapted[task]["_steps"]
+            points.append({"run": ADAPTED_RUN, "step": RECIPE_STEPS + steps, "init": "plm", "cell": plm,
+                           "heldout_loss": heldout_loss(adapted[task], steps), "gain": gain(plm, scratch)})
         rows.append({"task": task, "metric": metric, "kind": kind,
                      "baseline": (base or stepped or {}).get("baseline"),
                      "majority": (base or stepped or {}).get("majority"),
@@ -165,14 +240,19 @@ def compose(reports: Dict[str, Optional[Dict]], shift: List[Dict] = ()) -> Dict:
             "heldout": {"1x": first_curve(reports, ("ood", "indomain")),
                         "10x": first_curve(reports, ("ood_steps", "indomain_steps"))},
             "domain_shift": list(shift),
+            "diagnosis": diagnosis(reports, adapted, screens),
             "inputs": {key: os.path.relpath(path, REPO) for key, path in paths.items()},
             "missing": sorted(os.path.relpath(path, REPO) for key, path in paths.items() if reports[key] is None),
             "command": " ".join(["python", "bench/transfer_steps.py", *sys.argv[1:]])}
 
 
 def input_paths() -> Dict[str, str]:
-    return {"indomain": FLAGS.indomain_report, "indomain_steps": FLAGS.indomain_steps_report,
-            "ood": FLAGS.ood_report, "ood_steps": FLAGS.ood_steps_report}
+    """Every input report by key (the task-adaptive tables as `adapted:TASK`, the screens as `screen:LABEL`)."""
+    paths = {"indomain": FLAGS.indomain_report, "indomain_steps": FLAGS.indomain_steps_report,
+             "ood": FLAGS.ood_report, "ood_steps": FLAGS.ood_steps_report}
+    paths.update({f"adapted:{t}": p for t, p in labelled("adapted_reports", FLAGS.adapted_reports).items()})
+    paths.update({f"screen:{k}": p for k, p in labelled("screen_reports", FLAGS.screen_reports).items()})
+    return {key: os.path.abspath(path) for key, path in paths.items()}
 
 
 def fmt(c: Optional[Dict]) -> str:
@@ -199,7 +279,9 @@ def markdown(out: Dict) -> str:
               "points are kept checkpoints of one run of 10x the steps (30,000, the same recipe otherwise), whose "
               "learning rate at step s is still high unless s = 30,000. Gain: PLM minus the scratch cell of the "
               "same table (± the standard error of the difference). Topic: dev accuracy at the flag file's fixed "
-              "budget; tweets and spam: test accuracy at each run's best checkpoint on dev.", "",
+              "budget; tweets and spam: test accuracy at each run's best checkpoint on dev. "
+              f"`{ADAPTED_RUN}`: the 1x model pretrained further, with the same objective, on the task's own train "
+              "text (labels dropped); its held-out loss is the corpus's (what it forgot).", "",
               "| task | kind | metric | scratch | run | pretraining step | held-out loss | PLM | gain |",
               "|---|---|---|---|---|---|---|---|---|"]
     for row in out["rows"]:
@@ -227,6 +309,17 @@ def markdown(out: Dict) -> str:
                        and (p["run"] != "1x recipe (annealed)") == ten]
                 cells.append(f"{hit[0]['bits_per_character']:.3f}" if hit else "-")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    if out["diagnosis"]:
+        rates = sorted({lr for d in out["diagnosis"] for lr in d["grid"]}, key=float)
+        lines += ["", "Diagnosis on the out-of-domain rows: each variant's dev score at each learning rate (seed 0), "
+                  "and test at the rate chosen on dev where its seeds were run (mean ± std over the seeds; a screen "
+                  "has seed 0 only):", "",
+                  "| task | variant | " + " | ".join(f"dev, lr {lr}" for lr in rates) + " | test at the chosen rate |",
+                  "|---|---|" + "---|" * (len(rates) + 1)]
+        for d in out["diagnosis"]:
+            grid = [f"**{d['grid'][lr]:.1f}**" if lr == d["best_lr"] else
+                    (f"{d['grid'][lr]:.1f}" if lr in d["grid"] else "-") for lr in rates]
+            lines.append(f"| {d['task']} | {d['variant']} | " + " | ".join(grid) + f" | {fmt(d['test'])} |")
     lines += ["", f"![transfer against pretraining steps]({os.path.basename(FLAGS.output_prefix)}.png)", ""]
     return "\n".join(lines)
 
@@ -260,6 +353,11 @@ def plot(out: Dict, path: str) -> None:
                          yerr=[p["gain"]["se"] or 0 for p in pts], ls=style if run == "10x recipe" else "none",
                          marker=marker, ms=4, capsize=2, color=colors[row["task"]],
                          label=f"{row['task']} ({row['kind']}, {run})")
+        pts = [p for p in row["points"] if p["run"] == ADAPTED_RUN and p["gain"] is not None]
+        if pts:
+            ax1.errorbar([p["step"] for p in pts], [p["gain"]["gain"] for p in pts],
+                         yerr=[p["gain"]["se"] or 0 for p in pts], ls="none", marker="*", ms=9, capsize=2,
+                         color=colors[row["task"]], label=f"{row['task']} ({ADAPTED_RUN})")
     ax1.axhline(0, color="#555555", lw=0.8)
     ax1.set_xscale("symlog", linthresh=1000)
     ax1.set_xlabel("pretraining step of the initial weights")
@@ -288,11 +386,17 @@ def plot(out: Dict, path: str) -> None:
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    reports = {key: load(os.path.abspath(path)) for key, path in input_paths().items()}
+    paths = input_paths()
+    reports = {key: load(path) for key, path in paths.items()}
     if reports["indomain"] is None and reports["ood"] is None:
         raise app.UsageError(f"neither --indomain_report={FLAGS.indomain_report} nor --ood_report="
                              f"{FLAGS.ood_report} exists: make them with bench/transfer.py first")
-    out = compose(reports, domain_shift_points(FLAGS.domain_shift))
+    adapted = {}
+    for key, report in reports.items():
+        if key.startswith("adapted:") and report is not None:
+            adapted[key.partition(":")[2]] = dict(report, _steps=adapted_steps(report, paths[key]))
+    screens = {key.partition(":")[2]: r for key, r in reports.items() if key.startswith("screen:")}
+    out = compose(reports, domain_shift_points(FLAGS.domain_shift), adapted, screens)
     prefix = os.path.abspath(FLAGS.output_prefix)
     plot(out, prefix + ".png")
     files.write_json_atomic(prefix + ".json", out)

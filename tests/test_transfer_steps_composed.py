@@ -26,16 +26,27 @@ def row(task, metric, **cells):
     return out
 
 
-def run(tmp_path, **reports):
+def run(tmp_path, adapted=None, screens=None, **reports):
+    """Runs the composer on these reports (the rest absent); `adapted` / `screens`: {label: report}."""
     paths = {}
     for name in ("indomain", "indomain_steps", "ood", "ood_steps"):
         paths[name] = str(tmp_path / f"{name}.json")
         if name in reports:
             with open(paths[name], "w") as f:
                 json.dump(reports[name], f)
+    labelled = {}
+    for flag, given in (("adapted_reports", adapted or {}), ("screen_reports", screens or {})):
+        entries = []
+        for label, content in given.items():
+            path = tmp_path / f"{flag}_{label}.json"
+            if content is not None:
+                path.write_text(json.dumps(content))
+            entries.append(f"{label}={path}")
+        labelled[flag] = ",".join(entries)  # empty: none (the defaults name the committed reports)
     prefix = str(tmp_path / "out")
     proc = subprocess.run([sys.executable, "bench/transfer_steps.py", *(f"--{k}_report={v}" for k, v in paths.items()),
-                           f"--output_prefix={prefix}"], cwd=REPO, capture_output=True, text=True)
+                           *(f"--{k}={v}" for k, v in labelled.items()), f"--output_prefix={prefix}"],
+                          cwd=REPO, capture_output=True, text=True)
     return proc, prefix
 
 
@@ -106,6 +117,7 @@ def test_domain_shift_reports_add_each_sets_lm_loss_by_step(tmp_path):
     assert proc.returncode == 0, proc.stderr
     proc = subprocess.run([sys.executable, "bench/transfer_steps.py", f"--ood_report={tmp_path / 'ood.json'}",
                            f"--indomain_report={tmp_path / 'none.json'}", "--domain_shift=" + ",".join(paths),
+                           "--adapted_reports=", "--screen_reports=",
                            f"--output_prefix={prefix}"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     out = json.load(open(prefix + ".json"))
@@ -125,3 +137,63 @@ def test_a_bad_domain_shift_entry_is_named(tmp_path, entry, message):
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode != 0 and message in proc.stderr
     assert not os.path.exists(tmp_path / "out.json")
+
+
+def with_grid(r, init, grid, best):
+    r[f"{init}_grid"], r[f"{init}_best_lr"] = grid, best
+    return r
+
+
+def test_task_adaptive_tables_add_a_point_against_the_ood_tables_scratch(tmp_path):
+    ood = report([row("tweets", "test_accuracy", scratch=[80, 82, 84], plm=[78, 79, 80])], [(3000, 4.7)])
+    tapt = report([row("tweets", "test_accuracy", plm=[84, 85, 86])], [(0, 4.7), (1000, 4.95)])
+    tapt["pretrain_recipe"] = {"train_steps": "1000"}
+    proc, prefix = run(tmp_path, ood=ood, adapted={"tweets": tapt, "spam": None})
+    assert proc.returncode == 0, proc.stderr
+    out = json.load(open(prefix + ".json"))
+    tweets = next(r for r in out["rows"] if r["task"] == "tweets")
+    point = tweets["points"][-1]
+    assert (point["run"], point["step"]) == ("1x recipe + task-adaptive", 4000)
+    assert point["gain"]["gain"] == pytest.approx(85 - 82)
+    assert point["heldout_loss"] == pytest.approx(4.95)
+    assert any(p.endswith("adapted_reports_spam.json") for p in out["missing"])
+
+
+def test_the_diagnosis_table_lists_every_variants_grid_and_names_a_screens_own_flags(tmp_path):
+    dev = row("spam", "accuracy", scratch=[97.0], plm=[96.0], mlm=[95.0])
+    for init, grid in (("scratch", {"1e-4": 97.0, "3e-4": 96.5}), ("plm", {"1e-4": 96.0, "3e-4": 95.5}),
+                       ("mlm", {"1e-4": 95.0, "3e-4": 94.0})):
+        with_grid(dev, init, grid, "1e-4")
+    ood = report([dev, row("spam", "test_accuracy", scratch=[96, 97, 98], plm=[95, 96, 97])], [(3000, 4.7)])
+    ood["finetune_settings"] = {"extra_finetune_flags": ["--dropout=0.1"]}
+    screen = report([with_grid(row("spam", "accuracy", plm=[97.5]), "plm", {"1e-4": 96.5, "3e-4": 97.5}, "3e-4")],
+                    [(3000, 4.7)])
+    screen["finetune_settings"] = {"extra_finetune_flags": ["--dropout=0.1", "--summary_type=mean"]}
+    proc, prefix = run(tmp_path, ood=ood, screens={"mean": screen})
+    assert proc.returncode == 0, proc.stderr
+    out = json.load(open(prefix + ".json"))
+    variants = [(d["task"], d["variant"], d["best_lr"]) for d in out["diagnosis"]]
+    assert variants == [("spam", "scratch", "1e-4"), ("spam", "PLM", "1e-4"), ("spam", "MLM", "1e-4"),
+                        ("spam", "PLM, --summary_type=mean", "3e-4")]
+    assert out["diagnosis"][1]["test"]["mean"] == pytest.approx(96.0)
+    assert out["diagnosis"][3]["test"] is None
+    md = open(prefix + ".md").read()
+    assert "| spam | PLM, --summary_type=mean | 96.5 | **97.5** | - |" in md
+
+
+def test_a_task_adaptive_table_without_its_pretraining_steps_is_named(tmp_path):
+    ood = report([row("tweets", "test_accuracy", scratch=[80, 82], plm=[78, 79])], [(3000, 4.7)])
+    tapt = report([row("tweets", "test_accuracy", plm=[84, 85])], [(1000, 4.95)])
+    proc, prefix = run(tmp_path, ood=ood, adapted={"tweets": tapt})
+    assert proc.returncode != 0
+    assert "adapted_reports_tweets.json: its pretrain_recipe has no train_steps" in proc.stderr
+    assert not os.path.exists(prefix + ".json")
+
+
+def test_a_labelled_entry_without_a_path_is_named(tmp_path):
+    ood = report([row("tweets", "test_accuracy", scratch=[80, 82], plm=[81, 82])], [(3000, 4.7)])
+    (tmp_path / "ood.json").write_text(json.dumps(ood))
+    proc = subprocess.run([sys.executable, "bench/transfer_steps.py", f"--ood_report={tmp_path / 'ood.json'}",
+                           "--screen_reports=mean", f"--output_prefix={tmp_path / 'out'}"],
+                          cwd=REPO, capture_output=True, text=True)
+    assert proc.returncode != 0 and "--screen_reports: 'mean' is not LABEL=PATH" in proc.stderr
