@@ -34,7 +34,7 @@ from absl import app, flags
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import host, transfer  # noqa: E402
+from bench import figures, host, transfer  # noqa: E402
 
 REPO = transfer.REPO
 FLAGS = flags.FLAGS
@@ -171,10 +171,7 @@ def write_report(runs: List[Dict], letter_counts: Dict, prefix: str, zero: Dict[
               "of each option in the blank; dev, chance 25): " + "; ".join(f"`{k}` {v:.1f}" for k, v in zero.items())]
     with open(prefix + ".md", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = figures.pyplot()
 
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 4))
     for r in runs:
@@ -189,7 +186,7 @@ def write_report(runs: List[Dict], letter_counts: Dict, prefix: str, zero: Dict[
     ax1.set_ylabel("dev accuracy (%)")
     ax1.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(prefix + ".png", dpi=110)
+    figures.save(fig, prefix + ".png")
 
 
 def main(argv):

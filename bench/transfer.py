@@ -41,7 +41,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 from absl import app, flags
 
-from bench import transfer_ledger
+from bench import figures, transfer_ledger
 
 FLAGS = flags.FLAGS
 STAGES = ("corpus", "spm", "records", "pretrain", "finetune", "report")
@@ -1224,10 +1224,7 @@ def plot_steps(rows: List[Dict], curves: Dict, train_steps: int, path: str) -> N
     """One panel per task (its primary metric and, when there is one, its test metric): the fine-tuned score
     against the pretraining step of the initial weights, one line per objective, the baseline and majority
     dashed; the held-out loss on a second axis."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = figures.pyplot()
 
     points = steps_points(rows, train_steps)
     panels = primary_and_test(rows)
@@ -1257,9 +1254,7 @@ def plot_steps(rows: List[Dict], curves: Dict, train_steps: int, path: str) -> N
         ax2.set_ylabel("held-out loss (faint)", fontsize=8)
         ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path + ".tmp.png", dpi=110)
-    os.replace(path + ".tmp.png", path)
-    plt.close(fig)
+    figures.save(fig, path)
 
 
 def welch_p(a: List[float], b: List[float]) -> str:
@@ -1272,10 +1267,7 @@ def welch_p(a: List[float], b: List[float]) -> str:
 
 
 def plot(rows, curves, baselines, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = figures.pyplot()
 
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(12, 4.2), gridspec_kw={"width_ratios": [1, 1.6]})
     colors = {"scratch": "#999999", "mlm": "#1f77b4", "plm": "#d62728"}
@@ -1302,9 +1294,7 @@ def plot(rows, curves, baselines, path):
     ax1.set_title("Fine-tuning, same budget")
     ax1.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path + ".tmp.png", dpi=110)
-    os.replace(path + ".tmp.png", path)
-    plt.close(fig)
+    figures.save(fig, path)
 
 
 def main(argv):

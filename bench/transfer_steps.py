@@ -40,6 +40,7 @@ if REPO not in sys.path:
 
 from absl import app, flags
 
+from bench import figures
 from xlnet_tf import files
 
 FLAGS = flags.FLAGS
@@ -325,10 +326,7 @@ def markdown(out: Dict) -> str:
 
 
 def plot(out: Dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = figures.pyplot()
 
     shift = out["domain_shift"]
     fig, axes = plt.subplots(1, 3 if shift else 2, figsize=(16 if shift else 11, 4))
@@ -378,9 +376,7 @@ def plot(out: Dict, path: str) -> None:
         ax2.set_title("Domain shift, to the model itself")
         ax2.legend(fontsize=6)
     fig.tight_layout()
-    fig.savefig(path + ".tmp.png", dpi=110)
-    os.replace(path + ".tmp.png", path)
-    plt.close(fig)
+    figures.save(fig, path)
 
 
 def main(argv):
