@@ -65,7 +65,8 @@ def define_flags() -> None:
                                          for k in ("layer_decay", "mean")],
                       "Seed-0 screens of one fine-tuning change each on the OOD rows, as LABEL=PATH.json.")
     flags.DEFINE_list("domain_shift", [], "bench/domain_shift.py reports of the same PLM runs, as LABEL=PATH.json: "
-                      "LABEL is `1x` (the recipe's run, annealed) or a step of the 10x run (its kept checkpoint); "
+                      "LABEL is `1x` (the recipe's run, annealed), a step of the 10x run (its kept checkpoint) or "
+                      "`adapted-TASK` (the recipe's model after task-adaptive pretraining on TASK); "
                       "adds each set's LM loss (bits per character, no memories) against the pretraining step.")
     flags.DEFINE_string("output_prefix", os.path.join(RESULTS, "transfer_steps_cpu"), "Report path, no extension.")
 
@@ -132,28 +133,41 @@ def first_curve(reports: Dict[str, Optional[Dict]], keys: Tuple[str, ...]) -> Li
     return []
 
 
+ADAPTED_RUN = "1x recipe + task-adaptive"
+ONE_X_RUN = "1x recipe (annealed)"
+
+
+def shift_column(run: str, step: int) -> Tuple[int, int, str]:
+    """Order of the domain-shift table's columns: the 1x recipe, the 10x run by step, the task-adapted models."""
+    return (0 if run == ONE_X_RUN else 1 if run == "10x recipe" else 2, step, run)
+
+
 def domain_shift_points(entries: List[str]) -> List[Dict]:
-    """[{run, step, set, bits_per_character, perplexity}] of the --domain_shift reports, by run and step."""
+    """[{run, step, set, bits_per_character, perplexity}] of the --domain_shift reports, by column (shift_column).
+    LABEL `1x`: the recipe's model; a step: the 10x run's kept checkpoint; `adapted-TASK`: the recipe's model after
+    task-adaptive pretraining on TASK's train text (step: the recipe's, where it started)."""
     out = []
     for entry in entries:
         label, sep, path = entry.partition("=")
-        if not sep or not (label == "1x" or label.isdigit()):
-            raise app.UsageError(f"--domain_shift: {entry!r} is not LABEL=PATH with LABEL `1x` or a step")
+        adapted_task = label[len("adapted-"):] if label.startswith("adapted-") else ""
+        if not sep or not (label == "1x" or label.isdigit() or adapted_task):
+            raise app.UsageError(f"--domain_shift: {entry!r} is not LABEL=PATH with LABEL `1x`, a step or "
+                                 "`adapted-TASK`")
         if not os.path.exists(path):
             raise app.UsageError(f"--domain_shift: {path} does not exist (make it with bench/domain_shift.py)")
         with open(path, encoding="utf-8") as f:
             report = json.load(f)
         if "rows" not in report or not all("without_memories_bits_per_character" in r for r in report["rows"]):
             raise app.UsageError(f"--domain_shift: {path} is not a bench/domain_shift.py report")
-        run, step = ("1x recipe (annealed)", RECIPE_STEPS) if label == "1x" else ("10x recipe", int(label))
+        if adapted_task:
+            run, step = f"{ADAPTED_RUN} on {adapted_task}", RECIPE_STEPS
+        else:
+            run, step = (ONE_X_RUN, RECIPE_STEPS) if label == "1x" else ("10x recipe", int(label))
         for r in report["rows"]:
             out.append({"run": run, "step": step, "set": r["set"], "tokens": r["tokens"],
                         "bits_per_character": r["without_memories_bits_per_character"],
                         "perplexity": r["without_memories_perplexity"], "checkpoint": report.get("checkpoint")})
-    return sorted(out, key=lambda p: (p["run"], p["step"], p["set"]))
-
-
-ADAPTED_RUN = "1x recipe + task-adaptive"
+    return sorted(out, key=lambda p: (shift_column(p["run"], p["step"]), p["set"]))
 
 
 def labelled(flag: str, entries: List[str]) -> Dict[str, str]:
@@ -220,7 +234,7 @@ def compose(reports: Dict[str, Optional[Dict]], shift: List[Dict] = (), adapted:
         points = []
         if base is not None:
             plm = cell(base, "plm")
-            points.append({"run": "1x recipe (annealed)", "step": RECIPE_STEPS, "init": "plm", "cell": plm,
+            points.append({"run": ONE_X_RUN, "step": RECIPE_STEPS, "init": "plm", "cell": plm,
                            "heldout_loss": heldout_loss(base_report, RECIPE_STEPS),
                            "gain": gain(plm, scratch)})
         for step, init in step_inits(steps_report, stepped):
@@ -296,18 +310,19 @@ def markdown(out: Dict) -> str:
             lines.append(f"| {row['task']} | {row['kind']} | {row['metric']} | {scratch} | {p['run']} | "
                          f"{p['step']:,} | {loss} | {fmt(p['cell'])} | {fmt_gain(p['gain'])} |")
     if out["domain_shift"]:
-        steps = sorted({(p["run"] != "1x recipe (annealed)", p["step"]) for p in out["domain_shift"]})
+        columns = sorted({shift_column(p["run"], p["step"]) for p in out["domain_shift"]})
         names = list(dict.fromkeys(p["set"] for p in out["domain_shift"]))
+        heads = {0: lambda step, run: f"1x recipe, step {step:,}", 1: lambda step, run: f"10x run, step {step:,}",
+                 2: lambda step, run: run.replace(ADAPTED_RUN, "1x recipe + task-adaptive pretraining")}
         lines += ["", "How well the pretrained model predicts each set's text (bench/domain_shift.py: its left-to-right "
                   "LM loss, bits per character without memories; lower is better), by pretraining step:", "",
-                  "| set | " + " | ".join(("10x run, step " if ten else "1x recipe, step ") + f"{step:,}"
-                                         for ten, step in steps) + " |",
-                  "|---|" + "---|" * len(steps)]
+                  "| set | " + " | ".join(heads[kind](step, run) for kind, step, run in columns) + " |",
+                  "|---|" + "---|" * len(columns)]
         for name in names:
             cells = []
-            for ten, step in steps:
-                hit = [p for p in out["domain_shift"] if p["set"] == name and p["step"] == step
-                       and (p["run"] != "1x recipe (annealed)") == ten]
+            for column in columns:
+                hit = [p for p in out["domain_shift"] if p["set"] == name
+                       and shift_column(p["run"], p["step"]) == column]
                 cells.append(f"{hit[0]['bits_per_character']:.3f}" if hit else "-")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     if out["diagnosis"]:
@@ -343,7 +358,7 @@ def plot(out: Dict, path: str) -> None:
     colors = {"topic": "#1f77b4", "tweets": "#2ca02c", "spam": "#ff7f0e"}
     for row in out["rows"]:
         style = "-" if row["kind"] == "in-domain" else "--"
-        for run, marker in (("10x recipe", "o"), ("1x recipe (annealed)", "s")):
+        for run, marker in (("10x recipe", "o"), (ONE_X_RUN, "s")):
             pts = [p for p in row["points"] if p["run"] == run and p["gain"] is not None]
             if not pts:
                 continue
@@ -366,7 +381,7 @@ def plot(out: Dict, path: str) -> None:
         ax2 = axes[2]
         set_colors = dict(colors, heldout="#555555")
         for name in dict.fromkeys(p["set"] for p in shift):
-            for run, marker, ls in (("10x recipe", "o", "-"), ("1x recipe (annealed)", "s", "none")):
+            for run, marker, ls in (("10x recipe", "o", "-"), (ONE_X_RUN, "s", "none")):
                 pts = sorted((p["step"], p["bits_per_character"]) for p in shift if p["set"] == name and p["run"] == run)
                 if pts:
                     ax2.plot([x for x, _ in pts], [y for _, y in pts], marker=marker, ls=ls, ms=4,

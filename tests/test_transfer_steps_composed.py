@@ -109,7 +109,8 @@ def shift_report(bits):
 def test_domain_shift_reports_add_each_sets_lm_loss_by_step(tmp_path):
     ood = report([row("tweets", "test_accuracy", scratch=[80, 82], plm=[81, 82])], [(3000, 4.7)])
     paths = []
-    for label, bits in (("1x", {"heldout": 1.8, "tweets": 3.5}), ("6000", {"heldout": 1.7, "tweets": 3.6})):
+    for label, bits in (("adapted-tweets", {"heldout": 1.9, "tweets": 2.9}), ("6000", {"heldout": 1.7, "tweets": 3.6}),
+                        ("1x", {"heldout": 1.8, "tweets": 3.5})):
         path = tmp_path / f"shift_{label}.json"
         path.write_text(json.dumps(shift_report(bits)))
         paths.append(f"{label}={path}")
@@ -123,8 +124,13 @@ def test_domain_shift_reports_add_each_sets_lm_loss_by_step(tmp_path):
     out = json.load(open(prefix + ".json"))
     got = {(p["run"], p["step"], p["set"]): p["bits_per_character"] for p in out["domain_shift"]}
     assert got == {("1x recipe (annealed)", 3000, "heldout"): 1.8, ("1x recipe (annealed)", 3000, "tweets"): 3.5,
-                   ("10x recipe", 6000, "heldout"): 1.7, ("10x recipe", 6000, "tweets"): 3.6}
-    assert "| tweets | 3.500 | 3.600 |" in open(prefix + ".md").read()
+                   ("10x recipe", 6000, "heldout"): 1.7, ("10x recipe", 6000, "tweets"): 3.6,
+                   ("1x recipe + task-adaptive on tweets", 3000, "heldout"): 1.9,
+                   ("1x recipe + task-adaptive on tweets", 3000, "tweets"): 2.9}
+    md = open(prefix + ".md").read()
+    assert ("| set | 1x recipe, step 3,000 | 10x run, step 6,000 | 1x recipe + task-adaptive pretraining on tweets |"
+            in md)
+    assert "| tweets | 3.500 | 3.600 | 2.900 |" in md
 
 
 @pytest.mark.parametrize("entry, message", [("6000", "is not LABEL=PATH"), ("late=x.json", "is not LABEL=PATH"),
