@@ -53,3 +53,19 @@ def test_an_unknown_corpus_task_is_a_one_line_usage_error(tmp_path):
     assert proc.returncode != 0
     assert "--corpus_task=nope: unknown task" in proc.stderr
     assert not os.path.exists(tmp_path / "w")
+
+
+def test_the_task_only_control_is_the_adapted_recipe_without_the_corpus_model():
+    """run/flags/pretrain_cpu_task_only.flags: as many steps on the task's text as the adapted model gets, from
+    random weights at the recipe's own rate (the recipe's model is what task-adaptive pretraining starts from)."""
+    from bench import transfer
+
+    flags_dir = os.path.join(REPO, "run", "flags")
+    recipe = transfer.read_flagfile(os.path.join(flags_dir, "pretrain_cpu.flags"))
+    adapted = transfer.read_flagfile(os.path.join(flags_dir, "pretrain_cpu_tapt.flags"))
+    control = transfer.read_flagfile(os.path.join(flags_dir, "pretrain_cpu_task_only.flags"))
+    assert adapted["init_checkpoint"].endswith("plm_cpu/final") and "init_checkpoint" not in control
+    assert control["train_steps"] == adapted["train_steps"] == "1000"
+    assert (control["learning_rate"], control["warmup_steps"]) == (recipe["learning_rate"], recipe["warmup_steps"])
+    model = ("n_layer", "d_model", "n_head", "d_inner", "n_token", "seq_len", "train_batch_size")
+    assert [control[k] for k in model] == [adapted[k] for k in model] == [recipe[k] for k in model]
