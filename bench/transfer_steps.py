@@ -62,8 +62,8 @@ def define_flags() -> None:
                                           for t in ("tweets", "spam")],
                       "Task-adaptive pretraining tables as TASK=PATH.json (bench/transfer.py --corpus_task=TASK).")
     flags.DEFINE_list("screen_reports", [f"{k}=" + os.path.join(RESULTS, f"transfer_ood_cpu_{k}.json")
-                                         for k in ("layer_decay", "mean")],
-                      "Seed-0 screens of one fine-tuning change each on the OOD rows, as LABEL=PATH.json.")
+                                         for k in ("mlm", "layer_decay", "mean")],
+                      "Seed-0 screens of one change each on the OOD rows (another init or fine-tuning flag), as LABEL=PATH.json.")
     flags.DEFINE_list("domain_shift", [], "bench/domain_shift.py reports of the same PLM runs, as LABEL=PATH.json: "
                       "LABEL is `1x` (the recipe's run, annealed), a step of the 10x run (its kept checkpoint) or "
                       "`adapted-TASK` (the recipe's model after task-adaptive pretraining on TASK); "
@@ -190,11 +190,11 @@ def adapted_steps(report: Dict, path: str) -> int:
     return int(steps)
 
 
-def variant_flags(report: Dict, base: Optional[Dict]) -> str:
-    """The fine-tuning flags a screen adds to the OOD table's (e.g. `--summary_type=mean`)."""
+def variant_flags(report: Dict, base: Optional[Dict]) -> Optional[str]:
+    """The fine-tuning flags a screen adds to the OOD table's (e.g. `--summary_type=mean`), None if none."""
     own = (report.get("finetune_settings") or {}).get("extra_finetune_flags") or []
     shared = set(((base or {}).get("finetune_settings") or {}).get("extra_finetune_flags") or [])
-    return " ".join(f for f in own if f not in shared) or "(no flag of its own)"
+    return " ".join(f for f in own if f not in shared) or None
 
 
 def diagnosis(reports: Dict[str, Optional[Dict]], adapted: Dict[str, Optional[Dict]],
@@ -206,7 +206,11 @@ def diagnosis(reports: Dict[str, Optional[Dict]], adapted: Dict[str, Optional[Di
             continue
         dev_metric = metric[len("test_"):] if metric.startswith("test_") else metric
         sources = [("scratch", ood, "scratch"), ("PLM", ood, "plm"), ("MLM", ood, "mlm")]
-        sources += [(f"PLM, {variant_flags(r, ood)}", r, "plm") for r in screens.values() if r is not None]
+        for r in screens.values():
+            for init in ("plm", "mlm"):  # a screen fine-tunes one init (the OOD table's own MLM cells may be empty)
+                if r is not None and any(f"{init}_grid" in row for row in r["rows"]):
+                    own = variant_flags(r, ood)
+                    sources.append((init.upper() + ("" if own is None else f", {own}"), r, init))
         if adapted.get(task) is not None:
             steps = adapted[task]["_steps"]
             sources.append((f"PLM + task-adaptive ({steps:,} steps on its train text)", adapted[task], "plm"))

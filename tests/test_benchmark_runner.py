@@ -102,7 +102,7 @@ def test_transfer_flag_file_parses_and_names_real_tasks():
     variants = {"transfer_cpu_ood_layer_decay.flags": "--lr_layer_decay_rate=0.75",
                 "transfer_cpu_ood_mean.flags": "--summary_type=mean"}
     for flagfile in ("transfer_cpu.flags", "transfer_cpu_ood.flags", "transfer_cpu_ood_tapt.flags",
-                     "transfer_cpu_ood_task_only.flags", *variants):
+                     "transfer_cpu_ood_task_only.flags", "transfer_cpu_ood_mlm.flags", *variants):
         extra = ["--dropout=0.1", "--dropatt=0.1", variants[flagfile]] if flagfile in variants else None
         code = (f"import sys; sys.argv=['transfer', '--flagfile=run/flags/{flagfile}']; "
                 "from bench import transfer; from absl import flags; transfer.define_flags(); flags.FLAGS(sys.argv); "

@@ -175,12 +175,15 @@ def test_the_diagnosis_table_lists_every_variants_grid_and_names_a_screens_own_f
     screen = report([with_grid(row("spam", "accuracy", plm=[97.5]), "plm", {"1e-4": 96.5, "3e-4": 97.5}, "3e-4")],
                     [(3000, 4.7)])
     screen["finetune_settings"] = {"extra_finetune_flags": ["--dropout=0.1", "--summary_type=mean"]}
-    proc, prefix = run(tmp_path, ood=ood, screens={"mean": screen})
+    mlm = report([with_grid(row("spam", "accuracy", mlm=[96.0]), "mlm", {"1e-4": 96.0, "3e-4": 95.0}, "1e-4")],
+                 [(3000, 4.7)])
+    mlm["finetune_settings"] = {"extra_finetune_flags": ["--dropout=0.1"]}
+    proc, prefix = run(tmp_path, ood=ood, screens={"mean": screen, "mlm": mlm})
     assert proc.returncode == 0, proc.stderr
     out = json.load(open(prefix + ".json"))
     variants = [(d["task"], d["variant"], d["best_lr"]) for d in out["diagnosis"]]
     assert variants == [("spam", "scratch", "1e-4"), ("spam", "PLM", "1e-4"), ("spam", "MLM", "1e-4"),
-                        ("spam", "PLM, --summary_type=mean", "3e-4")]
+                        ("spam", "PLM, --summary_type=mean", "3e-4"), ("spam", "MLM", "1e-4")]
     assert out["diagnosis"][1]["test"]["mean"] == pytest.approx(96.0)
     assert out["diagnosis"][3]["test"] is None
     md = open(prefix + ".md").read()
