@@ -17,6 +17,7 @@ first `--max_tokens` tokens (documents joined by `<eod>`) are scored in segments
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import json
 import os
@@ -50,21 +51,55 @@ def read_documents(path: str) -> List[List[str]]:
 
 
 def set_stream(documents: List[List[str]], tokenizer, max_tokens: int) -> Dict:
-    """Token ids of the documents joined by `<eod>` (stopping once `max_tokens` are read) and pieces per word."""
-    from xlnet_tf.text.tokenization import EOD_ID
+    """Token ids of the documents joined by `<eod>` (stopping once `max_tokens` are read), pieces per word, the
+    share of pieces that are `<unk>` (the tokenizer cannot spell them) and the characters most often behind them."""
+    from xlnet_tf.text.tokenization import EOD_ID, UNK_ID
 
     ids: List[int] = []
-    words = pieces = 0
+    words = pieces = unknown = 0
+    unknown_chars: collections.Counter = collections.Counter()
     for doc in documents:
         for paragraph in doc:
             encoded = tokenizer.encode(paragraph)
             ids.extend(encoded)
             pieces += len(encoded)
             words += len(paragraph.split())
+            if UNK_ID in encoded:
+                unknown += encoded.count(UNK_ID)
+                unknown_chars.update(c for c in paragraph if not c.isspace() and UNK_ID in tokenizer.encode(c))
         ids.append(EOD_ID)
         if len(ids) >= max_tokens:
             break
-    return {"ids": ids[:max_tokens], "pieces_per_word": pieces / max(words, 1)}
+    return {"ids": ids[:max_tokens], "pieces_per_word": pieces / max(words, 1),
+            "unknown_piece_share": unknown / max(pieces, 1),
+            "unknown_characters": "".join(c for c, _ in unknown_chars.most_common(8))}
+
+
+def markdown_character(c: str) -> str:
+    """One character as a code span that a Markdown table cell keeps (`|` escaped, a backtick in double ones)."""
+    return "`` ` ``" if c == "`" else "`\\|`" if c == "|" else f"`{c}`"
+
+
+def markdown(out: Dict) -> str:
+    """The report's table (one row a set) from its JSON; a row made before the `<unk>` count shows `-` there."""
+    machine = out["machine"]
+    lines = [f"# Domain shift: the pretrained model's own LM loss on each set's text ({machine['cpu']}, "
+             f"{machine['cores']} cores; {machine['vector_extensions']})", "",
+             f"Checkpoint `{out['checkpoint']}`; each set's first {out['max_tokens']} tokens (documents joined by "
+             f"<eod>), left to right in segments of {out['seg_len']} (xlnet_tf/lm_eval.py); per token perplexity and "
+             "bits per character on the same tokens; `<unk>` pieces: the share of the set's pieces the tokenizer "
+             "cannot spell, with the characters most often behind them. Command: `" + out["command"] + "`", "",
+             "| set | tokens | pieces / word | `<unk>` pieces | perplexity (no memories) | bits/char (no memories) | "
+             "perplexity (memories) | bits/char (memories) |", "|---|---|---|---|---|---|---|---|"]
+    for r in out["rows"]:
+        unknown = "-"
+        if "unknown_piece_share" in r:
+            chars = " ".join(markdown_character(c) for c in r["unknown_characters"])
+            unknown = f"{100 * r['unknown_piece_share']:.2f}%" + (f" ({chars})" if chars else "")
+        lines.append(f"| {r['set']} | {r['tokens']} | {r['pieces_per_word']:.2f} | {unknown} | "
+                     f"{r['without_memories_perplexity']:.1f} | {r['without_memories_bits_per_character']:.3f} | "
+                     f"{r['with_memories_perplexity']:.1f} | {r['with_memories_bits_per_character']:.3f} |")
+    return "\n".join(lines) + "\n"
 
 
 def main():
@@ -98,6 +133,8 @@ def main():
         report = lm_eval.compare(model, stream["ids"], args.seg_len, tokenizer, batch_size=args.batch_size)
         row = {"set": name, "path": os.path.relpath(path, REPO) if path.startswith(REPO) else path,
                "tokens": len(stream["ids"]), "pieces_per_word": round(stream["pieces_per_word"], 3),
+               "unknown_piece_share": round(stream["unknown_piece_share"], 4),
+               "unknown_characters": stream["unknown_characters"],
                **{f"{k}_{m}": round(report[k][m], 4) for k in ("without_memories", "with_memories")
                   for m in ("perplexity", "bits_per_character")}}
         print(json.dumps(row), flush=True)
@@ -108,21 +145,10 @@ def main():
                                                                 if v is not None),
            "rows": rows}
     if args.output:
-        with open(args.output + ".json", "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=2)
-        lines = [f"# Domain shift: the pretrained model's own LM loss on each set's text ({machine['cpu']}, "
-                 f"{machine['cores']} cores; {machine['vector_extensions']})", "",
-                 f"Checkpoint `{args.checkpoint}`; each set's first {args.max_tokens} tokens (documents joined by "
-                 f"<eod>), left to right in segments of {args.seg_len} (xlnet_tf/lm_eval.py); per token "
-                 "perplexity and bits per character on the same tokens. Command: `" + out["command"] + "`", "",
-                 "| set | tokens | pieces / word | perplexity (no memories) | bits/char (no memories) | "
-                 "perplexity (memories) | bits/char (memories) |", "|---|---|---|---|---|---|---|"]
-        for r in rows:
-            lines.append(f"| {r['set']} | {r['tokens']} | {r['pieces_per_word']:.2f} | "
-                         f"{r['without_memories_perplexity']:.1f} | {r['without_memories_bits_per_character']:.3f} | "
-                         f"{r['with_memories_perplexity']:.1f} | {r['with_memories_bits_per_character']:.3f} |")
-        with open(args.output + ".md", "w", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
+        from xlnet_tf import files
+
+        files.write_json_atomic(args.output + ".json", out)
+        files.write_text_atomic(args.output + ".md", markdown(out))
 
 
 if __name__ == "__main__":
