@@ -60,14 +60,19 @@ def features(model, texts: List[str], batch_size: int = 64) -> Dict[str, Any]:
     import numpy as np
     import tensorflow as tf
 
-    out = {name: [] for name in SUMMARIES}
-    for start in range(0, len(texts), batch_size):
-        x = model.preprocessor(tf.constant(texts[start:start + batch_size]))
+    @tf.function(reduce_retracing=True)  # one graph per batch shape (eager reads were 2-3x slower)
+    def summaries(texts):
+        x = model.preprocessor(texts)
         content = model.backbone(x["input_ids"], segment_ids=x["segment_ids"], attention_mask=x["attention_mask"],
                                  training=False)["content"]  # [B, L, D]; left-padded, <cls> last
         mask = tf.cast(x["attention_mask"], content.dtype)[:, :, None]
-        out["cls"].append(content[:, -1].numpy())
-        out["mean"].append((tf.reduce_sum(content * mask, 1) / tf.reduce_sum(mask, 1)).numpy())
+        return content[:, -1], tf.reduce_sum(content * mask, 1) / tf.reduce_sum(mask, 1)
+
+    out = {name: [] for name in SUMMARIES}
+    for start in range(0, len(texts), batch_size):
+        cls, mean = summaries(tf.constant(texts[start:start + batch_size]))
+        out["cls"].append(cls.numpy())
+        out["mean"].append(mean.numpy())
     return {name: np.concatenate(parts).astype(np.float64) for name, parts in out.items()}
 
 
