@@ -58,6 +58,7 @@ def set_stream(documents: List[List[str]], tokenizer, max_tokens: int) -> Dict:
     ids: List[int] = []
     words = pieces = unknown = 0
     unknown_chars: collections.Counter = collections.Counter()
+    unspellable: Dict[str, bool] = {}  # character -> its own encoding holds <unk> (each character encoded once)
     for doc in documents:
         for paragraph in doc:
             encoded = tokenizer.encode(paragraph)
@@ -66,7 +67,11 @@ def set_stream(documents: List[List[str]], tokenizer, max_tokens: int) -> Dict:
             words += len(paragraph.split())
             if UNK_ID in encoded:
                 unknown += encoded.count(UNK_ID)
-                unknown_chars.update(c for c in paragraph if not c.isspace() and UNK_ID in tokenizer.encode(c))
+                for c in paragraph:
+                    if c not in unspellable:
+                        unspellable[c] = not c.isspace() and UNK_ID in tokenizer.encode(c)
+                    if unspellable[c]:
+                        unknown_chars[c] += 1
         ids.append(EOD_ID)
         if len(ids) >= max_tokens:
             break

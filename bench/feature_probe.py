@@ -96,7 +96,8 @@ def probe(train_x, train_y, evals: Dict[str, tuple]) -> Dict:
     return {"C": c, **{s: 100.0 * clf.score(x, y) for s, (x, y) in evals.items()}}
 
 
-def load(label: str, path: str, args, seed: int):
+def load(path: str, args, seed: int):
+    """The classifier whose backbone is probed: `path`'s weights, or (`random`) the `--config` model at `seed`."""
     import keras
 
     from xlnet_tf.models.sequence import XLNetClassifier
@@ -183,7 +184,7 @@ def main(argv=None):
     for label, path in models.items():
         runs = {name: [] for name in SUMMARIES}
         for seed in (seeds if path == "random" else [0]):
-            model = load(label, path, args, seed)
+            model = load(path, args, seed)
             feats = {s: features(model, texts) for s, (texts, _, _) in data.items()}
             for name in SUMMARIES:
                 runs[name].append(probe(feats["train"][name], data["train"][2],

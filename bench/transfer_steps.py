@@ -63,7 +63,8 @@ def define_flags() -> None:
                       "Task-adaptive pretraining tables as TASK=PATH.json (bench/transfer.py --corpus_task=TASK).")
     flags.DEFINE_list("screen_reports", [f"{k}=" + os.path.join(RESULTS, f"transfer_ood_cpu_{k}.json")
                                          for k in ("mlm", "layer_decay", "mean")],
-                      "Seed-0 screens of one change each on the OOD rows (another init or fine-tuning flag), as LABEL=PATH.json.")
+                      "Seed-0 screens of one change each on the OOD rows (another init or fine-tuning flag), "
+                      "as LABEL=PATH.json.")
     flags.DEFINE_list("domain_shift", [], "bench/domain_shift.py reports of the same PLM runs, as LABEL=PATH.json: "
                       "LABEL is `1x` (the recipe's run, annealed), a step of the 10x run (its kept checkpoint) or "
                       "`adapted-TASK` (the recipe's model after task-adaptive pretraining on TASK); "
@@ -225,10 +226,10 @@ def diagnosis(reports: Dict[str, Optional[Dict]], adapted: Dict[str, Optional[Di
     return out
 
 
-def compose(reports: Dict[str, Optional[Dict]], shift: List[Dict] = (), adapted: Dict[str, Optional[Dict]] = None,
-            screens: Dict[str, Optional[Dict]] = None) -> Dict:
+def compose(reports: Dict[str, Optional[Dict]], paths: Dict[str, str], shift: List[Dict] = (),
+            adapted: Dict[str, Optional[Dict]] = None, screens: Dict[str, Optional[Dict]] = None) -> Dict:
+    """The composed report from the input reports (None: absent) read from `paths` (input_paths())."""
     adapted, screens = adapted or {}, screens or {}
-    paths = input_paths()
     rows = []
     for task, metric, kind in ROWS:
         base_report = reports["indomain" if kind == "in-domain" else "ood"]
@@ -334,7 +335,8 @@ def markdown(out: Dict) -> str:
         lines += ["", "Diagnosis on the out-of-domain rows: each variant's dev score at each learning rate (seed 0), "
                   "and test at the rate chosen on dev where its seeds were run (mean ± std over the seeds; a screen "
                   "has seed 0 only):", "",
-                  "| task | variant | " + " | ".join(f"dev, lr {lr}" for lr in rates) + " | test at the chosen rate |",
+                  "| task | variant | " + " | ".join(f"dev, lr {lr}" for lr in rates)
+                  + " | test at the chosen rate |",
                   "|---|---|" + "---|" * (len(rates) + 1)]
         for d in out["diagnosis"]:
             grid = [f"**{d['grid'][lr]:.1f}**" if lr == d["best_lr"] else
@@ -362,19 +364,14 @@ def plot(out: Dict, path: str) -> None:
     colors = {"topic": "#1f77b4", "tweets": "#2ca02c", "spam": "#ff7f0e"}
     for row in out["rows"]:
         style = "-" if row["kind"] == "in-domain" else "--"
-        for run, marker in (("10x recipe", "o"), (ONE_X_RUN, "s")):
+        for run, marker, ms, ls in (("10x recipe", "o", 4, style), (ONE_X_RUN, "s", 4, "none"),
+                                    (ADAPTED_RUN, "*", 9, "none")):
             pts = [p for p in row["points"] if p["run"] == run and p["gain"] is not None]
             if not pts:
                 continue
             ax1.errorbar([p["step"] for p in pts], [p["gain"]["gain"] for p in pts],
-                         yerr=[p["gain"]["se"] or 0 for p in pts], ls=style if run == "10x recipe" else "none",
-                         marker=marker, ms=4, capsize=2, color=colors[row["task"]],
-                         label=f"{row['task']} ({row['kind']}, {run})")
-        pts = [p for p in row["points"] if p["run"] == ADAPTED_RUN and p["gain"] is not None]
-        if pts:
-            ax1.errorbar([p["step"] for p in pts], [p["gain"]["gain"] for p in pts],
-                         yerr=[p["gain"]["se"] or 0 for p in pts], ls="none", marker="*", ms=9, capsize=2,
-                         color=colors[row["task"]], label=f"{row['task']} ({ADAPTED_RUN})")
+                         yerr=[p["gain"]["se"] or 0 for p in pts], ls=ls, marker=marker, ms=ms, capsize=2,
+                         color=colors[row["task"]], label=f"{row['task']} ({row['kind']}, {run})")
     ax1.axhline(0, color="#555555", lw=0.8)
     ax1.set_xscale("symlog", linthresh=1000)
     steps = sorted({p["step"] for row in out["rows"] for p in row["points"] if p["gain"] is not None})
@@ -415,7 +412,7 @@ def main(argv):
         if key.startswith("adapted:") and report is not None:
             adapted[key.partition(":")[2]] = dict(report, _steps=adapted_steps(report, paths[key]))
     screens = {key.partition(":")[2]: r for key, r in reports.items() if key.startswith("screen:")}
-    out = compose(reports, domain_shift_points(FLAGS.domain_shift), adapted, screens)
+    out = compose(reports, paths, domain_shift_points(FLAGS.domain_shift), adapted, screens)
     prefix = os.path.abspath(FLAGS.output_prefix)
     plot(out, prefix + ".png")
     files.write_json_atomic(prefix + ".json", out)

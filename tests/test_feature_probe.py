@@ -51,7 +51,7 @@ def test_the_probe_reads_each_checkpoint_and_seeds_of_random_weights(tmp_path):
     # the checkpoint's own weights are what the probe reads
     args = type("Args", (), {"config": str(tmp_path / "wide" / "xlnet_config.json"),
                              "spiece_model": data_fixtures.tiny_spm(), "sequence_length": 24})
-    loaded = feature_probe.load("wide", str(tmp_path / "wide"), args, seed=0)
+    loaded = feature_probe.load(str(tmp_path / "wide"), args, seed=0)
     source.preprocessor = XLNetPreprocessor(data_fixtures.tiny_spm(), 24)
     texts = ["Call me Ishmael.", "The river runs north of the city."]
     for name in feature_probe.SUMMARIES:
