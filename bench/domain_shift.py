@@ -146,8 +146,7 @@ def main():
         rows.append(row)
     machine = host.describe()
     out = {"machine": machine, "checkpoint": args.checkpoint, "seg_len": args.seg_len, "max_tokens": args.max_tokens,
-           "command": "python bench/domain_shift.py " + " ".join(f"--{k}={v}" for k, v in vars(args).items()
-                                                                if v is not None),
+           "command": host.command_line("bench/domain_shift.py", args),
            "rows": rows}
     if args.output:
         from xlnet_tf import files

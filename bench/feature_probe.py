@@ -194,8 +194,7 @@ def main(argv=None):
             print(row, flush=True)
             rows.append(row)
     out = {"machine": host.describe(), "set": os.path.basename(os.path.normpath(args.data_dir)),
-           "command": "python bench/feature_probe.py " + " ".join(
-               f"--{k}={v}" for k, v in vars(args).items() if v is not None),
+           "command": host.command_line("bench/feature_probe.py", args),
            "random_seeds": seeds, "examples": {s: len(d[0]) for s, d in data.items()},
            "baselines": baselines(args.data_dir, args.task), "rows": rows}
     if args.output:

@@ -165,8 +165,7 @@ def main():
     report = {"machine": machine, "model": f"{args.n_layer} x {args.d_model}, vocabulary {args.n_token}, random "
               "weights", "torch": torch.__version__, "transformers": transformers.__version__,
               "threads": threads, "repeats": args.repeats, "rows": results,
-              "command": "python bench/generation_speed.py " + " ".join(
-                  f"--{k}={v}" for k, v in vars(args).items() if v not in (None, False))}
+              "command": host.command_line("bench/generation_speed.py", args)}
     if args.output:
         os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
         with open(args.output + ".json", "w", encoding="utf-8") as f:

@@ -1,9 +1,11 @@
-"""What the benchmarks say about the host CPU: its model name and its vector extensions (no TensorFlow or
-PyTorch here, so every report can describe the machine the same way)."""
+"""What the benchmarks say about the run: the host CPU's model name and its vector extensions, and the command
+that reproduces the report (no TensorFlow or PyTorch here, so every report describes both the same way)."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import shlex
 
 
 def read_cpuinfo() -> str:
@@ -48,3 +50,14 @@ def native_bfloat16(extensions: str) -> bool:
     """Whether the CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX-BF16); without, bfloat16 matmuls are
     emulated (converted to float32), so a bfloat16 timing says nothing about bfloat16 hardware."""
     return bool({"avx512_bf16", "amx_bf16"} & set(extensions.split()))
+
+
+def command_line(script: str, args: argparse.Namespace) -> str:
+    """`python <script>` and every parsed argument that is set, as a command a shell runs again: a true boolean
+    as its bare flag (`--torch_compile`), false and None left out, the rest `--name=value` (quoted where needed)."""
+    parts = ["python", script]
+    for name, value in vars(args).items():
+        if value is None or value is False:
+            continue
+        parts.append(f"--{name}" if value is True else f"--{name}={value}")
+    return shlex.join(parts)

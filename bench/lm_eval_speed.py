@@ -36,6 +36,7 @@ def main():
 
     import keras
 
+    from bench import host
     from bench.transfer import machine
     from xlnet_tf import lm_eval
     from xlnet_tf.config import XLNetConfig
@@ -68,8 +69,7 @@ def main():
         results.append(row)
     report = {"machine": machine(), "model": f"{args.n_layer} x {args.d_model}, random weights",
               "batch": args.batch, "tokens_per_row": args.tokens, "repeats": args.repeats, "rows": results,
-              "command": "python bench/lm_eval_speed.py " + " ".join(
-                  f"--{k}={v}" for k, v in vars(args).items() if v is not None)}
+              "command": host.command_line("bench/lm_eval_speed.py", args)}
     if args.output:
         os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
         with open(args.output + ".json", "w", encoding="utf-8") as f:

@@ -351,6 +351,26 @@ def test_vector_extensions_and_cpu_kind():
     assert not run.native_bfloat16("avx avx2 fma") and not run.native_bfloat16("")
 
 
+def test_report_command_runs_again():
+    """A report's command parses back to the same arguments (a true boolean as a bare flag: `--x=True` is refused
+    by argparse's store_true, which is how bench/generation_speed.py's reports once read)."""
+    import argparse
+    import shlex
+
+    from bench import host
+
+    p = argparse.ArgumentParser()
+    p.add_argument("--torch_compile", action="store_true")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--ways", default="ours_xla,hf_mems")
+    p.add_argument("--output", default=None)
+    p.add_argument("--label", default="a b")
+    args = p.parse_args(["--torch_compile", "--ways=ours_xla"])
+    line = host.command_line("bench/generation_speed.py", args)
+    assert line == "python bench/generation_speed.py --torch_compile --ways=ours_xla '--label=a b'"
+    assert p.parse_args(shlex.split(line)[2:]) == args
+
+
 @pytest.mark.slow  # the benchmark CLI; the default run keeps test_benchmark_times_the_trainers_own_step
 def test_quick_mode_end_to_end(tmp_path):
     """--quick at a tiny size: the headline rows (pretraining step, fine-tuning and tagging steps, host loop)
