@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import sys
 
 
 def read_cpuinfo() -> str:
@@ -61,3 +62,9 @@ def command_line(script: str, args: argparse.Namespace) -> str:
             continue
         parts.append(f"--{name}" if value is True else f"--{name}={value}")
     return shlex.join(parts)
+
+
+def invocation(script: str) -> str:
+    """`python <script>` and this process's own arguments as given: the command line of a benchmark whose flags
+    have a `--no-` form (argparse's BooleanOptionalAction), where a parsed False does not say which was typed."""
+    return shlex.join(["python", script, *sys.argv[1:]])

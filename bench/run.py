@@ -44,6 +44,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from bench import host  # noqa: E402
 from bench.host import describe  # noqa: E402
 from bench.ours import PRODUCTION, TrainerStep, Variant, bench_config, production_trainer  # noqa: E402,F401
 from bench.peak_rss import flush_denormals, hf_train_step, inputs, torch_inputs  # noqa: E402 (no TF or torch there)
@@ -804,6 +805,7 @@ def write_report(report: dict, output_dir: str) -> str:
              f"transformers {m['transformers']}; GPUs: {m['gpus'] or 'none'}.", "",
              f"{_peak_line(report['peak_gflops'])} MFU = model FLOPs (analytical, bench/run.py train_flops) per "
              f"second / the float32 peak. Wall time {report['wall_s']:.0f} s.", "",
+             *([f"Command: `{report['command']}`", ""] if report.get("command") else []),
              OURS_LINE, "",
              _reference_line(report["reference"]), "",
              *([TRAIN_LOOP_LINE, ""] if any(r["suite"] == "train_loop" for r in report["rows"]) else []),
@@ -968,7 +970,8 @@ def main(argv=None):
     spiece_model = spm.train_spm(corpus.expand_globs(os.path.join(REPO, "tests", "data", "corpus", "*.txt")),
                                  os.path.join(_scratch("xlnet_bench_spm_"), "sp"), vocab_size=1000)
     demo_corpus = os.path.join(REPO, "data", "demo", "train.txt")
-    report = {"machine": machine(), "args": vars(args), "reference": reference, "quick": quick_skipped,
+    report = {"machine": machine(), "command": host.invocation("bench/run.py"), "args": vars(args),
+              "reference": reference, "quick": quick_skipped,
               "peak_gflops": {d: matmul_peak(d, peak_sizes, args.repeats) for d in args.peak_dtypes.split(",")},
               "rows": []}
     peak = report["peak_gflops"]["float32"]["best"]

@@ -329,9 +329,11 @@ def test_quick_report_names_what_it_skipped_and_the_cpu(tmp_path):
     row = run.train_loop_row({"suite": "train_loop", "variant": "loop", "batch": 4, "seq_len": 16, "n_layer": 1,
                               "d_model": 64}, 4, [1.0, 40.0], {"hf_eager": [1.0, 10.0]}, {})
     report = {"machine": machine, "reference": {"variants": ["hf_eager"], "flush_denormal": True, "compile": None},
-              "quick": skipped, "peak_gflops": peak, "rows": [row], "wall_s": 60.0}
+              "quick": skipped, "peak_gflops": peak, "rows": [row], "wall_s": 60.0,
+              "command": "python bench/run.py --quick --no-ab"}
     md = run.write_report(report, str(tmp_path))
     assert "(AVX2; vector extensions: avx avx2 fma; bfloat16 emulated" in md
+    assert "Command: `python bench/run.py --quick --no-ab`" in md
     assert "Quick mode (--quick)" in md and all(s in md for s in skipped)
     assert "train_loop: examples/s of a real short run" in md and md.count("\n| train_loop |") == 1
     assert json.load(open(tmp_path / "report.json"))["quick"] == skipped
@@ -351,7 +353,7 @@ def test_vector_extensions_and_cpu_kind():
     assert not run.native_bfloat16("avx avx2 fma") and not run.native_bfloat16("")
 
 
-def test_report_command_runs_again():
+def test_report_command_runs_again(monkeypatch):
     """A report's command parses back to the same arguments (a true boolean as a bare flag: `--x=True` is refused
     by argparse's store_true, which is how bench/generation_speed.py's reports once read)."""
     import argparse
@@ -369,6 +371,8 @@ def test_report_command_runs_again():
     line = host.command_line("bench/generation_speed.py", args)
     assert line == "python bench/generation_speed.py --torch_compile --ways=ours_xla '--label=a b'"
     assert p.parse_args(shlex.split(line)[2:]) == args
+    monkeypatch.setattr(sys, "argv", ["bench/run.py", "--quick", "--no-ab", "--output_dir=out dir"])
+    assert host.invocation("bench/run.py") == "python bench/run.py --quick --no-ab '--output_dir=out dir'"
 
 
 @pytest.mark.slow  # the benchmark CLI; the default run keeps test_benchmark_times_the_trainers_own_step
