@@ -9,6 +9,8 @@ Inputs (each a bench/transfer.py report .json; a missing one leaves its points o
   --indomain_steps_report  topic against the 10x run's kept checkpoints (same protocol; its own scratch rerun)
   --ood_report             the out-of-domain table (tweets, spam: best checkpoint on dev; scratch and 1x PLM)
   --ood_steps_report       the same rows against the 10x run's kept checkpoints (scratch restored from the above)
+  --indomain_steps_3x_report, --ood_steps_3x_report
+                           the same against the 3x recipe's run (9,000 steps, annealed at its end): its own point
 
 Two more kinds of input, for the out-of-domain rows:
   --adapted_reports  TASK=PATH: the table of the recipe's model after task-adaptive pretraining on TASK's own train
@@ -56,6 +58,11 @@ def define_flags() -> None:
     flags.DEFINE_string("indomain_steps_report", os.path.join(RESULTS, "transfer_topic_cpu_steps.json"),
                         "The in-domain table against the 10x run's checkpoints.")
     flags.DEFINE_string("ood_report", os.path.join(RESULTS, "transfer_ood_cpu.json"), "The out-of-domain table.")
+    flags.DEFINE_string("indomain_steps_3x_report", os.path.join(RESULTS, "transfer_topic_cpu_steps_3x.json"),
+                        "Topic fine-tuned from the 3x recipe's run (run/flags/pretrain_cpu_3x.flags).")
+    flags.DEFINE_string("ood_steps_3x_report", os.path.join(RESULTS, "transfer_ood_cpu_steps_3x.json"),
+                        "The out-of-domain rows fine-tuned from the 3x recipe's run "
+                        "(run/flags/transfer_cpu_ood_steps_3x.flags).")
     flags.DEFINE_string("ood_steps_report", os.path.join(RESULTS, "transfer_ood_cpu_steps.json"),
                         "The out-of-domain table against the 10x run's checkpoints.")
     flags.DEFINE_list("adapted_reports", [f"{t}=" + os.path.join(RESULTS, f"transfer_ood_cpu_tapt_{t}.json")
@@ -136,23 +143,30 @@ def first_curve(reports: Dict[str, Optional[Dict]], keys: Tuple[str, ...]) -> Li
 
 ADAPTED_RUN = "1x recipe + task-adaptive"
 ONE_X_RUN = "1x recipe (annealed)"
+THREE_X_RUN = "3x recipe (annealed at 9,000)"
+TEN_X_RUN = "10x recipe"
+# Each steps table's report key and its run's name in the composed report.
+STEPS_TABLES = (("steps", TEN_X_RUN), ("steps_3x", THREE_X_RUN))
 
 
 def shift_column(run: str, step: int) -> Tuple[int, int, str]:
-    """Order of the domain-shift table's columns: the 1x recipe, the 10x run by step, the task-adapted models."""
-    return (0 if run == ONE_X_RUN else 1 if run == "10x recipe" else 2, step, run)
+    """Order of the domain-shift table's columns: the 1x recipe, the 3x recipe, the 10x run by step, the
+    task-adapted models."""
+    order = {ONE_X_RUN: 0, THREE_X_RUN: 1, TEN_X_RUN: 2}
+    return (order.get(run, 3), step, run)
 
 
 def domain_shift_points(entries: List[str]) -> List[Dict]:
     """[{run, step, set, bits_per_character, perplexity}] of the --domain_shift reports, by column (shift_column).
-    LABEL `1x`: the recipe's model; a step: the 10x run's kept checkpoint; `adapted-TASK`: the recipe's model after
-    task-adaptive pretraining on TASK's train text (step: the recipe's, where it started)."""
+    LABEL `1x`: the recipe's model; `3x`: the 3x recipe's final (annealed) model; a step: the 10x run's kept
+    checkpoint; `adapted-TASK`: the recipe's model after task-adaptive pretraining on TASK's train text (step: the
+    recipe's, where it started)."""
     out = []
     for entry in entries:
         label, sep, path = entry.partition("=")
         adapted_task = label[len("adapted-"):] if label.startswith("adapted-") else ""
-        if not sep or not (label == "1x" or label.isdigit() or adapted_task):
-            raise app.UsageError(f"--domain_shift: {entry!r} is not LABEL=PATH with LABEL `1x`, a step or "
+        if not sep or not (label in ("1x", "3x") or label.isdigit() or adapted_task):
+            raise app.UsageError(f"--domain_shift: {entry!r} is not LABEL=PATH with LABEL `1x`, `3x`, a step or "
                                  "`adapted-TASK`")
         if not os.path.exists(path):
             raise app.UsageError(f"--domain_shift: {path} does not exist (make it with bench/domain_shift.py)")
@@ -163,7 +177,8 @@ def domain_shift_points(entries: List[str]) -> List[Dict]:
         if adapted_task:
             run, step = f"{ADAPTED_RUN} on {adapted_task}", RECIPE_STEPS
         else:
-            run, step = (ONE_X_RUN, RECIPE_STEPS) if label == "1x" else ("10x recipe", int(label))
+            run, step = {"1x": (ONE_X_RUN, RECIPE_STEPS), "3x": (THREE_X_RUN, 3 * RECIPE_STEPS)}.get(
+                label, (TEN_X_RUN, int(label) if label.isdigit() else 0))
         for r in report["rows"]:
             out.append({"run": run, "step": step, "set": r["set"], "tokens": r["tokens"],
                         "bits_per_character": r["without_memories_bits_per_character"],
@@ -233,8 +248,9 @@ def compose(reports: Dict[str, Optional[Dict]], paths: Dict[str, str], shift: Li
     rows = []
     for task, metric, kind in ROWS:
         base_report = reports["indomain" if kind == "in-domain" else "ood"]
-        steps_report = reports["indomain_steps" if kind == "in-domain" else "ood_steps"]
-        base, stepped = find_row(base_report, task, metric), find_row(steps_report, task, metric)
+        prefix = "indomain" if kind == "in-domain" else "ood"
+        base = find_row(base_report, task, metric)
+        stepped = find_row(reports[f"{prefix}_steps"], task, metric)
         scratch, steps_scratch = cell(base, "scratch"), cell(stepped, "scratch")
         points = []
         if base is not None:
@@ -242,11 +258,14 @@ def compose(reports: Dict[str, Optional[Dict]], paths: Dict[str, str], shift: Li
             points.append({"run": ONE_X_RUN, "step": RECIPE_STEPS, "init": "plm", "cell": plm,
                            "heldout_loss": heldout_loss(base_report, RECIPE_STEPS),
                            "gain": gain(plm, scratch)})
-        for step, init in step_inits(steps_report, stepped):
-            plm = cell(stepped, init)
-            points.append({"run": "10x recipe", "step": step, "init": init, "cell": plm,
-                           "heldout_loss": heldout_loss(steps_report, step),
-                           "gain": gain(plm, steps_scratch or scratch)})
+        for key, run in STEPS_TABLES:
+            table = reports[f"{prefix}_{key}"]
+            table_row = find_row(table, task, metric)
+            for step, init in step_inits(table, table_row):
+                plm = cell(table_row, init)
+                points.append({"run": run, "step": step, "init": init, "cell": plm,
+                               "heldout_loss": heldout_loss(table, step),
+                               "gain": gain(plm, cell(table_row, "scratch") or scratch)})
         if adapted.get(task) is not None:
             plm = cell(find_row(adapted[task], task, metric), "plm")
             steps = adapted[task]["_steps"]
@@ -258,6 +277,7 @@ def compose(reports: Dict[str, Optional[Dict]], paths: Dict[str, str], shift: Li
                      "scratch": scratch, "steps_table_scratch": steps_scratch, "points": points})
     return {"rows": rows,
             "heldout": {"1x": first_curve(reports, ("ood", "indomain")),
+                        "3x": first_curve(reports, ("ood_steps_3x", "indomain_steps_3x")),
                         "10x": first_curve(reports, ("ood_steps", "indomain_steps"))},
             "domain_shift": list(shift),
             "diagnosis": diagnosis(reports, adapted, screens),
@@ -269,7 +289,8 @@ def compose(reports: Dict[str, Optional[Dict]], paths: Dict[str, str], shift: Li
 def input_paths() -> Dict[str, str]:
     """Every input report by key (the task-adaptive tables as `adapted:TASK`, the screens as `screen:LABEL`)."""
     paths = {"indomain": FLAGS.indomain_report, "indomain_steps": FLAGS.indomain_steps_report,
-             "ood": FLAGS.ood_report, "ood_steps": FLAGS.ood_steps_report}
+             "indomain_steps_3x": FLAGS.indomain_steps_3x_report,
+             "ood": FLAGS.ood_report, "ood_steps": FLAGS.ood_steps_report, "ood_steps_3x": FLAGS.ood_steps_3x_report}
     paths.update({f"adapted:{t}": p for t, p in labelled("adapted_reports", FLAGS.adapted_reports).items()})
     paths.update({f"screen:{k}": p for k, p in labelled("screen_reports", FLAGS.screen_reports).items()})
     return {key: os.path.abspath(path) for key, path in paths.items()}
@@ -295,9 +316,10 @@ def markdown(out: Dict) -> str:
              f"Command: `{out['command']}`", ""]
     if out["missing"]:
         lines += ["Not yet made (their points are absent): " + ", ".join(f"`{p}`" for p in out["missing"]), ""]
-    lines += ["The 1x point is the recipe's own run (3,000 steps, learning rate annealed to 0 at its end); the other "
-              "points are kept checkpoints of one run of 10x the steps (30,000, the same recipe otherwise), whose "
-              "learning rate at step s is still high unless s = 30,000. Gain: PLM minus the scratch cell of the "
+    lines += ["The 1x point is the recipe's own run (3,000 steps, learning rate annealed to 0 at its end), the 3x "
+              "point its run of 9,000 steps (annealed at 9,000); the 10x points are kept checkpoints of one run of "
+              "10x the steps (30,000, the same recipe otherwise), whose learning rate at step s is still high "
+              "unless s = 30,000. Gain: PLM minus the scratch cell of the "
               "same table (± the standard error of the difference). Topic: dev accuracy at the flag file's fixed "
               "budget; tweets and spam: test accuracy at each run's best checkpoint on dev. "
               f"`{ADAPTED_RUN}`: the 1x model pretrained further, with the same objective, on the task's own train "
@@ -317,8 +339,9 @@ def markdown(out: Dict) -> str:
     if out["domain_shift"]:
         columns = sorted({shift_column(p["run"], p["step"]) for p in out["domain_shift"]})
         names = list(dict.fromkeys(p["set"] for p in out["domain_shift"]))
-        heads = {0: lambda step, run: f"1x recipe, step {step:,}", 1: lambda step, run: f"10x run, step {step:,}",
-                 2: lambda step, run: run.replace(ADAPTED_RUN, "1x recipe + task-adaptive pretraining")}
+        heads = {0: lambda step, run: f"1x recipe, step {step:,}", 1: lambda step, run: f"3x recipe, step {step:,}",
+                 2: lambda step, run: f"10x run, step {step:,}",
+                 3: lambda step, run: run.replace(ADAPTED_RUN, "1x recipe + task-adaptive pretraining")}
         lines += ["", "How well the pretrained model predicts each set's text (bench/domain_shift.py: its left-to-right "
                   "LM loss, bits per character without memories; lower is better), by pretraining step:", "",
                   "| set | " + " | ".join(heads[kind](step, run) for kind, step, run in columns) + " |",
@@ -352,7 +375,7 @@ def plot(out: Dict, path: str) -> None:
     shift = out["domain_shift"]
     fig, axes = plt.subplots(1, 3 if shift else 2, figsize=(16 if shift else 11, 4))
     ax0, ax1 = axes[0], axes[1]
-    for name, color in (("1x", "#999999"), ("10x", "#d62728")):
+    for name, color in (("1x", "#999999"), ("3x", "#9467bd"), ("10x", "#d62728")):
         curve = out["heldout"][name]
         if curve:
             ax0.plot([r["step"] for r in curve], [r["loss"] for r in curve], color=color, marker="o", ms=2,
@@ -364,8 +387,8 @@ def plot(out: Dict, path: str) -> None:
     colors = {"topic": "#1f77b4", "tweets": "#2ca02c", "spam": "#ff7f0e"}
     for row in out["rows"]:
         style = "-" if row["kind"] == "in-domain" else "--"
-        for run, marker, ms, ls in (("10x recipe", "o", 4, style), (ONE_X_RUN, "s", 4, "none"),
-                                    (ADAPTED_RUN, "*", 9, "none")):
+        for run, marker, ms, ls in ((TEN_X_RUN, "o", 4, style), (ONE_X_RUN, "s", 4, "none"),
+                                    (THREE_X_RUN, "D", 5, "none"), (ADAPTED_RUN, "*", 9, "none")):
             pts = [p for p in row["points"] if p["run"] == run and p["gain"] is not None]
             if not pts:
                 continue
@@ -386,7 +409,7 @@ def plot(out: Dict, path: str) -> None:
         ax2 = axes[2]
         set_colors = dict(colors, heldout="#555555")
         for name in dict.fromkeys(p["set"] for p in shift):
-            for run, marker, ls in (("10x recipe", "o", "-"), (ONE_X_RUN, "s", "none")):
+            for run, marker, ls in ((TEN_X_RUN, "o", "-"), (ONE_X_RUN, "s", "none"), (THREE_X_RUN, "D", "none")):
                 pts = sorted((p["step"], p["bits_per_character"]) for p in shift if p["set"] == name and p["run"] == run)
                 if pts:
                     ax2.plot([x for x, _ in pts], [y for _, y in pts], marker=marker, ls=ls, ms=4,

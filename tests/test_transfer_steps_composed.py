@@ -29,7 +29,7 @@ def row(task, metric, **cells):
 def run(tmp_path, adapted=None, screens=None, **reports):
     """Runs the composer on these reports (the rest absent); `adapted` / `screens`: {label: report}."""
     paths = {}
-    for name in ("indomain", "indomain_steps", "ood", "ood_steps"):
+    for name in ("indomain", "indomain_steps", "indomain_steps_3x", "ood", "ood_steps", "ood_steps_3x"):
         paths[name] = str(tmp_path / f"{name}.json")
         if name in reports:
             with open(paths[name], "w") as f:
@@ -72,10 +72,27 @@ def test_gains_are_taken_against_the_same_tables_scratch(tmp_path):
     assert topic["points"][0]["gain"]["gain"] == pytest.approx(71 - 61)
     assert topic["points"][1]["gain"]["gain"] == pytest.approx(76 - 51)
     assert rows["spam"]["points"] == []
-    assert out["missing"] == []
+    assert [os.path.basename(p) for p in out["missing"]] == ["indomain_steps_3x.json", "ood_steps_3x.json"]
     md = open(prefix + ".md").read()
     assert "| tweets | out-of-domain | test_accuracy |" in md and "+4.0 ± " in md
     assert os.path.getsize(prefix + ".png") > 0
+
+
+def test_the_3x_recipe_is_a_point_of_its_own_against_its_tables_scratch(tmp_path):
+    ood = report([row("spam", "test_accuracy", scratch=[96, 97, 98], plm=[95, 96, 97])], [(3000, 4.7)])
+    ood_3x = report([row("spam", "test_accuracy", scratch=[96], plm_at_9000=[98])],
+                    [(0, 9.0), (3000, 4.9), (9000, 4.5)])
+    proc, prefix = run(tmp_path, ood=ood, ood_steps_3x=ood_3x)
+    assert proc.returncode == 0, proc.stderr
+    out = json.load(open(prefix + ".json"))
+    spam = next(r for r in out["rows"] if r["task"] == "spam")
+    assert [(p["run"], p["step"]) for p in spam["points"]] == [
+        ("1x recipe (annealed)", 3000), ("3x recipe (annealed at 9,000)", 9000)]
+    assert spam["points"][1]["gain"] == {"gain": pytest.approx(98 - 96), "se": None}  # seed-0 screen: no spread
+    assert spam["points"][1]["heldout_loss"] == pytest.approx(4.5)
+    assert [r["step"] for r in out["heldout"]["3x"]] == [0, 3000, 9000] and out["heldout"]["10x"] == []
+    assert "| spam | out-of-domain | test_accuracy | 97.0 ± 1.0 (n=3, lr 1e-4) | 3x recipe (annealed at 9,000) | " \
+           "9,000 | 4.500 | 98.0 (n=1, lr 1e-4) | +2.0 |" in open(prefix + ".md").read()
 
 
 def test_missing_steps_reports_are_named_and_their_points_left_out(tmp_path):
@@ -83,7 +100,7 @@ def test_missing_steps_reports_are_named_and_their_points_left_out(tmp_path):
     proc, prefix = run(tmp_path, ood=ood)
     assert proc.returncode == 0, proc.stderr
     out = json.load(open(prefix + ".json"))
-    assert len(out["missing"]) == 3
+    assert len(out["missing"]) == 5
     assert [p["step"] for r in out["rows"] for p in r["points"]] == [3000]
     assert "Not yet made" in open(prefix + ".md").read()
 
@@ -110,7 +127,7 @@ def test_domain_shift_reports_add_each_sets_lm_loss_by_step(tmp_path):
     ood = report([row("tweets", "test_accuracy", scratch=[80, 82], plm=[81, 82])], [(3000, 4.7)])
     paths = []
     for label, bits in (("adapted-tweets", {"heldout": 1.9, "tweets": 2.9}), ("6000", {"heldout": 1.7, "tweets": 3.6}),
-                        ("1x", {"heldout": 1.8, "tweets": 3.5})):
+                        ("3x", {"heldout": 1.6, "tweets": 3.4}), ("1x", {"heldout": 1.8, "tweets": 3.5})):
         path = tmp_path / f"shift_{label}.json"
         path.write_text(json.dumps(shift_report(bits)))
         paths.append(f"{label}={path}")
@@ -125,12 +142,14 @@ def test_domain_shift_reports_add_each_sets_lm_loss_by_step(tmp_path):
     got = {(p["run"], p["step"], p["set"]): p["bits_per_character"] for p in out["domain_shift"]}
     assert got == {("1x recipe (annealed)", 3000, "heldout"): 1.8, ("1x recipe (annealed)", 3000, "tweets"): 3.5,
                    ("10x recipe", 6000, "heldout"): 1.7, ("10x recipe", 6000, "tweets"): 3.6,
+                   ("3x recipe (annealed at 9,000)", 9000, "heldout"): 1.6,
+                   ("3x recipe (annealed at 9,000)", 9000, "tweets"): 3.4,
                    ("1x recipe + task-adaptive on tweets", 3000, "heldout"): 1.9,
                    ("1x recipe + task-adaptive on tweets", 3000, "tweets"): 2.9}
     md = open(prefix + ".md").read()
-    assert ("| set | 1x recipe, step 3,000 | 10x run, step 6,000 | 1x recipe + task-adaptive pretraining on tweets |"
-            in md)
-    assert "| tweets | 3.500 | 3.600 | 2.900 |" in md
+    assert ("| set | 1x recipe, step 3,000 | 3x recipe, step 9,000 | 10x run, step 6,000 | 1x recipe + task-adaptive "
+            "pretraining on tweets |" in md)
+    assert "| tweets | 3.500 | 3.400 | 3.600 | 2.900 |" in md
 
 
 @pytest.mark.parametrize("entry, message", [("6000", "is not LABEL=PATH"), ("late=x.json", "is not LABEL=PATH"),
