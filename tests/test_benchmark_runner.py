@@ -102,12 +102,14 @@ def test_transfer_flag_file_parses_and_names_real_tasks():
     variants = {"transfer_cpu_ood_layer_decay.flags": "--lr_layer_decay_rate=0.75",
                 "transfer_cpu_ood_mean.flags": "--summary_type=mean"}
     for flagfile in ("transfer_cpu.flags", "transfer_cpu_ood.flags", "transfer_cpu_ood_tapt.flags",
-                     "transfer_cpu_ood_task_only.flags", "transfer_cpu_ood_mlm.flags", *variants):
+                     "transfer_cpu_ood_task_only.flags", "transfer_cpu_ood_mlm.flags", "transfer_cpu_ood_steps.flags",
+                     "transfer_cpu_ood_steps_3x.flags", "transfer_cpu_topic_steps.flags",
+                     "transfer_cpu_topic_steps_3x.flags", *variants):
         extra = ["--dropout=0.1", "--dropatt=0.1", variants[flagfile]] if flagfile in variants else None
         code = (f"import sys; sys.argv=['transfer', '--flagfile=run/flags/{flagfile}']; "
                 "from bench import transfer; from absl import flags; transfer.define_flags(); flags.FLAGS(sys.argv); "
                 "F = flags.FLAGS; tasks = transfer.tasks('labeled'); "
-                "assert set(F.tasks) <= set(tasks) and set(F.inits) <= set(transfer.INITS), F.tasks; "
+                "assert set(F.tasks) <= set(tasks) and all(transfer.parse_init(i) for i in F.inits), F.tasks; "
                 "assert all(__import__('os').path.exists(tasks[t].flagfile) for t in F.tasks); "
                 "r = transfer.read_flagfile(F.pretrain_flagfile); assert int(r['n_token']) == F.vocab_size; "
                 f"assert set(F.stages) <= set(transfer.STAGES) and F.extra_finetune_flags.split() in "
