@@ -113,6 +113,15 @@ def gain(plm: Optional[Dict], scratch: Optional[Dict]) -> Optional[Dict]:
     return {"gain": plm["mean"] - scratch["mean"], "se": se}
 
 
+def better_measured(own: Optional[Dict], base: Optional[Dict]) -> Optional[Dict]:
+    """The scratch cell a steps table's points are compared with: its own (same data, rates and protocol) unless the
+    base table's has more seeds (a screen that ran one rate restores only that rate's scratch runs; the base
+    table's cell has its seeds at its own dev-chosen rate)."""
+    if own is None or (base is not None and (base["n"] or 0) > (own["n"] or 0)):
+        return base
+    return own
+
+
 def step_inits(report: Optional[Dict], row: Optional[Dict]) -> List[Tuple[int, str]]:
     """(step, init) of the `plm@<step>` cells a steps report has for a row, by step."""
     if row is None:
@@ -265,7 +274,7 @@ def compose(reports: Dict[str, Optional[Dict]], paths: Dict[str, str], shift: Li
                 plm = cell(table_row, init)
                 points.append({"run": run, "step": step, "init": init, "cell": plm,
                                "heldout_loss": heldout_loss(table, step),
-                               "gain": gain(plm, cell(table_row, "scratch") or scratch)})
+                               "gain": gain(plm, better_measured(cell(table_row, "scratch"), scratch))})
         if adapted.get(task) is not None:
             plm = cell(find_row(adapted[task], task, metric), "plm")
             steps = adapted[task]["_steps"]

@@ -80,7 +80,7 @@ def test_gains_are_taken_against_the_same_tables_scratch(tmp_path):
 
 def test_the_3x_recipe_is_a_point_of_its_own_against_its_tables_scratch(tmp_path):
     ood = report([row("spam", "test_accuracy", scratch=[96, 97, 98], plm=[95, 96, 97])], [(3000, 4.7)])
-    ood_3x = report([row("spam", "test_accuracy", scratch=[96], plm_at_9000=[98])],
+    ood_3x = report([row("spam", "test_accuracy", scratch=[95, 96, 97], plm_at_9000=[98])],
                     [(0, 9.0), (3000, 4.9), (9000, 4.5)])
     proc, prefix = run(tmp_path, ood=ood, ood_steps_3x=ood_3x)
     assert proc.returncode == 0, proc.stderr
@@ -93,6 +93,18 @@ def test_the_3x_recipe_is_a_point_of_its_own_against_its_tables_scratch(tmp_path
     assert [r["step"] for r in out["heldout"]["3x"]] == [0, 3000, 9000] and out["heldout"]["10x"] == []
     assert "| spam | out-of-domain | test_accuracy | 97.0 ± 1.0 (n=3, lr 1e-4) | 3x recipe (annealed at 9,000) | " \
            "9,000 | 4.500 | 98.0 (n=1, lr 1e-4) | +2.0 |" in open(prefix + ".md").read()
+
+
+def test_a_screens_one_seed_scratch_gives_way_to_the_base_tables_three(tmp_path):
+    """A 3x screen that ran one rate restored only that rate's seed-0 scratch run; its PLM seeds are compared with
+    the base table's scratch cell (three seeds at its own dev-chosen rate) instead."""
+    ood = report([row("tweets", "test_accuracy", scratch=[84, 85, 86], plm=[84, 85, 85])], [(3000, 4.7)])
+    ood_3x = report([row("tweets", "test_accuracy", scratch=[83], plm_at_9000=[86, 87, 88])], [(9000, 4.2)])
+    proc, prefix = run(tmp_path, ood=ood, ood_steps_3x=ood_3x)
+    assert proc.returncode == 0, proc.stderr
+    point = json.load(open(prefix + ".json"))["rows"][1]["points"][1]
+    assert point["run"].startswith("3x") and point["gain"]["gain"] == pytest.approx(87 - 85)
+    assert point["gain"]["se"] == pytest.approx(math.sqrt(1 / 3 + 1 / 3))
 
 
 def test_missing_steps_reports_are_named_and_their_points_left_out(tmp_path):
