@@ -185,9 +185,12 @@ def domain_shift_points(entries: List[str]) -> List[Dict]:
             raise app.UsageError(f"--domain_shift: {path} is not a bench/domain_shift.py report")
         if adapted_task:
             run, step = f"{ADAPTED_RUN} on {adapted_task}", RECIPE_STEPS
-        else:
-            run, step = {"1x": (ONE_X_RUN, RECIPE_STEPS), "3x": (THREE_X_RUN, 3 * RECIPE_STEPS)}.get(
-                label, (TEN_X_RUN, int(label) if label.isdigit() else 0))
+        elif label == "1x":
+            run, step = ONE_X_RUN, RECIPE_STEPS
+        elif label == "3x":
+            run, step = THREE_X_RUN, 3 * RECIPE_STEPS
+        else:  # a step of the 10x run (validated above)
+            run, step = TEN_X_RUN, int(label)
         for r in report["rows"]:
             out.append({"run": run, "step": step, "set": r["set"], "tokens": r["tokens"],
                         "bits_per_character": r["without_memories_bits_per_character"],
@@ -256,8 +259,8 @@ def compose(reports: Dict[str, Optional[Dict]], paths: Dict[str, str], shift: Li
     adapted, screens = adapted or {}, screens or {}
     rows = []
     for task, metric, kind in ROWS:
-        base_report = reports["indomain" if kind == "in-domain" else "ood"]
         prefix = "indomain" if kind == "in-domain" else "ood"
+        base_report = reports[prefix]
         base = find_row(base_report, task, metric)
         stepped = find_row(reports[f"{prefix}_steps"], task, metric)
         scratch, steps_scratch = cell(base, "scratch"), cell(stepped, "scratch")
