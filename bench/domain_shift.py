@@ -28,6 +28,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
+from bench import labelled_paths  # noqa: E402
+
 
 def read_documents(path: str) -> List[List[str]]:
     """A set's documents, each a list of paragraphs (see the module docstring)."""
@@ -118,10 +120,7 @@ def main():
     p.add_argument("--batch_size", type=int, default=8)
     p.add_argument("--output", default=None, help="path prefix of the .json/.md report")
     args = p.parse_args()
-    sets = dict(item.split("=", 1) for item in args.sets.split(","))
-    for name, path in sets.items():
-        if not os.path.isfile(path):
-            raise SystemExit(f"--sets: {name}={path} does not exist")
+    sets = labelled_paths.parse("sets", args.sets.split(","), exists=os.path.isfile)
 
     from bench import host
     from run.evaluate_lm import lm_tokenizer, load_lm

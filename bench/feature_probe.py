@@ -32,6 +32,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
+from bench import labelled_paths  # noqa: E402
+
 SUMMARIES = ("cls", "mean")
 # the probe's regularization grid: standardized dense features of a few hundred dimensions need a strong prior
 # (large C on a few thousand examples fits them apart: slow to converge and worse on dev)
@@ -40,19 +42,8 @@ C_GRID = (0.001, 0.003, 0.01, 0.03, 0.1, 0.3, 1.0, 3.0)
 
 def parse_models(entries: Sequence[str]) -> Dict[str, str]:
     """{label: checkpoint or "random"} of `--models`; a one-line error for a malformed or missing entry."""
-    out = {}
-    for entry in entries:
-        label, sep, path = entry.partition("=")
-        if entry == "random":
-            label, path = "random", "random"
-        elif not sep or not label or not path:
-            raise SystemExit(f"--models: {entry!r} is not LABEL=CHECKPOINT or `random`")
-        elif not (os.path.exists(path) or os.path.exists(path + ".index")):
-            raise SystemExit(f"--models: {label}={path} does not exist")
-        if label in out:
-            raise SystemExit(f"--models: the label {label!r} is given twice")
-        out[label] = path
-    return out
+    return labelled_paths.parse("models", entries, exists=lambda p: os.path.exists(p) or os.path.exists(p + ".index"),
+                                keep=("random",), form="LABEL=CHECKPOINT or `random`")
 
 
 def features(model, texts: List[str], batch_size: int = 64) -> Dict[str, Any]:

@@ -42,7 +42,7 @@ if REPO not in sys.path:
 
 from absl import app, flags
 
-from bench import figures
+from bench import figures, labelled_paths
 from xlnet_tf import files
 
 FLAGS = flags.FLAGS
@@ -199,14 +199,10 @@ def domain_shift_points(entries: List[str]) -> List[Dict]:
 
 
 def labelled(flag: str, entries: List[str]) -> Dict[str, str]:
-    """{label: absolute path} of a LABEL=PATH list flag."""
-    out = {}
-    for entry in entries:
-        label, sep, path = entry.partition("=")
-        if not sep or not label or not path:
-            raise app.UsageError(f"--{flag}: {entry!r} is not LABEL=PATH")
-        out[label] = os.path.abspath(path)
-    return out
+    """{label: absolute path} of a LABEL=PATH list flag (a missing report is reported by the composer, which names
+    what makes it)."""
+    parsed = labelled_paths.parse(flag, entries, must_exist=False, error=app.UsageError)
+    return {label: os.path.abspath(path) for label, path in parsed.items()}
 
 
 def adapted_steps(report: Dict, path: str) -> int:
