@@ -238,6 +238,10 @@ def diagnosis(reports: Dict[str, Optional[Dict]], adapted: Dict[str, Optional[Di
         if adapted.get(task) is not None:
             steps = adapted[task]["_steps"]
             sources.append((f"PLM + task-adaptive ({steps:,} steps on its train text)", adapted[task], "plm"))
+        for key, run in STEPS_TABLES:  # the longer runs' weights, each with its own grid
+            table = reports.get(f"ood_{key}")
+            for step, init in step_inits(table, find_row(table, task, dev_metric)):
+                sources.append((f"PLM, {run}, step {step:,}", table, init))
         for variant, report, init in sources:
             dev, test = find_row(report, task, dev_metric), find_row(report, task, metric)
             grid = (dev or {}).get(f"{init}_grid") or {}
@@ -364,15 +368,17 @@ def markdown(out: Dict) -> str:
     if out["diagnosis"]:
         rates = sorted({lr for d in out["diagnosis"] for lr in d["grid"]}, key=float)
         lines += ["", "Diagnosis on the out-of-domain rows: each variant's dev score at each learning rate (seed 0), "
-                  "and test at the rate chosen on dev where its seeds were run (mean ± std over the seeds; a screen "
-                  "has seed 0 only):", "",
+                  "and dev and test at the rate chosen on dev where its seeds were run (mean ± std over the seeds; a "
+                  "screen has seed 0 only):", "",
                   "| task | variant | " + " | ".join(f"dev, lr {lr}" for lr in rates)
-                  + " | test at the chosen rate |",
-                  "|---|---|" + "---|" * (len(rates) + 1)]
+                  + " | dev at the chosen rate | test at the chosen rate |",
+                  "|---|---|" + "---|" * (len(rates) + 2)]
         for d in out["diagnosis"]:
             grid = [f"**{d['grid'][lr]:.1f}**" if lr == d["best_lr"] else
                     (f"{d['grid'][lr]:.1f}" if lr in d["grid"] else "-") for lr in rates]
-            lines.append(f"| {d['task']} | {d['variant']} | " + " | ".join(grid) + f" | {fmt(d['test'])} |")
+            seeded = d["test"] is not None  # a screen's dev cell is its one seed-0 run, already in the grid
+            lines.append(f"| {d['task']} | {d['variant']} | " + " | ".join(grid)
+                         + f" | {fmt(d['dev']) if seeded else '-'} | {fmt(d['test'])} |")
     lines += ["", f"![transfer against pretraining steps]({os.path.basename(FLAGS.output_prefix)}.png)", ""]
     return "\n".join(lines)
 

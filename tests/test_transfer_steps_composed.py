@@ -209,16 +209,25 @@ def test_the_diagnosis_table_lists_every_variants_grid_and_names_a_screens_own_f
     mlm = report([with_grid(row("spam", "accuracy", mlm=[96.0]), "mlm", {"1e-4": 96.0, "3e-4": 95.0}, "1e-4")],
                  [(3000, 4.7)])
     mlm["finetune_settings"] = {"extra_finetune_flags": ["--dropout=0.1"]}
-    proc, prefix = run(tmp_path, ood=ood, screens={"mean": screen, "mlm": mlm})
+    longer = report([with_grid(row("spam", "accuracy", plm_at_9000=[96.5, 97.5, 97.0]), "plm@9000",
+                               {"1e-4": 96.0, "3e-4": 96.5}, "3e-4"),
+                     dict(row("spam", "test_accuracy", plm_at_9000=[98, 97, 98]), **{"plm@9000_best_lr": "3e-4"})],
+                    [(9000, 4.2)])
+    proc, prefix = run(tmp_path, ood=ood, ood_steps_3x=longer, screens={"mean": screen, "mlm": mlm})
     assert proc.returncode == 0, proc.stderr
     out = json.load(open(prefix + ".json"))
     variants = [(d["task"], d["variant"], d["best_lr"]) for d in out["diagnosis"]]
     assert variants == [("spam", "scratch", "1e-4"), ("spam", "PLM", "1e-4"), ("spam", "MLM", "1e-4"),
-                        ("spam", "PLM, --summary_type=mean", "3e-4"), ("spam", "MLM", "1e-4")]
+                        ("spam", "PLM, --summary_type=mean", "3e-4"), ("spam", "MLM", "1e-4"),
+                        ("spam", "PLM, 3x recipe (annealed at 9,000), step 9,000", "3e-4")]
     assert out["diagnosis"][1]["test"]["mean"] == pytest.approx(96.0)
     assert out["diagnosis"][3]["test"] is None
+    assert out["diagnosis"][5]["dev"]["mean"] == pytest.approx(97.0)
+    assert out["diagnosis"][5]["test"]["mean"] == pytest.approx(97 + 2 / 3)
     md = open(prefix + ".md").read()
-    assert "| spam | PLM, --summary_type=mean | 96.5 | **97.5** | - |" in md
+    assert "| spam | PLM, --summary_type=mean | 96.5 | **97.5** | - | - |" in md  # a screen: seed 0 only
+    assert ("| spam | PLM, 3x recipe (annealed at 9,000), step 9,000 | 96.0 | **96.5** | 97.0 ± 0.5 (n=3, lr 3e-4) | "
+            "97.7 ± 0.6 (n=3, lr 3e-4) |") in md
 
 
 def test_a_task_adaptive_table_without_its_pretraining_steps_is_named(tmp_path):
