@@ -7,14 +7,13 @@ import os
 from typing import Callable, Dict, Iterable, Optional
 
 
-def parse(flag: str, entries: Iterable[str], must_exist: bool = True, exists: Optional[Callable[[str], bool]] = None,
+def parse(flag: str, entries: Iterable[str], exists: Optional[Callable[[str], bool]] = os.path.exists,
           keep: Iterable[str] = (), form: str = "LABEL=PATH", error=SystemExit) -> Dict[str, str]:
     """`{label: path}` of `entries` (each `LABEL=PATH`), in order, paths as given.
 
     Refused, with `error(f"--{flag}: ...")`: an entry without `=`, an empty label or path, a label given twice, and
-    (with `must_exist`) a path for which `exists` (default `os.path.exists`) is false. `keep`: bare words taken as
-    their own label and path (feature_probe's `random`). `form`: what an entry should look like, for the error."""
-    exists = exists or os.path.exists
+    a path for which `exists` is false (None: paths not checked here). `keep`: bare words taken as their own label
+    and path (feature_probe's `random`). `form`: what an entry should look like, for the error."""
     keep = set(keep)
     out: Dict[str, str] = {}
     for entry in entries:
@@ -24,7 +23,7 @@ def parse(flag: str, entries: Iterable[str], must_exist: bool = True, exists: Op
             label, sep, path = entry.partition("=")
             if not sep or not label or not path:
                 raise error(f"--{flag}: {entry!r} is not {form}")
-            if must_exist and not exists(path):
+            if exists is not None and not exists(path):
                 raise error(f"--{flag}: {label}={path} does not exist")
         if label in out:
             raise error(f"--{flag}: the label {label!r} is given twice")

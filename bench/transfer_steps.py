@@ -170,13 +170,13 @@ def domain_shift_points(entries: List[str]) -> List[Dict]:
     LABEL `1x`: the recipe's model; `3x`: the 3x recipe's final (annealed) model; a step: the 10x run's kept
     checkpoint; `adapted-TASK`: the recipe's model after task-adaptive pretraining on TASK's train text (step: the
     recipe's, where it started)."""
+    form = "LABEL=PATH with LABEL `1x`, `3x`, a step or `adapted-TASK`"
     out = []
-    for entry in entries:
-        label, sep, path = entry.partition("=")
+    for label, path in labelled_paths.parse("domain_shift", entries, exists=None, form=form,
+                                            error=app.UsageError).items():
         adapted_task = label[len("adapted-"):] if label.startswith("adapted-") else ""
-        if not sep or not (label in ("1x", "3x") or label.isdigit() or adapted_task):
-            raise app.UsageError(f"--domain_shift: {entry!r} is not LABEL=PATH with LABEL `1x`, `3x`, a step or "
-                                 "`adapted-TASK`")
+        if not (label in ("1x", "3x") or label.isdigit() or adapted_task):
+            raise app.UsageError(f"--domain_shift: {label + '=' + path!r} is not {form}")
         if not os.path.exists(path):
             raise app.UsageError(f"--domain_shift: {path} does not exist (make it with bench/domain_shift.py)")
         with open(path, encoding="utf-8") as f:
@@ -201,7 +201,7 @@ def domain_shift_points(entries: List[str]) -> List[Dict]:
 def labelled(flag: str, entries: List[str]) -> Dict[str, str]:
     """{label: absolute path} of a LABEL=PATH list flag (a missing report is reported by the composer, which names
     what makes it)."""
-    parsed = labelled_paths.parse(flag, entries, must_exist=False, error=app.UsageError)
+    parsed = labelled_paths.parse(flag, entries, exists=None, error=app.UsageError)
     return {label: os.path.abspath(path) for label, path in parsed.items()}
 
 

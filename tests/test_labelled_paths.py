@@ -11,7 +11,7 @@ def test_entries_are_read_in_order_and_a_kept_word_is_its_own_path(tmp_path):
     b.write_text("x")
     parsed = labelled_paths.parse("sets", [f"tweets={a}", f"spam={b}", "random"], keep=("random",))
     assert list(parsed.items()) == [("tweets", str(a)), ("spam", str(b)), ("random", "random")]
-    assert labelled_paths.parse("x", ["1x=/not/made/yet.json"], must_exist=False) == {"1x": "/not/made/yet.json"}
+    assert labelled_paths.parse("x", ["1x=/not/made/yet.json"], exists=None) == {"1x": "/not/made/yet.json"}
 
 
 @pytest.mark.parametrize("entries, message", [
@@ -30,7 +30,7 @@ def test_a_label_given_twice_is_refused_not_overwritten(tmp_path):
         labelled_paths.parse("sets", [f"a={path}", f"a={path}"], error=ValueError)
 
 
-def test_domain_shift_refuses_a_set_without_a_path_before_loading_anything(monkeypatch, capsys):
+def test_domain_shift_refuses_a_set_without_a_path_before_loading_anything(monkeypatch):
     monkeypatch.setattr("sys.argv", ["domain_shift.py", "--checkpoint=x", "--spiece_model=y", "--sets=tweets"])
     with pytest.raises(SystemExit, match="--sets: 'tweets' is not LABEL=PATH"):
         domain_shift.main()
