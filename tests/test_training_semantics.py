@@ -231,3 +231,44 @@ def test_recipe_flag_files_state_their_modes():
         assert "--clip_mode=per_replica" in text, name
         if "--lr_layer_decay_rate" in text and "--lr_layer_decay_rate=1.0" not in text:
             assert "--lr_layer_decay_mode=gradient" in text, name
+
+
+# ------------------------------------------------------------------------------ clipping once
+def _apply_once(gradient, clip=1.0):
+    """training.apply_clipped_gradients on one variable [1, 2] with SGD (rate 1) whose global_clipnorm is `clip`
+    -> (the variable after, the optimizer's global_clipnorm while it applied, after it, loss, norm)."""
+    from xlnet_tf import training
+
+    variable = tf.Variable([1.0, 2.0])
+    optimizer = keras.optimizers.SGD(learning_rate=1.0, global_clipnorm=clip)
+    optimizer.build([variable])
+    seen = []
+    original = optimizer.apply
+
+    def spy(grads, variables=None):
+        seen.append(optimizer.global_clipnorm)
+        return original(grads, variables)
+
+    optimizer.apply = spy
+    loss, norm = training.apply_clipped_gradients(optimizer, [variable], [tf.constant(gradient)],
+                                                  tf.constant(5.0), 10.0)
+    return variable.numpy(), seen, optimizer.global_clipnorm, float(loss), float(norm)
+
+
+def test_gradients_are_clipped_once():
+    """The step divides by the weight and clips itself; the optimizer's own global-norm clip (a second pass over
+    every gradient) is off while it applies them, and back on after (a direct apply_gradients still clips)."""
+    variable, seen, after, loss, norm = _apply_once([30.0, 40.0])  # global gradient (3, 4): norm 5 -> (0.6, 0.8)
+    assert seen == [None] and after == 1.0
+    np.testing.assert_allclose(variable, [0.4, 1.2], rtol=1e-6)
+    assert loss == 0.5 and norm == pytest.approx(5.0)
+    variable, _, _, _, norm = _apply_once([30.0, 40.0], clip=None)  # no clip: the plain global gradient
+    np.testing.assert_allclose(variable, [-2.0, -2.0], rtol=1e-6)
+    assert norm == pytest.approx(5.0)
+
+
+def test_a_non_finite_gradient_norm_gives_a_nan_update_as_clip_by_global_norm():
+    """As tf.clip_by_global_norm: a non-finite norm makes every clipped gradient NaN (a loss-scaling wrapper then
+    skips the step), never a silent zero step."""
+    variable, _, _, _, norm = _apply_once([np.inf, 1.0])
+    assert np.isinf(norm) and np.isnan(variable).all()
