@@ -73,6 +73,8 @@ PLM_VARIANTS = [
     _ab("query stream over full length (original formulation)", query_stream="full"),
     _ab("positional projection per example (reference formulation)", attention="positional projection per example"),
     _ab("fused key/value projection matmul", attention="fused key/value projection"),
+    _ab("keys and values projected over [mems; content] (reference formulation)",
+        attention="keys and values over [mems; content]"),
     _ab("AdamW outside the XLA cluster (the multi-replica path)", fused_step=False),
     _ab("mixed_bfloat16", mixed_precision="bfloat16"),
 ]

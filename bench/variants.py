@@ -40,10 +40,17 @@ def _per_example_scores(self, q_r, k_r, per_example=False):
     return tf.einsum("bind,bpnd->bnip", q_r, k_r)
 
 
-def _fused_keys_values(self, keys):
+def _fused_keys_values(self, content, mems=None):
     kernel = tf.concat([self._w(self.k), self._w(self.v)], axis=1)  # [D, 2H, Dh]
-    kv = tf.einsum("bld,dnh->blnh", keys, kernel)
+    parts = [content] if mems is None else [tf.cast(mems, content.dtype), content]
+    kv = tf.concat([tf.einsum("bld,dnh->blnh", x, kernel) for x in parts], axis=1)  # memory rows apart, as production
     return kv[:, :, :self.n_head], kv[:, :, self.n_head:]
+
+
+def _concatenated_keys_values(self, content, mems=None):
+    # The reference formulation: one projection of [mems; content], whose input gradient covers the memory rows
+    keys = content if mems is None else tf.concat([tf.cast(mems, content.dtype), content], axis=1)
+    return self._project(keys, self.k), self._project(keys, self.v)
 
 
 def positional_projection_per_example():
@@ -56,8 +63,14 @@ def fused_key_value_projection():
     return _patched(_project_keys_values=_fused_keys_values)
 
 
+def keys_values_over_concatenation():
+    """Project keys and values of `[mems; content]` in one matmul each (A side of the memory rows' projection)."""
+    return _patched(_project_keys_values=_concatenated_keys_values)
+
+
 VARIANTS = {
     "production": contextlib.nullcontext,
     "positional projection per example": positional_projection_per_example,
     "fused key/value projection": fused_key_value_projection,
+    "keys and values over [mems; content]": keys_values_over_concatenation,
 }

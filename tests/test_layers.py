@@ -177,3 +177,63 @@ def test_column_pieces_give_the_whole_products(pieces, rng):
     np.testing.assert_allclose(
         head.transposed_logits(x[:, 0], column_pieces.split_columns(tf.transpose(embedding), pieces)),
         head(x[:, :1], embedding)[:, 0], atol=1e-5)
+
+
+def _memory_attention_gradients(mems_take_gradient: bool, rng):
+    """A small attention layer over [mems; content]: its output and the gradients of a loss of it (weights,
+    content, and mems when `mems_take_gradient`), and the dot FLOPs of that compiled gradient."""
+    from bench.step_profile import dot_flops
+
+    layer = RelativeAttention(d_model=32, n_head=2, d_head=16)
+    content = tf.constant(rng.randn(2, 6, 32), tf.float32)
+    mems = tf.constant(rng.randn(2, 4, 32), tf.float32)
+    pos_emb = tf.constant(rng.randn(1, 16, 32), tf.float32)  # klen + qlen positions
+    layer(content, pos_emb=pos_emb, mems=mems)
+
+    @tf.function(jit_compile=True)
+    def gradients(content, mems):
+        with tf.GradientTape() as tape:
+            tape.watch(content)
+            if mems_take_gradient:
+                tape.watch(mems)
+            out, _ = layer(content, pos_emb=pos_emb, mems=mems)
+            loss = tf.reduce_sum(out ** 2)
+        sources = layer.trainable_variables + [content] + ([mems] if mems_take_gradient else [])
+        return out, tape.gradient(loss, sources)
+
+    hlo = gradients.experimental_get_compiler_ir(content, mems)(stage="optimized_hlo")
+    return layer, content, mems, pos_emb, gradients(content, mems), sum(dot_flops(hlo).values())
+
+
+def test_memory_rows_take_no_input_gradient_they_do_not_need():
+    """Keys and values of [mems; content] project the memory rows apart (RelativeAttention._project_keys_values):
+    constant memories (training's) cost no input-gradient FLOPs, memories with a gradient (the long-document
+    recipe's) get theirs, and both equal projecting the concatenation."""
+    rng = np.random.RandomState(0)
+    _, _, _, _, _, flops_constant = _memory_attention_gradients(False, rng)
+    rng = np.random.RandomState(0)
+    layer, content, mems, pos_emb, (out, grads), flops_watched = _memory_attention_gradients(True, rng)
+    batch, mlen, d_model, inner = 2, 4, 32, 2 * 16
+    # the input gradient of the key and value projections over the memory rows, and nothing else
+    assert flops_watched - flops_constant == 2 * (2 * batch * mlen * inner * d_model)
+
+    # the same numbers as one projection of the concatenation (the reference formulation)
+    def concatenated(self, content, mems=None):
+        keys = tf.concat([mems, content], axis=1)
+        return self._project(keys, self.k), self._project(keys, self.v)
+
+    with tf.GradientTape() as tape:
+        tape.watch([content, mems])
+        original = RelativeAttention._project_keys_values
+        RelativeAttention._project_keys_values = concatenated
+        try:
+            ref_out, _ = layer(content, pos_emb=pos_emb, mems=mems)
+        finally:
+            RelativeAttention._project_keys_values = original
+        loss = tf.reduce_sum(ref_out ** 2)
+    ref_grads = tape.gradient(loss, layer.trainable_variables + [content, mems])
+    np.testing.assert_allclose(out.numpy(), ref_out.numpy(), rtol=1e-5, atol=1e-5)
+    for got, want in zip(grads, ref_grads):
+        assert (got is None) == (want is None)  # seg_embed: no segments here
+        if got is not None:
+            np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)

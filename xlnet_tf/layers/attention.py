@@ -143,10 +143,20 @@ class RelativeAttention(keras.layers.Layer):
         del batch, per_example  # the same einsum for both layouts
         return tf.einsum("xpd,dnh->xpnh", pos_emb, self._w(self.r))
 
-    def _project_keys_values(self, keys):
-        """`[B, M+L, D]` -> keys and values `[B, M+L, H, Dh]` (two matmuls; a single fused matmul over
-        the concatenated kernels is measured as an A/B in `bench/variants.py`)."""
-        return self._project(keys, self.k), self._project(keys, self.v)
+    def _project_keys_values(self, content, mems=None):
+        """Keys and values `[B, M+L, H, Dh]` of `[mems; content]` (content `[B, L, D]`, mems `[B, M, D]` or
+        None). The memory rows are projected apart from the content rows and the heads concatenated: the
+        numbers of projecting the concatenation, but the backward pass then computes no input gradient for
+        memories that take none (training's memories are constants: at mems 64 / seq 128 a third of the
+        key and value input-gradient FLOPs; the long-document recipe's memories, with the gradient through
+        the segments, still get theirs). Two matmuls per part; one fused matmul over the concatenated
+        kernels is measured as an A/B in `bench/variants.py`."""
+        keys, values = self._project(content, self.k), self._project(content, self.v)
+        if mems is None:
+            return keys, values
+        mems = tf.cast(mems, content.dtype)
+        return (tf.concat([self._project(mems, self.k), keys], axis=1),
+                tf.concat([self._project(mems, self.v), values], axis=1))
 
     def _position_scores(self, q_r, k_r, per_example=False):
         """q_r `[B, Q, H, Dh]`, k_r `[n_dir, P, H, Dh]` -> `[B, H, Q, P]` (rows of batch half x use k_r[x]);
@@ -214,13 +224,12 @@ class RelativeAttention(keras.layers.Layer):
                 raise ValueError(f"{self.name}: biases must be passed when own_biases=False")
             biases = (self.r_w_bias, self.r_r_bias, self.r_s_bias)
         qlen = tf.shape(content)[1]
-        keys = content if mems is None else tf.concat([tf.cast(mems, content.dtype), content], axis=1)
-        k_head, v_head = self._project_keys_values(keys)
+        k_head, v_head = self._project_keys_values(content, mems)
         k_r = self._project_positions(pos_emb, tf.shape(content)[0], per_example_positions)
         rows = content
         if content_pos is not None:  # only these rows of the content stream (as the query stream at targets)
             rows = tf.gather(content, content_pos, batch_dims=1)
-            shape = [tf.shape(content)[0], qlen, tf.shape(keys)[1]]
+            shape = [tf.shape(content)[0], qlen, tf.shape(k_head)[1]]
             content_mask = gather_rows(content_mask, content_pos, shape)
             seg_diff = gather_rows(seg_diff, content_pos, shape)
         vec = self._core(self._project(rows, self.q), k_head, v_head, k_r, biases, seg_diff,
