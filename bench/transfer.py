@@ -1149,17 +1149,8 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
                 lines.append(f"| {row['task']} | {row['metric']} | {init} | " +
                              " | ".join("-" if g.get(lr) is None else f"{g[lr]:.1f}" for lr in used)
                              + " |")
-    primary = [row for row in rows if row["primary"] and all(f"{i}_runs" in row for i in FLAGS.inits)]
-    if primary:
-        lines += ["", "Every seed at the best rate (primary metric), and Welch's two-sided t-test of each pretrained "
-                      "init against scratch over the seeds:", "",
-                  "| task | metric | scratch | MLM | PLM | MLM vs scratch p | PLM vs scratch p |",
-                  "|---|---|---|---|---|---|---|"]
-        for row in primary:
-            seeds = " | ".join(", ".join(f"{v:.1f}" for v in row.get(f"{i}_runs", [])) or "-" for i in INITS)
-            lines.append(f"| {row['task']} | {row['metric']} | {seeds} | "
-                         + " | ".join(welch_p(row.get(f"{i}_runs", []), row.get("scratch_runs", []))
-                                      for i in ("mlm", "plm")) + " |")
+    lines += seed_lines([row for row in rows if row["primary"] and all(f"{i}_runs" in row for i in FLAGS.inits)],
+                        shown)
     lines += steps_lines(rows, curves, int(recipe["train_steps"]))
     lines += ["", "Pretraining held-out loss (nats per predicted token; the unigram baseline in brackets):", ""]
     for objective, curve in curves.items():
@@ -1255,6 +1246,29 @@ def plot_steps(rows: List[Dict], curves: Dict, train_steps: int, path: str) -> N
         ax.legend(fontsize=7)
     fig.tight_layout()
     figures.save(fig, path)
+
+
+def seed_lines(primary: List[Dict], inits: Sequence[str]) -> List[str]:
+    """The report's table of every seed at the best rate (the primary metric's rows `primary`) with Welch's test of
+    each pretrained init against scratch: a column per init of `inits` (the table's three, then stepped inits such
+    as `plm@9000`) that has runs in some row; none -> no table."""
+    inits = [i for i in inits if any(f"{i}_runs" in row for row in primary)]
+    pretrained = [i for i in inits if i != "scratch"]
+    if not primary or not inits:
+        return []
+    label = {"scratch": "scratch", "mlm": "MLM", "plm": "PLM"}
+    names = [label.get(i, i) for i in inits]
+    lines = ["", "Every seed at the best rate (primary metric), and Welch's two-sided t-test of each pretrained "
+                 "init against scratch over the seeds:", "",
+             "| task | metric | " + " | ".join(names) + " | "
+             + " | ".join(f"{label.get(i, i)} vs scratch p" for i in pretrained) + " |",
+             "|---|---|" + "---|" * (len(inits) + len(pretrained))]
+    for row in primary:
+        seeds = " | ".join(", ".join(f"{v:.1f}" for v in row.get(f"{i}_runs", [])) or "-" for i in inits)
+        lines.append(f"| {row['task']} | {row['metric']} | {seeds} | "
+                     + " | ".join(welch_p(row.get(f"{i}_runs", []), row.get("scratch_runs", [])) for i in pretrained)
+                     + " |")
+    return lines
 
 
 def welch_p(a: List[float], b: List[float]) -> str:

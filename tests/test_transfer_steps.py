@@ -104,3 +104,18 @@ def test_an_unknown_init_is_a_one_line_usage_error(tmp_path):
                          timeout=120)
     assert out.returncode == 1 and "--inits: init 'plm@first': expected one of" in out.stderr, out.stderr[-2000:]
     assert not os.path.exists(tmp_path / "w")
+
+
+def test_the_seed_table_has_a_column_for_every_init_with_runs():
+    """Stepped inits (plm@9000) get their seeds and their Welch p against scratch (they were left out: a table of
+    scratch and two empty columns); inits without runs get no column."""
+    rows = [{"task": "tweets", "metric": "accuracy", "scratch_runs": [87.2, 86.0, 88.7],
+             "plm@9000_runs": [89.0, 87.8, 87.5]}]
+    lines = transfer.seed_lines(rows, ["scratch", "mlm", "plm", "plm@9000"])
+    assert lines[3] == "| task | metric | scratch | plm@9000 | plm@9000 vs scratch p |"
+    assert lines[4] == "|---|---|---|---|---|"
+    assert lines[5].startswith("| tweets | accuracy | 87.2, 86.0, 88.7 | 89.0, 87.8, 87.5 | 0.")
+    full = [{"task": "t", "metric": "m", "scratch_runs": [1.0, 2.0], "mlm_runs": [3.0, 4.0], "plm_runs": [5.0, 6.0]}]
+    assert transfer.seed_lines(full, ["scratch", "mlm", "plm"])[3] == (
+        "| task | metric | scratch | MLM | PLM | MLM vs scratch p | PLM vs scratch p |")
+    assert transfer.seed_lines([], ["scratch", "plm"]) == []
