@@ -18,7 +18,7 @@ def test_record_appends_replaces_and_picks_best(tmp_path):
     r = results.record(d, "classifier", "accuracy", 300, {"accuracy": 0.8}, split="dev")
     assert [e["step"] for e in r.evaluations] == [100, 200, 300] and r.best("dev")["accuracy"] == 0.8
     on_disk = json.load(open(tmp_path / "eval_results.json"))
-    assert on_disk["schema"] == "xlnet_tf.eval_results" and on_disk["version"] == 2
+    assert on_disk["schema"] == "xlnet_tf.eval_results" and on_disk["version"] == 3
     assert on_disk["best"] == on_disk["last"] == {
         "dev": {"step": 300, "split": "dev", "checkpoint": None, "accuracy": 0.8}}
     assert results.load(d).to_dict() == on_disk
@@ -60,6 +60,31 @@ def test_best_and_last_are_per_split(tmp_path):
     version_1 = {**on_disk, "version": 1, "best": on_disk["best"]["test"], "last": on_disk["last"]["test"]}
     (tmp_path / "eval_results.json").write_text(json.dumps(version_1))
     assert results.load(d).to_dict() == on_disk
-    (tmp_path / "eval_results.json").write_text(json.dumps({**on_disk, "version": 3}))
-    with pytest.raises(results.ResultsError, match="version 3 is not supported"):
+    (tmp_path / "eval_results.json").write_text(json.dumps({**on_disk, "version": 4}))
+    with pytest.raises(results.ResultsError, match="version 4 is not supported"):
         results.load(d)
+
+
+def test_selected_reports_every_split_at_the_dev_chosen_step(tmp_path):
+    """`selected` is the step dev picks and every split there; `best["test"]` is test's own best over the
+    checkpoints (an oracle a reader must not report), here a different step."""
+    d = str(tmp_path)
+    for step, dev, test in ((100, 0.70, 0.60), (200, 0.65, 0.68)):
+        r = results.record(d, "classifier", "accuracy", step, {"accuracy": dev}, split="dev")
+        r = results.record(d, "classifier", "accuracy", step, {"accuracy": test}, split="test")
+    on_disk = json.load(open(tmp_path / "eval_results.json"))
+    assert on_disk["selected"] == {"by": "dev", "step": 100, "evaluations": {
+        "dev": {"step": 100, "split": "dev", "checkpoint": None, "accuracy": 0.70},
+        "test": {"step": 100, "split": "test", "checkpoint": None, "accuracy": 0.60}}}
+    assert on_disk["best"]["test"]["step"] == 200  # the oracle
+    # test scored only at the last step: dev's choice stands, test has no evaluation there
+    r = results.record(d, "classifier", "accuracy", 100, {"accuracy": 0.9}, split="other")
+    assert r.selected()["evaluations"]["other"]["accuracy"] == 0.9
+    only_test = results.EvalResults("classifier", "accuracy", evaluations=[
+        {"step": 5, "split": "test", "accuracy": 0.5}])
+    assert only_test.selected()["by"] == "test" and results.EvalResults("classifier", "accuracy").selected() is None
+    # version-2 files (no `selected`) are read and get it derived
+    legacy = dict(on_disk, version=2)
+    del legacy["selected"]
+    (tmp_path / "eval_results.json").write_text(json.dumps(legacy))
+    assert results.load(d).to_dict()["selected"]["step"] == 100

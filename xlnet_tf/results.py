@@ -4,11 +4,15 @@
      "higher_is_better": true,
      "evaluations": [{"step": 150, "split": "dev", "checkpoint": ".../ckpt-150", "accuracy": 0.61, ...}, ...],
      "best": {<split>: <its evaluation with the best `key`>, ...},
-     "last": {<split>: <its evaluation of the highest step>, ...}}
+     "last": {<split>: <its evaluation of the highest step>, ...},
+     "selected": {"by": "dev", "step": 150, "evaluations": {<split>: <its evaluation at that step, or null>}}}
 
 `best` and `last` are per split (version 2): in version 1 they ranged over every split, so once a run's final
 weights were scored on test, "best" and "last" (and the runner's "best accuracy ... at step" line) reported the
-test evaluation as if it were the dev one. Version-1 files are read (`best`/`last` are derived, recomputed).
+test evaluation as if it were the dev one. `best` of a split is that split's own best over the checkpoints: for
+test, a step chosen on test (an oracle). What to report is `selected` (version 3): the step of the selection
+split's best evaluation (`dev` when it was evaluated, else the first split evaluated) and every split's
+evaluation at that step. Versions 1 and 2 are read (`best`, `last` and `selected` are derived, recomputed).
 
 Evaluations are recorded as they happen (`record`: read, add, atomic rewrite), so a resumed run keeps what the
 killed one measured and reports "step 0 -> end", and `run/benchmark.py` reads every task's metric the same
@@ -31,8 +35,9 @@ from xlnet_tf.errors import UserError
 
 FILE_NAME = "eval_results.json"
 SCHEMA = "xlnet_tf.eval_results"
-VERSION = 2
-READABLE_VERSIONS = (1, 2)
+VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+SELECTION_SPLIT = "dev"  # the split whose best evaluation picks the step `selected` reports (when evaluated)
 UNNAMED_SPLIT = "unnamed"  # the key of evaluations recorded without a split (files from before the schema)
 TASKS = ("pretrain", "classifier", "regression", "race", "squad", "tagging")
 _RESERVED = ("step", "split", "checkpoint")
@@ -82,12 +87,26 @@ class EvalResults:
         sign = 1 if self.higher_is_better else -1
         return max(scored, key=lambda e: (sign * e[self.key], -e["step"]))
 
+    def selected(self) -> Optional[Dict[str, Any]]:
+        """What to report: `{"by": split, "step": step, "evaluations": {split: evaluation at step or None}}`, the
+        step of the best evaluation of `SELECTION_SPLIT` (or, when that split was not evaluated, of the first
+        split evaluated); None before the first evaluation. Unlike `best(<another split>)`, no split's score picks
+        its own step."""
+        splits = self.splits()
+        if not splits:
+            return None
+        by = SELECTION_SPLIT if SELECTION_SPLIT in splits else splits[0]
+        step = self.best(by)["step"]
+        at = {_split_key(split): next((e for e in self.evaluations if e.get("split") == split and e["step"] == step),
+                                      None) for split in splits}
+        return {"by": _split_key(by), "step": step, "evaluations": at}
+
     def to_dict(self) -> Dict[str, Any]:
-        key = lambda split: UNNAMED_SPLIT if split is None else split  # noqa: E731
         return {"schema": SCHEMA, "version": VERSION, "task": self.task, "key": self.key,
                 "higher_is_better": self.higher_is_better, "evaluations": self.evaluations,
-                "best": {key(split): self.best(split) for split in self.splits()},
-                "last": {key(split): self.last(split) for split in self.splits()}}
+                "best": {_split_key(split): self.best(split) for split in self.splits()},
+                "last": {_split_key(split): self.last(split) for split in self.splits()},
+                "selected": self.selected()}
 
     @classmethod
     def from_dict(cls, values: Any, where: str = FILE_NAME) -> "EvalResults":
@@ -124,6 +143,11 @@ class EvalResults:
                             if (e["step"], e.get("split")) != (entry["step"], split)] + [entry]
         self.evaluations.sort(key=lambda e: e["step"])
         return entry
+
+
+def _split_key(split: Optional[str]) -> str:
+    """A split's key in the file (evaluations recorded without a split: `UNNAMED_SPLIT`)."""
+    return UNNAMED_SPLIT if split is None else split
 
 
 def _guess_key(entry: Dict[str, Any]) -> str:
