@@ -150,7 +150,8 @@ def define_flags():
     flags.DEFINE_integer("batch", 8, "Batch size.")
     flags.DEFINE_integer("seq_len", 128, "Sequence length.")
     flags.DEFINE_integer("mem_len", 64, "Memory length.")
-    flags.DEFINE_integer("num_predict", 20, "Predicted tokens per sequence.")
+    flags.DEFINE_integer("num_predict", 0, "Predicted tokens per sequence (0: 85/512 of --seq_len, bench/run.py's "
+                         "rule: 21 at 128).")
     flags.DEFINE_integer("steps", 3, "Profiled steps (after two warm-up steps).")
     define_report_flags()
 
@@ -206,7 +207,8 @@ def main(argv):
     work = tempfile.mkdtemp(prefix="step_profile_")
     dump = dump_optimized_hlo(work)
     config = ours.bench_config(FLAGS.n_layer, FLAGS.d_model, mem_len=FLAGS.mem_len, n_token=FLAGS.n_token)
-    data, _ = inputs(FLAGS.n_token, FLAGS.n_layer, FLAGS.d_model, FLAGS.batch, FLAGS.seq_len, FLAGS.num_predict,
+    num_predict = FLAGS.num_predict or max(1, round(85 * FLAGS.seq_len / 512))
+    data, _ = inputs(FLAGS.n_token, FLAGS.n_layer, FLAGS.d_model, FLAGS.batch, FLAGS.seq_len, num_predict,
                      FLAGS.mem_len)
     trainer = ours.production_trainer("plm", config, FLAGS.batch, FLAGS.seq_len, os.path.join(work, "model"))
     step = ours.TrainerStep(trainer, {k: tf.constant(v) for k, v in data.items()})
@@ -220,8 +222,8 @@ def main(argv):
         hlo_text = f.read()
     report = {"host": host.describe(), "command": "python " + " ".join(sys.argv), "note": FLAGS.note,
               "step_s": times, "summary": summarize(thunk_ms, hlo_text, FLAGS.top),
-              "config": {k: FLAGS[k].value for k in ("n_layer", "d_model", "n_token", "batch", "seq_len", "mem_len",
-                                                      "num_predict", "steps")}}
+              "config": {**{k: FLAGS[k].value for k in ("n_layer", "d_model", "n_token", "batch", "seq_len", "mem_len",
+                                                         "steps")}, "num_predict": num_predict}}
     write_report(report, markdown(report))
     shutil.rmtree(work)  # the dump holds a file per fused kernel (over a thousand)
 
