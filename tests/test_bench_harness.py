@@ -448,3 +448,35 @@ def test_generation_profile_reports_a_real_calls_thunks(tmp_path):
     assert len(s["top"]) == 5 and all(t["hlo"] for t in s["top"])  # every listed thunk named in the HLO
     assert report["config"]["new_tokens"] == 4 and report["best_s"] > 0
     assert "ms per new token" in open(out + ".md", encoding="utf-8").read()
+
+
+def test_step_ab_puts_the_reference_methods_in_place_and_restores_them(tmp_path):
+    """bench/step_ab.py's patcher: functions and methods whose source differs take the reference's (a method's
+    zero-argument super() still works on the working tree's class), identical ones stay, and all is restored."""
+    import importlib.util
+    import sys
+
+    from bench import step_ab
+
+    def load(name, text):
+        path = tmp_path / f"{name}.py"
+        path.write_text(text)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    base = "class Base:\n    def f(self):\n        return 10\n\n\n"
+    current = load("step_ab_current", base + "class A(Base):\n    def f(self):\n        return super().f() + 1\n\n"
+                   "    def g(self):\n        return 'same'\n\n\ndef h():\n    return 'new'\n")
+    reference = load("step_ab_reference", base + "class A(Base):\n    def f(self):\n        return super().f() + 2\n\n"
+                     "    def g(self):\n        return 'same'\n\n\ndef h():\n    return 'old'\n")
+    g = current.A.g
+    with step_ab.patched(current, reference) as names:
+        assert sorted(names) == ["A.f", "step_ab_current.h"]
+        assert current.A().f() == 12 and current.h() == "old" and current.A.g is g
+    assert current.A().f() == 11 and current.h() == "new"
+    with pytest.raises(ValueError, match="not a file under xlnet_tf/"):
+        step_ab.module_name("bench/run.py")
+    assert step_ab.module_name("xlnet_tf/layers/attention.py") == "xlnet_tf.layers.attention"
