@@ -251,14 +251,25 @@ def torch_tagging_inputs(data: dict) -> dict:
             "labels": torch.tensor(data["label_ids"]).long()}
 
 
+def default_num_predict(seq_len: int) -> int:
+    """Targets per sequence when --num_predict is 0: 85/512 of the sequence, the original recipe's ratio (21 at
+    128)."""
+    return max(1, round(85 * seq_len / 512))
+
+
+def our_step_features(config, kind: str, batch: int, seq_len: int, num_predict: int, mlen: int):
+    """One training batch of `kind` (`STEP_SUITES`) as our step reads it (NumPy), and the memories HF gets
+    (None for the taggers' windows)."""
+    if kind == "tagger":
+        return tagging_inputs(config.n_token, batch, seq_len), None
+    return _inputs(config, batch, seq_len, num_predict, mlen)
+
+
 def step_inputs(config, kind: str, batch: int, seq_len: int, num_predict: int, mlen: int):
     """One training batch of `kind` (`STEP_SUITES`): our features (NumPy) and HF's keyword arguments (PyTorch),
     the same tokens and labels."""
-    if kind == "tagger":
-        data = tagging_inputs(config.n_token, batch, seq_len)
-        return data, torch_tagging_inputs(data)
-    data, mems = _inputs(config, batch, seq_len, num_predict, mlen)
-    return data, torch_inputs(data, mems, kind)
+    data, mems = our_step_features(config, kind, batch, seq_len, num_predict, mlen)
+    return data, (torch_tagging_inputs(data) if kind == "tagger" else torch_inputs(data, mems, kind))
 
 
 def _compiled_graphs() -> int:
@@ -958,7 +969,7 @@ def main(argv=None):
         parser.error(f"--suite: unknown {sorted(unknown)}; choose from {SUITES} or all")
 
     def predict(L):
-        return args.num_predict or max(1, round(85 * L / 512))
+        return args.num_predict or default_num_predict(L)
 
     def mem(L):
         return L // 2 if args.mem_len < 0 else args.mem_len

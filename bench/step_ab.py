@@ -33,6 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from absl import app, flags  # noqa: E402
 
+from bench import step_profile  # noqa: E402 (absl only at import)
+
 FLAGS = flags.FLAGS
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -42,12 +44,7 @@ def define_flags():
     flags.DEFINE_list("modules", [], "Files under xlnet_tf/ taken from --ref on the reference side.")
     flags.DEFINE_enum("kind", "plm", ["plm", "classifier", "tagger"], "Whose step: run/pretrain.py's (plm) or the "
                       "fine-tuning runners' (bench/ours.py RUNNERS).")
-    flags.DEFINE_integer("n_layer", 4, "Layers (the benchmark's production row: 4 x 768).")
-    flags.DEFINE_integer("d_model", 768, "Model width.")
-    flags.DEFINE_integer("n_token", 32000, "Vocabulary.")
-    flags.DEFINE_integer("batch", 8, "Batch size.")
-    flags.DEFINE_integer("seq_len", 128, "Sequence length.")
-    flags.DEFINE_integer("mem_len", 64, "Memory length (plm).")
+    step_profile.define_step_flags()
     flags.DEFINE_integer("calls", 9, "Timed calls per side, in turns (after two warm-up calls each).")
     flags.DEFINE_string("output", None, "Write <output>.md and <output>.json.")
 
@@ -135,17 +132,12 @@ _MISSING = object()
 def build_step(kind: str):
     import tensorflow as tf
 
-    from bench import ours
-    from bench.peak_rss import inputs
+    from bench import ours, run
 
-    plm = kind == "plm"
-    config = ours.bench_config(FLAGS.n_layer, FLAGS.d_model, mem_len=FLAGS.mem_len if plm else 0,
-                               n_token=FLAGS.n_token)
-    num_predict = max(1, round(85 * FLAGS.seq_len / 512))  # bench/run.py's rule
-    data, _ = inputs(FLAGS.n_token, FLAGS.n_layer, FLAGS.d_model, FLAGS.batch, FLAGS.seq_len, num_predict,
-                     FLAGS.mem_len)
-    if not plm:
-        data = {k: data[k] for k in ("input_ids", "segment_ids", "attention_mask", "label")}
+    mem_len = FLAGS.mem_len if kind == "plm" else 0
+    config = ours.bench_config(FLAGS.n_layer, FLAGS.d_model, mem_len=mem_len, n_token=FLAGS.n_token)
+    data, _ = run.our_step_features(config, kind, FLAGS.batch, FLAGS.seq_len,
+                                    FLAGS.num_predict or run.default_num_predict(FLAGS.seq_len), mem_len)
     trainer = ours.production_trainer(kind, config, FLAGS.batch, FLAGS.seq_len, tempfile.mkdtemp(prefix="step_ab_"))
     step = ours.TrainerStep(trainer, {k: tf.constant(v) for k, v in data.items()})
     step()
@@ -158,7 +150,6 @@ def main(argv):
     import numpy as np
 
     from bench import host
-    from bench.step_profile import write_report
 
     work = tempfile.mkdtemp(prefix="step_ab_src_")
     pairs = [(importlib.import_module(module_name(p)), load_at(p, FLAGS.ref, work)) for p in FLAGS.modules]
@@ -176,7 +167,8 @@ def main(argv):
     ratio = median["reference"] / median["working_tree"]
     report = {"host": host.describe(), "command": "python " + " ".join(sys.argv), "ref": FLAGS.ref,
               "modules": FLAGS.modules, "replaced": replaced, "kind": FLAGS.kind,
-              "config": {k: FLAGS[k].value for k in ("n_layer", "d_model", "n_token", "batch", "seq_len", "mem_len")},
+              "config": {k: FLAGS[k].value for k in ("n_layer", "d_model", "n_token", "batch", "seq_len", "mem_len",
+                                                      "num_predict")},
               "calls_ms": {side: [round(t * 1e3, 1) for t in ts] for side, ts in times.items()},
               "median_ms": median, "ratio": ratio}
     text = "\n".join([
@@ -188,7 +180,7 @@ def main(argv):
         *(f"| {side} | {median[side]:.1f} | {min(times[side]) * 1e3:.1f} |" for side in times), "",
         f"Ratio (reference / working tree): **{ratio:.3f}**. Replaced on the reference side: "
         f"{', '.join(replaced) or 'nothing'}."]) + "\n"
-    write_report(report, text)
+    step_profile.write_report(report, text)
 
 
 if __name__ == "__main__":

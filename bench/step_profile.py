@@ -143,15 +143,21 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def define_flags():
+def define_step_flags():
+    """The size of the benchmarked Trainer step (bench/run.py's production row by default); also
+    bench/step_ab.py's."""
     flags.DEFINE_integer("n_layer", 4, "Layers (the production benchmark row: 4 x 768).")
     flags.DEFINE_integer("d_model", 768, "Model width.")
     flags.DEFINE_integer("n_token", 32000, "Vocabulary.")
     flags.DEFINE_integer("batch", 8, "Batch size.")
     flags.DEFINE_integer("seq_len", 128, "Sequence length.")
-    flags.DEFINE_integer("mem_len", 64, "Memory length.")
-    flags.DEFINE_integer("num_predict", 0, "Predicted tokens per sequence (0: 85/512 of --seq_len, bench/run.py's "
-                         "rule: 21 at 128).")
+    flags.DEFINE_integer("mem_len", 64, "Memory length (pretraining).")
+    flags.DEFINE_integer("num_predict", 0, "Predicted tokens per sequence (0: bench/run.py's default_num_predict, "
+                         "21 at 128).")
+
+
+def define_flags():
+    define_step_flags()
     flags.DEFINE_integer("steps", 3, "Profiled steps (after two warm-up steps).")
     define_report_flags()
 
@@ -201,15 +207,13 @@ def main(argv):
     del argv
     import tensorflow as tf
 
-    from bench import host, ours
-    from bench.peak_rss import inputs
+    from bench import host, ours, run
 
     work = tempfile.mkdtemp(prefix="step_profile_")
     dump = dump_optimized_hlo(work)
     config = ours.bench_config(FLAGS.n_layer, FLAGS.d_model, mem_len=FLAGS.mem_len, n_token=FLAGS.n_token)
-    num_predict = FLAGS.num_predict or max(1, round(85 * FLAGS.seq_len / 512))
-    data, _ = inputs(FLAGS.n_token, FLAGS.n_layer, FLAGS.d_model, FLAGS.batch, FLAGS.seq_len, num_predict,
-                     FLAGS.mem_len)
+    num_predict = FLAGS.num_predict or run.default_num_predict(FLAGS.seq_len)
+    data, _ = run.our_step_features(config, "plm", FLAGS.batch, FLAGS.seq_len, num_predict, FLAGS.mem_len)
     trainer = ours.production_trainer("plm", config, FLAGS.batch, FLAGS.seq_len, os.path.join(work, "model"))
     step = ours.TrainerStep(trainer, {k: tf.constant(v) for k, v in data.items()})
     step()
