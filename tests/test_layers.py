@@ -217,19 +217,13 @@ def test_memory_rows_take_no_input_gradient_they_do_not_need():
     # the input gradient of the key and value projections over the memory rows, and nothing else
     assert flops_watched - flops_constant == 2 * (2 * batch * mlen * inner * d_model)
 
-    # the same numbers as one projection of the concatenation (the reference formulation)
-    def concatenated(self, content, mems=None):
-        keys = tf.concat([mems, content], axis=1)
-        return self._project(keys, self.k), self._project(keys, self.v)
+    # the same numbers as one projection of the concatenation (the reference formulation, bench/variants.py's)
+    from bench import variants
 
     with tf.GradientTape() as tape:
         tape.watch([content, mems])
-        original = RelativeAttention._project_keys_values
-        RelativeAttention._project_keys_values = concatenated
-        try:
+        with variants.keys_values_over_concatenation():
             ref_out, _ = layer(content, pos_emb=pos_emb, mems=mems)
-        finally:
-            RelativeAttention._project_keys_values = original
         loss = tf.reduce_sum(ref_out ** 2)
     ref_grads = tape.gradient(loss, layer.trainable_variables + [content, mems])
     np.testing.assert_allclose(out.numpy(), ref_out.numpy(), rtol=1e-5, atol=1e-5)
