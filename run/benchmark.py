@@ -127,9 +127,7 @@ def run_all(flagfiles, output_dir: str, data_root: str = "", extra: str = "", qu
     return rows
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+def main():
     if not FLAGS.flagfiles or not FLAGS.results_dir:
         raise app.UsageError("--flagfiles and --results_dir are required")
     rows = run_all(FLAGS.flagfiles, FLAGS.results_dir, FLAGS.data_root, FLAGS.extra_flags, FLAGS.quick)

@@ -24,8 +24,10 @@ class Definer:
         return functools.partial(getattr(flags, f"DEFINE_{kind}"), flag_values=self.fv)
 
 
-def run_main(fv: flags.FlagValues, define, main) -> None:
-    """The entry point of a runner: define its flags into `fv`, then `absl.app.run(main)`.
+def run_main(fv: flags.FlagValues, define, run, argv=None) -> None:
+    """The entry point of a runner: define its flags into `fv`, parse the command line (`argv`, default
+    sys.argv) with absl.app, refuse stray positional arguments in one line (every runner takes flags only), then
+    `run()`; a user error it raises is reported in one line (exit status 2).
 
     The runner's flags join absl's global namespace (the same flag objects) so that absl.app parses them
     together with its own (--helpfull, --flagfile, logging) and prints them in --help."""
@@ -43,15 +45,17 @@ def run_main(fv: flags.FlagValues, define, main) -> None:
         d.bool("verbose", False, "Show the traceback of a user error (bad flag, file or data) too.")
 
     def parsed_main(argv):
+        if len(argv) > 1:  # e.g. `--do_eval true`: a boolean flag takes no separate value
+            report_user_error(UserError(f"unexpected arguments {argv[1:]}: every option is a flag (--name=value)"))
         fv.mark_as_parsed()
         try:
-            return main(argv)
+            return run()
         except USER_ERRORS as e:
             if fv.verbose:
                 raise
             report_user_error(e)
 
-    app.run(parsed_main, flags_parser=cli.parse_flags_or_report)
+    app.run(parsed_main, argv=argv, flags_parser=cli.parse_flags_or_report)
 
 
 # What a user fixes: reported in one line, not a traceback (the one convention of xlnet_tf/cli.py).

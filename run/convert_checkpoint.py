@@ -16,7 +16,7 @@ them, and they must hold the heads the file lists) and keep that file in `<outpu
 import os
 
 
-from absl import app, flags
+from absl import flags
 
 from run import common_flags
 
@@ -80,11 +80,5 @@ def run():
     return summary
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    run()
-
-
 if __name__ == "__main__":
-    common_flags.run_main(FLAGS, define_flags, main)
+    common_flags.run_main(FLAGS, define_flags, run)

@@ -18,7 +18,7 @@ segment per row. The numeric flags are range-checked when parsed.
 import json
 import os
 
-from absl import app, flags
+from absl import flags
 
 from run import common_flags
 
@@ -167,11 +167,5 @@ def run():
     return report
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    run()
-
-
 if __name__ == "__main__":
-    common_flags.run_main(FLAGS, define_flags, main)
+    common_flags.run_main(FLAGS, define_flags, run)

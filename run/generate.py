@@ -19,7 +19,7 @@ records, a masked-LM model; then bad decoding values (naming the flag) and empty
 import json
 import os
 
-from absl import app, flags
+from absl import flags
 
 from run import common_flags
 
@@ -127,11 +127,5 @@ def run():
     return results
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    run()
-
-
 if __name__ == "__main__":
-    common_flags.run_main(FLAGS, define_flags, main)
+    common_flags.run_main(FLAGS, define_flags, run)

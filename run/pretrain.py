@@ -17,7 +17,7 @@ nsp and heads that consumers check with `pretrain_info.check_final`).
 import os
 
 
-from absl import app, flags
+from absl import flags
 
 from run import common_flags
 
@@ -171,11 +171,5 @@ def run():
     return {"history": history, "eval": eval_results, "final_checkpoint": final, "unigram_baseline": baseline}
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    run()
-
-
 if __name__ == "__main__":
-    common_flags.run_main(FLAGS, define_flags, main)
+    common_flags.run_main(FLAGS, define_flags, run)

@@ -12,7 +12,7 @@ the accuracy on middle, high and all questions, and `predict_<split>.tsv` (quest
 
 import os
 
-from absl import app, flags
+from absl import flags
 
 from run import common_flags
 from run import lifecycle
@@ -133,11 +133,5 @@ def run():
     return lifecycle.run(RaceJob(FLAGS), common_flags.model_config_from_flags(FLAGS))
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
-    run()
-
-
 if __name__ == "__main__":
-    common_flags.run_main(FLAGS, define_flags, main)
+    common_flags.run_main(FLAGS, define_flags, run)

@@ -149,6 +149,7 @@ def test_export_with_another_sentencepiece_model_is_refused_before_building(clas
     ("tfrecords/brown_genre.py", ["--slice_dev_per_label=0"], "flag --slice_dev_per_label=0: 0 is not a positive integer"),
     ("run/evaluate_lm.py", ["--seg_len=1"], "flag --seg_len=1: 1 is not integer >= 2"),
     ("run/pretrain.py", ["--mem_len=-1"], "flag --mem_len=-1: -1 is not a non-negative integer"),
+    ("run/generate.py", ["--padding_text", "true"], "unexpected arguments ['true']: every option is a flag (--name=value)"),
 ])
 def test_every_entry_point_reports_a_user_error_in_one_line(tmp_path, tool, args, message):
     """One convention (xlnet_tf/cli.py): `<tool>.py: error: <message>`, exit status 2, builders included."""
