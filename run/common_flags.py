@@ -49,7 +49,7 @@ def run_main(fv: flags.FlagValues, define, run, argv=None) -> None:
             report_user_error(UserError(f"unexpected arguments {argv[1:]}: every option is a flag (--name=value)"))
         fv.mark_as_parsed()
         try:
-            return run()
+            run()  # not returned: absl.app exits with main's value, and a runner's results are no exit status
         except USER_ERRORS as e:
             if fv.verbose:
                 raise

@@ -783,3 +783,21 @@ def test_an_unreadable_checkpoint_is_named_with_the_format_expected(tmp_path, na
     path = str(tmp_path / name).replace(".index", "")
     with pytest.raises(checkpoints.CheckpointMismatchError, match=f"{path} {message}|{path}: {message}"):
         checkpoints.load_init_checkpoint(XLNetClassifier(_config()), path)
+
+
+@pytest.mark.parametrize("argv, code, called", [(["prog"], None, True), (["prog", "stray"], 2, False)])
+def test_run_main_exits_zero_after_a_run_and_refuses_stray_arguments(argv, code, called, capsys):
+    """A runner's run() returns its results (a dict): the process still exits 0. A positional argument is
+    refused in one line before run() starts."""
+    from run import common_flags
+
+    calls = []
+    name = f"run_main_probe_{len(argv)}"  # run_main adds its flags to absl's global namespace: one name per case
+    fv = flags.FlagValues()
+    with pytest.raises(SystemExit) as exit_:
+        common_flags.run_main(fv, lambda fv: flags.DEFINE_integer(name, 1, "A probe.", flag_values=fv),
+                              lambda: calls.append(1) or {"history": []}, argv=argv)
+    assert exit_.value.code == code and bool(calls) == called
+    if code:
+        assert capsys.readouterr().err.strip().endswith(
+            "error: unexpected arguments ['stray']: every option is a flag (--name=value)")
