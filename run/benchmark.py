@@ -25,9 +25,10 @@ import sys
 import time
 
 
-from absl import app, flags
+from absl import flags
 
 from run import common_flags
+from xlnet_tf.errors import UserError
 
 FLAGS = flags.FlagValues()  # defined by define_flags when the benchmark runs, never at import
 
@@ -129,7 +130,7 @@ def run_all(flagfiles, output_dir: str, data_root: str = "", extra: str = "", qu
 
 def main():
     if not FLAGS.flagfiles or not FLAGS.results_dir:
-        raise app.UsageError("--flagfiles and --results_dir are required")
+        raise UserError("--flagfiles and --results_dir are required")
     rows = run_all(FLAGS.flagfiles, FLAGS.results_dir, FLAGS.data_root, FLAGS.extra_flags, FLAGS.quick)
     print(write_table(rows, FLAGS.results_dir))
 

@@ -24,44 +24,45 @@ Query it: `saved_model_cli show --dir serving/mrpc/1 --all`, or from Python (imp
 import os
 
 
-from absl import app, flags
+from absl import flags
 
 from run import common_flags
 from xlnet_tf.errors import UserError
 
-FLAGS = flags.FLAGS
+FLAGS = flags.FlagValues()  # this tool's own flags, defined when it runs (run/common_flags.py)
 
 
-def define_flags():
-    """Defined when run as a script (its --model_dir/--task would clash with the runners' in tests)."""
-    flags.DEFINE_string("model_dir", None, "Fine-tuning model directory (xlnet_config.json, export_info.json, "
-                        "checkpoints).")
-    flags.DEFINE_string("checkpoint", None, "Weights to export (default: the latest checkpoint of --model_dir). "
-                        "Any format --init_checkpoint accepts.")
-    flags.DEFINE_enum("task", None, ["classifier", "regression", "squad", "race", "embedding", "tagging", "lm"],
-                      "Default: from export_info.json. lm: a pretrained model's generate and features signatures.")
-    flags.DEFINE_string("export_dir", None, "Base directory of the exported versions.")
-    flags.DEFINE_integer("version", 1, "Version sub-directory (TF Serving serves the highest).", lower_bound=0)
-    flags.DEFINE_string("export_spiece_model", None, "SentencePiece model (default: export_info.json's).")
-    flags.DEFINE_integer("export_max_seq_length", None, "Maximum length (default: export_info.json's).",
-                         lower_bound=3)
-    flags.DEFINE_integer("export_max_windows", None, "Tagging: the most windows of max_seq_length tokens one sentence "
-                         "of a request may take (a longer one is refused; default "
-                         "xlnet_tf.serving.DEFAULT_MAX_WINDOWS).", lower_bound=1)
+def define_flags(fv: flags.FlagValues = FLAGS):
+    """The export flags, then the `--task=lm` ones (`define_lm_flags`), into `fv`."""
+    d = common_flags.Definer(fv)
+    d.string("model_dir", None, "Fine-tuning model directory (xlnet_config.json, export_info.json, checkpoints).")
+    d.string("checkpoint", None, "Weights to export (default: the latest checkpoint of --model_dir). Any format "
+             "--init_checkpoint accepts.")
+    d.enum("task", None, ["classifier", "regression", "squad", "race", "embedding", "tagging", "lm"],
+           "Default: from export_info.json. lm: a pretrained model's generate and features signatures.")
+    d.string("export_dir", None, "Base directory of the exported versions.")
+    d.integer("version", 1, "Version sub-directory (TF Serving serves the highest).", lower_bound=0)
+    d.string("export_spiece_model", None, "SentencePiece model (default: export_info.json's).")
+    d.integer("export_max_seq_length", None, "Maximum length (default: export_info.json's).", lower_bound=3)
+    d.integer("export_max_windows", None, "Tagging: the most windows of max_seq_length tokens one sentence of a "
+              "request may take (a longer one is refused; default xlnet_tf.serving.DEFAULT_MAX_WINDOWS).",
+              lower_bound=1)
+    define_lm_flags(fv)
 
 
-def define_lm_flags():
-    flags.DEFINE_string("model_config_path", None, "--task=lm: xlnet_config.json (default: next to --checkpoint).")
-    flags.DEFINE_integer("export_max_prompt_tokens", 512, "--task=lm: prompt tokens read (a longer prompt keeps its "
-                         "last ones, reported per row).", lower_bound=1)
-    flags.DEFINE_integer("export_max_new_tokens", 256, "--task=lm: the largest max_new_tokens a request may ask.",
-                         lower_bound=1)
-    flags.DEFINE_integer("export_max_top_k", 100, "--task=lm: the largest top_k a request may ask.", lower_bound=1)
-    flags.DEFINE_integer("export_max_batch_size", 16, "--task=lm: the most prompts of one generate request.",
-                         lower_bound=1)
-    flags.DEFINE_enum("export_layout", "causal", ["causal", "bidirectional_prompt"], "--task=lm: how the prompt's "
-                      "tokens see each other (xlnet_tf/generation.py).")
-    flags.DEFINE_list("export_stop_ids", ["7"], "--task=lm: token ids that end a continuation (default <eod>).")
+def define_lm_flags(fv: flags.FlagValues = FLAGS):
+    """The `--task=lm` bounds and decoding flags."""
+    d = common_flags.Definer(fv)
+    d.string("model_config_path", None, "--task=lm: xlnet_config.json (default: next to --checkpoint).")
+    d.integer("export_max_prompt_tokens", 512, "--task=lm: prompt tokens read (a longer prompt keeps its last "
+              "ones, reported per row).", lower_bound=1)
+    d.integer("export_max_new_tokens", 256, "--task=lm: the largest max_new_tokens a request may ask.",
+              lower_bound=1)
+    d.integer("export_max_top_k", 100, "--task=lm: the largest top_k a request may ask.", lower_bound=1)
+    d.integer("export_max_batch_size", 16, "--task=lm: the most prompts of one generate request.", lower_bound=1)
+    d.enum("export_layout", "causal", ["causal", "bidirectional_prompt"], "--task=lm: how the prompt's tokens see "
+           "each other (xlnet_tf/generation.py).")
+    d.list("export_stop_ids", ["7"], "--task=lm: token ids that end a continuation (default <eod>).")
 
 
 def export_lm(checkpoint, export_dir, version=1, spiece_model=None, model_config_path=None, max_seq_length=None,
@@ -185,35 +186,29 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
     return serving.export(model, task, spiece_model, export_dir, version, max_seq_length, warmup, **options)
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+def run():
+    """The command line's export (user errors raised: `run_main` reports them in one line)."""
     if not FLAGS.export_dir or not (FLAGS.model_dir or FLAGS.checkpoint):
-        raise app.UsageError("--export_dir and --model_dir (or --checkpoint with --model_dir) are required")
-    try:
-        if FLAGS.task == "lm":
-            try:
-                stop_ids = tuple(int(i) for i in FLAGS.export_stop_ids)
-            except ValueError:
-                raise UserError(f"--export_stop_ids={','.join(FLAGS.export_stop_ids)}: give comma-separated token "
-                                "ids") from None
-            path = export_lm(FLAGS.checkpoint or (FLAGS.model_dir and os.path.join(FLAGS.model_dir, "final")),
-                             FLAGS.export_dir, FLAGS.version, FLAGS.export_spiece_model, FLAGS.model_config_path,
-                             FLAGS.export_max_seq_length, max_prompt_tokens=FLAGS.export_max_prompt_tokens,
-                             max_new_tokens=FLAGS.export_max_new_tokens, max_top_k=FLAGS.export_max_top_k,
-                             max_batch_size=FLAGS.export_max_batch_size, layout=FLAGS.export_layout,
-                             stop_ids=stop_ids)
-            print(f"Exported to {path}")
-            return
+        raise UserError("--export_dir and --model_dir (or --checkpoint with --model_dir) are required")
+    if FLAGS.task == "lm":
+        try:
+            stop_ids = tuple(int(i) for i in FLAGS.export_stop_ids)
+        except ValueError:
+            raise UserError(f"--export_stop_ids={','.join(FLAGS.export_stop_ids)}: give comma-separated token "
+                            "ids") from None
+        path = export_lm(FLAGS.checkpoint or (FLAGS.model_dir and os.path.join(FLAGS.model_dir, "final")),
+                         FLAGS.export_dir, FLAGS.version, FLAGS.export_spiece_model, FLAGS.model_config_path,
+                         FLAGS.export_max_seq_length, max_prompt_tokens=FLAGS.export_max_prompt_tokens,
+                         max_new_tokens=FLAGS.export_max_new_tokens, max_top_k=FLAGS.export_max_top_k,
+                         max_batch_size=FLAGS.export_max_batch_size, layout=FLAGS.export_layout,
+                         stop_ids=stop_ids)
+    else:
         path = export_from_model_dir(FLAGS.model_dir, FLAGS.export_dir, FLAGS.version, FLAGS.checkpoint, FLAGS.task,
                                      FLAGS.export_spiece_model, FLAGS.export_max_seq_length,
                                      FLAGS.export_max_windows)
-    except common_flags.USER_ERRORS as e:
-        common_flags.report_user_error(e)
     print(f"Exported to {path}")
+    return path
 
 
 if __name__ == "__main__":
-    define_flags()
-    define_lm_flags()
-    app.run(main, flags_parser=common_flags.parse_flags_or_report)
+    common_flags.run_main(FLAGS, define_flags, run)

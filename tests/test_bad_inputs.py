@@ -189,6 +189,9 @@ def test_unknown_flag_names_the_flag():
                  marks=pytest.mark.slow),  # in process in the default run: tests/test_serving.py (version exists)
     ("export_savedmodel", ["--model_dir={tmp}", "--export_dir={tmp}/e", "--version=-1"],
      "flag --version=-1: -1 is not a non-negative integer"),
+    ("export_savedmodel", ["--model_dir={tmp}"], "--export_dir and --model_dir (or --checkpoint with --model_dir) "
+                                                  "are required"),
+    ("benchmark", ["--results_dir={tmp}/r"], "--flagfiles and --results_dir are required"),
     # numeric flags are checked when parsed, with their range
     ("run_classifier", ["--bptt_segments=-1"], "flag --bptt_segments=-1: -1 is not a non-negative integer"),
     ("run_classifier", ["--max_segments=300"], "flag --max_segments=300: 300 is not an integer in the range [1, 64]"),
