@@ -53,6 +53,7 @@ from xlnet_tf.backbone import cache_mems
 from xlnet_tf.errors import UserError
 from xlnet_tf.layers import column_pieces
 from xlnet_tf.layers.attention import MASK_VALUE
+from xlnet_tf.layers.position import RelativePositionalEncoding
 from xlnet_tf.text.layout import EOD_ID, PADDING_ID
 
 LAYOUTS = ("causal", "bidirectional_prompt")
@@ -203,11 +204,14 @@ def _round_up(n: int, k: int) -> int:
 
 
 # ------------------------------------------------------------------------------------ the prompt pass
-def _forward(model, input_ids, mems, content_mask, query_mask=None):
+def _forward(model, input_ids, mems, content_mask, query_mask=None, causal=False):
     """One pass over `input_ids [B, S]` with memories `mems` (list of `[B, M, D]`).
 
     content_mask `[B, S, M + S]`, query_mask `[B, 1, M + S]` (or None: no query): True = may NOT attend. The
     query row sits one past the segment (position S), so it predicts the token after the segment's last.
+    causal: the content mask blocks every key after its query, so only the distances `klen .. 0` are encoded
+    (the original's `attn_type="uni"`: `klen + 1` of them instead of `klen + qlen`; a blocked score reads
+    another row's value and is masked away), about half the position term's work.
     Returns `(logits [B, n_token] float32 or None, layer inputs: list of [B, S, D])`.
     """
     backbone = model.backbone
@@ -215,7 +219,9 @@ def _forward(model, input_ids, mems, content_mask, query_mask=None):
     batch, qlen = tf.shape(input_ids)[0], input_ids.shape[1]
     klen = mems[0].shape[1] + qlen
     content = backbone.embed(input_ids)
-    pos_emb = backbone.position_encoding(qlen=qlen, klen=klen)[:1]  # the forward direction only (no bi_data)
+    encoding = RelativePositionalEncoding(c.d_model, attn_type="uni", clamp_len=c.clamp_len,
+                                          dtype=backbone.dtype_policy) if causal else backbone.position_encoding
+    pos_emb = encoding(qlen=qlen, klen=klen)[:1]  # the forward direction only (no bi_data)
     biases = None if c.untie_r else (backbone.r_w_bias, backbone.r_r_bias, backbone.r_s_bias)
     same_segment = tf.zeros([batch, qlen, klen], tf.bool)  # every token in segment 0 (module docstring)
     query, kwargs = None, {}
@@ -496,7 +502,8 @@ def _run(model, st: _Structure, ids, mask, row_keys, values, forced, mem_len: in
         part, real = ids[:, i * seg:(i + 1) * seg], mask[:, i * seg:(i + 1) * seg]
         read = (mems, mem_real) if i else ([m[:, :0] for m in mems], mem_real[:, :0])
         content_mask, query_mask = _segment_masks(read[1], real, causal=st.layout == "causal")
-        logits, inputs = _forward(model, part, read[0], content_mask, query_mask if i == n_seg - 1 else None)
+        logits, inputs = _forward(model, part, read[0], content_mask, query_mask if i == n_seg - 1 else None,
+                                  causal=st.layout == "causal")
         mems = [cache_mems(x, m, mem_len, None) for x, m in zip(inputs, mems)]  # last M of [mems; inputs]
         mem_real = tf.concat([mem_real, real], 1)[:, -mem_len:]
 
