@@ -53,7 +53,6 @@ from xlnet_tf.backbone import cache_mems
 from xlnet_tf.errors import UserError
 from xlnet_tf.layers import column_pieces
 from xlnet_tf.layers.attention import MASK_VALUE
-from xlnet_tf.layers.position import RelativePositionalEncoding
 from xlnet_tf.text.layout import EOD_ID, PADDING_ID
 
 LAYOUTS = ("causal", "bidirectional_prompt")
@@ -219,9 +218,9 @@ def _forward(model, input_ids, mems, content_mask, query_mask=None, causal=False
     batch, qlen = tf.shape(input_ids)[0], input_ids.shape[1]
     klen = mems[0].shape[1] + qlen
     content = backbone.embed(input_ids)
-    encoding = RelativePositionalEncoding(c.d_model, attn_type="uni", clamp_len=c.clamp_len,
-                                          dtype=backbone.dtype_policy) if causal else backbone.position_encoding
-    pos_emb = encoding(qlen=qlen, klen=klen)[:1]  # the forward direction only (no bi_data)
+    pos_emb = backbone.position_encoding(qlen=qlen, klen=klen)[:1]  # the forward direction only (no bi_data)
+    if causal:  # its rows for the distances klen .. 0, as "uni" encodes them (a no-op for a "uni" model)
+        pos_emb = pos_emb[:, :klen + 1]
     biases = None if c.untie_r else (backbone.r_w_bias, backbone.r_r_bias, backbone.r_s_bias)
     same_segment = tf.zeros([batch, qlen, klen], tf.bool)  # every token in segment 0 (module docstring)
     query, kwargs = None, {}
