@@ -129,22 +129,6 @@ def patched(current: types.ModuleType, reference: types.ModuleType) -> Iterator[
 _MISSING = object()
 
 
-def build_step(kind: str):
-    import tensorflow as tf
-
-    from bench import ours, run
-
-    mem_len = FLAGS.mem_len if kind == "plm" else 0
-    config = ours.bench_config(FLAGS.n_layer, FLAGS.d_model, mem_len=mem_len, n_token=FLAGS.n_token)
-    data, _ = run.our_step_features(config, kind, FLAGS.batch, FLAGS.seq_len,
-                                    FLAGS.num_predict or run.default_num_predict(FLAGS.seq_len), mem_len)
-    trainer = ours.production_trainer(kind, config, FLAGS.batch, FLAGS.seq_len, tempfile.mkdtemp(prefix="step_ab_"))
-    step = ours.TrainerStep(trainer, {k: tf.constant(v) for k, v in data.items()})
-    step()
-    step()  # traced, compiled, warm
-    return step
-
-
 def main(argv):
     del argv
     import numpy as np
@@ -155,8 +139,8 @@ def main(argv):
     pairs = [(importlib.import_module(module_name(p)), load_at(p, FLAGS.ref, work)) for p in FLAGS.modules]
     with contextlib.ExitStack() as stack:
         replaced = [name for current, ref in pairs for name in stack.enter_context(patched(current, ref))]
-        reference = build_step(FLAGS.kind)
-    ours_step = build_step(FLAGS.kind)
+        reference = step_profile.step_of_flags(FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"))
+    ours_step = step_profile.step_of_flags(FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"))
     # one untimed call of each in turns first: the side built first is slow on its first call after the other's
     # build (measured: 223 against 3 ms at a tiny size, 2.8 against 1.4 s at 4 x 768), which favoured the working tree
     reference()

@@ -203,21 +203,36 @@ def write_report(report: dict, text: str) -> None:
             f.write(text)
 
 
-def main(argv):
-    del argv
+def num_predict_of_flags() -> int:
+    from bench import run
+
+    return FLAGS.num_predict or run.default_num_predict(FLAGS.seq_len)
+
+
+def step_of_flags(kind: str, model_dir: str):
+    """The runners' `kind` step (bench/ours.py `TrainerStep` of `production_trainer`) at `define_step_flags`' size,
+    on one batch of bench/run.py's features, called twice (traced, compiled, warm). Memories only for "plm"."""
     import tensorflow as tf
 
-    from bench import host, ours, run
+    from bench import ours, run
 
-    work = tempfile.mkdtemp(prefix="step_profile_")
-    dump = dump_optimized_hlo(work)
-    config = ours.bench_config(FLAGS.n_layer, FLAGS.d_model, mem_len=FLAGS.mem_len, n_token=FLAGS.n_token)
-    num_predict = FLAGS.num_predict or run.default_num_predict(FLAGS.seq_len)
-    data, _ = run.our_step_features(config, "plm", FLAGS.batch, FLAGS.seq_len, num_predict, FLAGS.mem_len)
-    trainer = ours.production_trainer("plm", config, FLAGS.batch, FLAGS.seq_len, os.path.join(work, "model"))
+    mem_len = FLAGS.mem_len if kind == "plm" else 0
+    config = ours.bench_config(FLAGS.n_layer, FLAGS.d_model, mem_len=mem_len, n_token=FLAGS.n_token)
+    data, _ = run.our_step_features(config, kind, FLAGS.batch, FLAGS.seq_len, num_predict_of_flags(), mem_len)
+    trainer = ours.production_trainer(kind, config, FLAGS.batch, FLAGS.seq_len, model_dir)
     step = ours.TrainerStep(trainer, {k: tf.constant(v) for k, v in data.items()})
     step()
     step()
+    return step
+
+
+def main(argv):
+    del argv
+    from bench import host
+
+    work = tempfile.mkdtemp(prefix="step_profile_")
+    dump = dump_optimized_hlo(work)
+    step = step_of_flags("plm", os.path.join(work, "model"))
     thunk_ms, times = profile_calls(work, step, FLAGS.steps)
     hlo_files = glob.glob(os.path.join(dump, "*replica_step*cpu_after_optimizations.txt"))
     if len(hlo_files) != 1:
@@ -227,7 +242,7 @@ def main(argv):
     report = {"host": host.describe(), "command": "python " + " ".join(sys.argv), "note": FLAGS.note,
               "step_s": times, "summary": summarize(thunk_ms, hlo_text, FLAGS.top),
               "config": {**{k: FLAGS[k].value for k in ("n_layer", "d_model", "n_token", "batch", "seq_len", "mem_len",
-                                                         "steps")}, "num_predict": num_predict}}
+                                                         "steps")}, "num_predict": num_predict_of_flags()}}
     write_report(report, markdown(report))
     shutil.rmtree(work)  # the dump holds a file per fused kernel (over a thousand)
 
