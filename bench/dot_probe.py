@@ -24,23 +24,19 @@ import argparse
 import json
 import os
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _median_ms(programs, rounds):
-    """{name: median ms} of `rounds` interleaved calls of each `(function, args)` after one untimed call each."""
-    import numpy as np
-    for fn, args in programs.values():
-        fn(*args).numpy()
-    times = {name: [] for name in programs}
-    for _ in range(rounds):
-        for name, (fn, args) in programs.items():
-            t0 = time.perf_counter()
-            fn(*args).numpy()
-            times[name].append(time.perf_counter() - t0)
-    return {name: 1000 * float(np.median(t)) for name, t in times.items()}
+    """{name: median ms} of `rounds` calls of each `(function, args)` in turns (bench/run.py `interleaved_ms`),
+    after one untimed call each; each call waits for its result on the host."""
+    from bench import run
+
+    calls = {name: (lambda fn=fn, args=args: fn(*args).numpy()) for name, (fn, args) in programs.items()}
+    for call in calls.values():
+        call()
+    return run.interleaved_ms(calls, rounds)
 
 
 def attention_rows(batch=8, heads=12, queries=128, keys=192, depth=64, d_model=768, d_inner=3072, rounds=15):
