@@ -5,19 +5,24 @@ A runner (run/run_classifier.py, run_race.py, run_squad.py) is a `FineTuningJob`
 its task: records, model, metrics, prediction file, export info) plus its flags; `run(task, settings,
 config)` does the rest the same way for all of them:
 
-1. `task.prepare_records()`: build the splits this run needs that are missing, empty, or whose input files
-   changed (content fingerprints, see tfrecords/record_inputs.py), then read the manifest.
-2. The strategy; the records' vocabulary checked against the model (`n_token`).
-3. `model_dir.check`: an existing `xlnet_config.json`/`export_info.json` must match this run (else one
-   error naming every differing field, nothing written); evaluating or predicting without training needs a
-   checkpoint in the model_dir or `--init_checkpoint` (never random weights).
-4. The model (seeded), initialized from `--init_checkpoint`; only then `model_dir.prepare` writes the config
-   and export info (a run refused or failed before this point leaves the model_dir as it was) and removes
-   stale `ckpt-*_temp`.
-5. `--do_train`: the Trainer (resumes from the model_dir's latest checkpoint; appends train_history.json).
-6. `--do_eval`: the latest (or every) checkpoint on `eval_split`, each evaluation appended to
+Plan (nothing is written):
+1. `task.plan_records()`: the records this run reads, as typed build settings (xlnet_tf.artifacts): from the raw
+   data and the flags when they are given (records already in --record_dir must record the same settings, compared
+   whole: every differing field named), else from the records, checked against the flags; and the splits to
+   (re)build (missing, empty, or built from other input content: tfrecords/record_inputs.py).
+2. The strategy; the records' vocabulary against the model (`n_token`).
+3. `model_dir.check`: an existing `xlnet_config.json`/`export_info.json` must match this run (one error naming
+   every differing field); `--init_checkpoint`'s recorded tokenization and architecture against the records';
+   evaluating or predicting without training needs a checkpoint in the model_dir or `--init_checkpoint` (never
+   random weights); `task.check_plan()`: the task's own checks (labels against the metric's scheme, ...).
+4. The model (seeded), initialized from `--init_checkpoint`.
+Write (only now, every check passed):
+5. The stale splits are built (staged: a failed build leaves the records as they were), then `model_dir.prepare`
+   writes the config and export info and removes stale `ckpt-*_temp`.
+6. `--do_train`: the Trainer (resumes from the model_dir's latest checkpoint; appends train_history.json).
+7. `--do_eval`: the latest (or every) checkpoint on `eval_split`, each evaluation appended to
    eval_results.json as it is measured (xlnet_tf.results).
-7. `--do_predict`: the predictions file of `predict_split` from the fine-tuned weights (the latest
+8. `--do_predict`: the predictions file of `predict_split` from the fine-tuned weights (the latest
    checkpoint when not training; an error, not random weights, when there is none and no init checkpoint).
 
 `settings` is any object with the runner flags as attributes (an absl `FlagValues`, a namespace): the
@@ -43,6 +48,7 @@ class FineTuningJob:
 
     Attributes:
       name: the task kind in export_info.json and eval_results.json ("classifier", "race", "squad").
+      record_kind: the kind of its record sets (tfrecords manifests' `kind`).
       metric_key: the metric that picks the best evaluation (higher is better).
       output_keys: model outputs `predict` collects.
       passthrough: features `predict` passes through (padding flags, example order, labels).
@@ -50,13 +56,15 @@ class FineTuningJob:
     """
 
     name: str = ""
+    record_kind: str = ""
     metric_key: str = "accuracy"
     output_keys: Sequence[str] = ()
     passthrough: Sequence[str] = ("example_index", "is_real_example", "label")
 
     def __init__(self, settings):
         self.settings = settings
-        self.manifest: Dict[str, Any] = {}
+        self.build: Any = None  # the records' typed build settings, from `plan_records`
+        self.manifest: Dict[str, Any] = {}  # the records' manifest, read once they are written
 
     @property
     def tokens_per_example(self) -> int:
@@ -75,12 +83,21 @@ class FineTuningJob:
         return tuple(sorted({split for split, on in wanted if on}))
 
     # -- what each task implements ---------------------------------------------------------------------
-    def prepare_records(self, log: Callable[[str], None]) -> Dict[str, Any]:
-        """Builds what `needed_splits` lacks (or what changed) and returns the records' manifest."""
+    def plan_records(self):
+        """The records this run reads (`record_inputs.RecordPlan`: typed build settings, stale splits), checked
+        against the flags; writes nothing."""
         raise NotImplementedError
 
+    def write_records(self, splits: Sequence[str], log: Callable[[str], None]) -> None:
+        """Builds `splits` (the plan's stale ones) into --record_dir with the plan's settings."""
+        raise NotImplementedError
+
+    def check_plan(self) -> None:
+        """The task's own checks of its flags against `self.build`, before anything is written."""
+
     def export_info(self) -> Dict[str, Any]:
-        """Keyword arguments of `model_dir.export_info` (task settings serving needs)."""
+        """Keyword arguments of `model_dir.export_info` (task settings serving needs), from the flags and
+        `self.build`."""
         raise NotImplementedError
 
     def build_model(self, config: XLNetConfig, dtype: str):
@@ -108,8 +125,6 @@ def _log(line: str) -> None:
 def run(task: FineTuningJob, config: XLNetConfig, log: Callable[[str], None] = _log) -> Dict[str, Any]:
     """Runs the lifecycle of `task` with the model `config`; returns {"eval": eval_results content or None,
     "predict": metrics of predicting or None}."""
-    from tfrecords import manifest as manifest_lib
-
     s = task.settings
     if not (s.do_train or s.do_eval or s.do_predict):
         raise UserError("nothing to do: give --do_train, --do_eval and/or --do_predict")
@@ -121,30 +136,31 @@ def run(task: FineTuningJob, config: XLNetConfig, log: Callable[[str], None] = _
 
         common_flags.optimizer_settings(s)  # its flag errors before any record or model_dir is written
 
-    task.manifest = task.prepare_records(log)
-    with manifest_lib.naming_corrupt_records(task.manifest):  # a damaged record names its file
-        return _run_on_records(task, config, log)
+    plan = task.plan_records()
+    task.build = plan.build
+    return _run_planned(task, plan, config, log)
 
 
-def _run_on_records(task: FineTuningJob, config: XLNetConfig, log: Callable[[str], None]) -> Dict[str, Any]:
+def _run_planned(task: FineTuningJob, plan, config: XLNetConfig, log: Callable[[str], None]) -> Dict[str, Any]:
     import keras
 
     from tfrecords import manifest as manifest_lib
+    from tfrecords import records as records_lib
     from xlnet_tf import checkpoints, distribute, finetuning, model_dir, pretrain_info, training
-    from xlnet_tf import results as eval_results
 
     s = task.settings
     strategy = distribute.get_strategy(s.strategy, s.tpu, s.num_cpu_replicas)
     micro = training.micro_batch_size(s.train_batch_size, s.gradient_accumulation_steps,
                                       strategy.num_replicas_in_sync)
-    manifest_lib.check_vocab(task.manifest, config.n_token)
+    records = os.path.join(s.record_dir, manifest_lib.MANIFEST_NAME)
+    manifest_lib.check_vocab_size(plan.vocab_size, config.n_token, records)
     info = model_dir.export_info(**task.export_info())
     if tf_exists(os.path.join(s.model_dir, pretrain_info.RUN_NAME)):
         raise UserError(f"--model_dir={s.model_dir} holds a pretraining run ({pretrain_info.RUN_NAME}); fine-tune into "
                         f"another --model_dir, with --init_checkpoint={os.path.join(s.model_dir, 'final')}")
     model_dir.check(s.model_dir, config, info)
     if s.init_checkpoint:
-        check_pretrained_weights(s.init_checkpoint, task.manifest, config)
+        check_pretrained_weights(s.init_checkpoint, plan.build.text, config, records)
     if s.eval_checkpoint_steps:  # checked before the model_dir is touched
         if not s.do_eval:
             raise UserError("--eval_checkpoint_steps without --do_eval: nothing would evaluate them")
@@ -157,6 +173,7 @@ def _run_on_records(task: FineTuningJob, config: XLNetConfig, log: Callable[[str
         raise UserError(f"{wanted} without --do_train: no checkpoint in --model_dir={s.model_dir} and no "
                         "--init_checkpoint (that would score random weights); train first or point --model_dir at "
                         "a trained run")
+    task.check_plan()
 
     keras.utils.set_random_seed(s.seed)
     with strategy.scope():
@@ -166,8 +183,25 @@ def _run_on_records(task: FineTuningJob, config: XLNetConfig, log: Callable[[str
             report = checkpoints.load_init_checkpoint(model, s.init_checkpoint)
             log(f"Initialized {len(report['loaded'])} variables from {s.init_checkpoint}; "
                 f"fresh: {report['missing_heads']}")
-    # the run is known to proceed: only now is anything written into the model_dir
+    # every check passed: only now is anything written (the records, then the model_dir)
+    for split, reason in sorted(plan.stale.items()):
+        log(f"records {s.record_dir} {split}: {reason}; building")
+    if plan.stale:
+        task.write_records(sorted(plan.stale), log)
+    task.manifest = manifest_lib.read_manifest(s.record_dir, kind=task.record_kind)
+    if records_lib.recorded_build(task.manifest, type(plan.build)) != plan.build:  # a bug, not a user error
+        raise RuntimeError(f"{task.manifest['_path']}: the records written differ from the plan's settings")
     model_dir.prepare(s.model_dir, config, info, log=log)
+    with manifest_lib.naming_corrupt_records(task.manifest):  # a damaged record names its file
+        return _train_evaluate_predict(task, strategy, model, micro, log)
+
+
+def _train_evaluate_predict(task: FineTuningJob, strategy, model, micro: int, log: Callable[[str], None]
+                            ) -> Dict[str, Any]:
+    from xlnet_tf import finetuning
+    from xlnet_tf import results as eval_results
+
+    s = task.settings
 
     if s.do_train:
         def train_dataset_fn(ctx, skip_batches):
@@ -225,20 +259,20 @@ def tf_exists(path: str) -> bool:
     return tf.io.gfile.exists(path)
 
 
-def check_pretrained_weights(init_checkpoint: str, manifest: Dict[str, Any], config: XLNetConfig) -> None:
+def check_pretrained_weights(init_checkpoint: str, text, config: XLNetConfig, records: str) -> None:
     """`--init_checkpoint`'s recorded facts (a pretraining run's `final/` or model_dir, `pretrain_info`) against
-    the records this run reads: the same SentencePiece model, casing and accents, and the model's architecture.
-    Weights that record no facts (the original release, Hugging Face) are taken as they are."""
+    the records this run reads (`text`: their TextSettings, read from `records`): the same SentencePiece model,
+    casing and accents, and the model's architecture. Weights that record no facts (the original release,
+    Hugging Face) are taken as they are."""
     from xlnet_tf import pretrain_info
 
-    where = f"the records' SentencePiece model ({manifest.get('_path', 'manifest.json')})"
-    facts = pretrain_info.check_final(init_checkpoint, spiece_sha256=manifest.get("spiece_model_sha256"),
-                                      spiece_flag=where, config=config.to_dict(), config_flag="this run's model config")
+    where = f"the records' SentencePiece model ({records})"
+    facts = pretrain_info.check_final(init_checkpoint, spiece_sha256=text.spiece_sha256, spiece_flag=where,
+                                      config=config.to_dict(), config_flag="this run's model config")
     if facts is None:
         return
     for field in ("uncased", "keep_accents"):
-        if field in manifest and bool(manifest[field]) != bool(getattr(facts, field)):
+        if bool(getattr(text, field)) != bool(getattr(facts, field)):
             raise UserError(f"--init_checkpoint={init_checkpoint} was pretrained with {field}="
-                            f"{getattr(facts, field)} but the records ({manifest.get('_path', 'manifest.json')}) were "
-                            f"built with {field}={manifest[field]}: rebuild the records with the pretraining's "
-                            "tokenization")
+                            f"{getattr(facts, field)} but the records ({records}) are built with {field}="
+                            f"{getattr(text, field)}: rebuild the records with the pretraining's tokenization")

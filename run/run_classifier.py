@@ -60,10 +60,11 @@ class ClassifierJob(lifecycle.FineTuningJob):
     """Sequence classification / regression over classifier records (tfrecords/classifier_data.py)."""
 
     metric_key = "accuracy"
+    record_kind = "xlnet_classifier"
 
     def __init__(self, settings):
         super().__init__(settings)
-        self._task_name = None
+        self._text_pair = None
         if settings.bptt_segments > max(settings.max_segments - 1, 0):
             raise UserError(f"--bptt_segments={settings.bptt_segments} must be at most --max_segments - 1 = "
                             f"{settings.max_segments - 1} (the segments before the last of a document)")
@@ -83,36 +84,58 @@ class ClassifierJob(lifecycle.FineTuningJob):
 
     @property
     def name(self):
-        return "regression" if self.manifest["is_regression"] else "classifier"
+        return "regression" if self.build.is_regression else "classifier"
 
     @property
     def output_keys(self):
-        return ("score",) if self.manifest["is_regression"] else ("logits",)
+        return ("score",) if self.build.is_regression else ("logits",)
+
+    @property
+    def num_labels(self) -> int:
+        return 1 if self.build.is_regression else len(self.build.label_list)
 
     def task_name(self) -> str:
-        return (self.settings.task or self.manifest.get("task") or "").lower()
+        return (self.settings.task or self.build.task or "").lower()
 
-    def prepare_records(self, log):
+    def plan_records(self):
         from tfrecords import classifier_data, processors, record_inputs
+        from xlnet_tf.text import tokenization
 
         s = self.settings
+        split = "train" if s.do_train else self.eval_split()  # the split whose layout the model reads
         if s.data_dir:
             common_flags.require(s, "task", "spiece_model_file")
             processor = processors.get_processor(s.task)
-            current = {split: record_inputs.input_digests(classifier_data.split_sources(
-                processor.get_examples(s.data_dir, split))) for split in self.needed_splits()}
-            record_inputs.refresh(s.record_dir, classifier_data.CLASSIFIER_KIND, current, lambda splits: (
-                classifier_data.build_classifier_records(
-                    processor, s.data_dir, s.spiece_model_file, s.record_dir, max_seq_length=s.max_seq_length,
-                    splits=splits, uncased=s.uncased, eval_batch_size=s.eval_batch_size, seed=s.seed, log=log,
-                    max_segments=s.max_segments)),
-                log)
-        manifest = classifier_data.read_classifier_manifest(s.record_dir)
-        if manifest["is_regression"]:
+            examples = {name: processor.get_examples(s.data_dir, name) for name in self.needed_splits()}
+            wanted = classifier_data.classifier_build(processor, s.data_dir, s.spiece_model_file,
+                                                      max_seq_length=s.max_seq_length, uncased=s.uncased,
+                                                      max_segments=s.max_segments)
+            current = {name: record_inputs.input_digests(classifier_data.split_sources(exs))
+                       for name, exs in examples.items()}
+            plan = record_inputs.plan_records(
+                s.record_dir, classifier_data.CLASSIFIER_KIND, classifier_data.ClassifierBuild, self.needed_splits(),
+                wanted=wanted, current=current, vocab_size=tokenization.XLNetTokenizer(s.spiece_model_file).vocab_size)
+            self._text_pair = any(bool(ex.text_b) for ex in examples[split])
+        else:
+            plan = record_inputs.plan_records(
+                s.record_dir, classifier_data.CLASSIFIER_KIND, classifier_data.ClassifierBuild, self.needed_splits(),
+                reader=dict(max_seq_length=s.max_seq_length, spiece_model=s.spiece_model_file, uncased=s.uncased,
+                            max_segments=s.max_segments))
+            self._text_pair = bool(classifier_data.read_classifier_manifest(s.record_dir)["splits"][split]["text_pair"])
+        if plan.build.is_regression:
             self.metric_key = "pearson"
-        elif "mcc" in TASK_METRICS.get((s.task or manifest.get("task") or "").lower(), ()):
+        elif "mcc" in TASK_METRICS.get((s.task or plan.build.task or "").lower(), ()):
             self.metric_key = "mcc"
-        return manifest
+        return plan
+
+    def write_records(self, splits, log):
+        from tfrecords import classifier_data, processors
+
+        s, b = self.settings, self.build
+        classifier_data.build_classifier_records(
+            processors.get_processor(s.task), s.data_dir, s.spiece_model_file, s.record_dir,
+            max_seq_length=b.max_seq_length, splits=splits, uncased=b.text.uncased, keep_accents=b.text.keep_accents,
+            eval_batch_size=s.eval_batch_size, seed=s.seed, log=log, max_segments=b.max_segments)
 
     def dataset(self, split, batch_size, training, input_context=None):
         from tfrecords import classifier_data
@@ -123,22 +146,11 @@ class ClassifierJob(lifecycle.FineTuningJob):
             spiece_model=s.spiece_model_file, uncased=s.uncased, max_segments=s.max_segments,
             **(dict(seed=s.seed, shuffle_buffer=s.shuffle_buffer, input_context=input_context) if training else {}))
 
-    def text_pair(self) -> bool:
-        """Whether the model reads text pairs, as the builder recorded it for the splits this run reads (records
-        built before the manifest said so: whether a B segment shows in their first 16 batches)."""
-        import numpy as np
-
-        s, entries = self.settings, self.manifest["splits"]
-        split = "train" if s.do_train else self.eval_split()
-        if "text_pair" in entries.get(split, {}):
-            return bool(entries[split]["text_pair"])
-        return any(bool(np.any(b["segment_ids"].numpy() == 1)) for b in self.dataset(split, 8, False).take(16))
-
     def export_info(self):
-        s, m = self.settings, self.manifest
-        return dict(task=self.name, labels=m.get("label_list"), num_labels=m.get("num_labels"),
-                    text_pair=self.text_pair(), max_seq_length=s.max_seq_length, uncased=s.uncased,
-                    keep_accents=bool(m.get("keep_accents", False)),
+        s, b = self.settings, self.build
+        return dict(task=self.name, labels=None if b.label_list is None else list(b.label_list),
+                    num_labels=self.num_labels, text_pair=self._text_pair, max_seq_length=b.max_seq_length,
+                    uncased=b.text.uncased, keep_accents=b.text.keep_accents,
                     spiece_model_file=s.spiece_model_file, summary_type=s.summary_type,
                     use_summ_proj=s.use_summ_proj, task_name=self.task_name(),
                     **(dict(max_segments=s.max_segments, mem_len=self.mem_len,
@@ -147,8 +159,8 @@ class ClassifierJob(lifecycle.FineTuningJob):
     def build_model(self, config, dtype):
         from xlnet_tf.models import XLNetClassifier
 
-        s, m = self.settings, self.manifest
-        return XLNetClassifier(config, num_labels=m.get("num_labels") or 2, regression=m["is_regression"],
+        s = self.settings
+        return XLNetClassifier(config, num_labels=self.num_labels, regression=self.build.is_regression,
                                task_name=self.task_name(), summary_type=s.summary_type,
                                use_proj=s.use_summ_proj, mem_len=self.mem_len,
                                bptt_segments=s.bptt_segments if self.mem_len else 0,
@@ -158,14 +170,13 @@ class ClassifierJob(lifecycle.FineTuningJob):
     def metrics(self, split, outputs, model_dir):
         from xlnet_tf import metrics
 
-        m = self.manifest
         labels, weights = outputs["label"], outputs["is_real_example"]
-        if m["is_regression"]:
+        if self.build.is_regression:
             return metrics.regression_metrics(labels, outputs["score"], weights)
         extra = TASK_METRICS.get(self.task_name(), ())
-        if m["num_labels"] == 2 and "f1" not in extra:
+        if self.num_labels == 2 and "f1" not in extra:
             extra = extra + ("f1",)
-        if m["num_labels"] > 2:
+        if self.num_labels > 2:
             extra = extra + ("macro_f1",)
         return metrics.classification_metrics(labels, outputs["logits"].argmax(-1), weights, extra)
 
@@ -175,9 +186,9 @@ class ClassifierJob(lifecycle.FineTuningJob):
         from tfrecords import classifier_data
         from xlnet_tf import finetuning
 
-        labels = self.manifest.get("label_list")
+        labels = self.build.label_list
         path = os.path.join(model_dir, f"predict_{split}.tsv")
-        value = ((lambda k: f"{float(outputs['score'][k]):.6f}") if self.manifest["is_regression"]
+        value = ((lambda k: f"{float(outputs['score'][k]):.6f}") if self.build.is_regression
                  else (lambda k: labels[int(np.argmax(outputs["logits"][k]))]))
         count = finetuning.write_predictions_tsv(
             path, ("index", "prediction"), outputs, classifier_data.read_guids(self.settings.record_dir, split), value)

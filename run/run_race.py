@@ -68,6 +68,7 @@ class RaceJob(lifecycle.FineTuningJob):
     """Four-way multiple choice over RACE records (tfrecords/race_data.py)."""
 
     name = "race"
+    record_kind = "xlnet_race"
     metric_key = "accuracy"
     output_keys = ("logits",)
     passthrough = ("example_index", "is_real_example", "label", "level")
@@ -76,20 +77,33 @@ class RaceJob(lifecycle.FineTuningJob):
     def tokens_per_example(self):
         return self.settings.max_seq_length * 4
 
-    def prepare_records(self, log):
+    def plan_records(self):
         from tfrecords import race_data, record_inputs
+        from xlnet_tf.text import tokenization
 
         s = self.settings
-        if s.data_dir:
-            common_flags.require(s, "spiece_model_file")
-            current = {split: record_inputs.input_digests(race_data.split_sources(
-                race_data.read_race_split(s.data_dir, split))) for split in self.needed_splits()}
-            record_inputs.refresh(s.record_dir, race_data.RACE_KIND, current, lambda splits: (
-                race_data.build_race_records(
-                    s.data_dir, s.spiece_model_file, s.record_dir, max_seq_length=s.max_seq_length,
-                    max_qa_length=s.max_qa_length, splits=splits, uncased=s.uncased,
-                    eval_batch_size=s.eval_batch_size, seed=s.seed, log=log)), log)
-        return race_data.read_race_manifest(s.record_dir)
+        common = dict(max_seq_length=s.max_seq_length, max_qa_length=s.max_qa_length, uncased=s.uncased)
+        if not s.data_dir:
+            return record_inputs.plan_records(s.record_dir, race_data.RACE_KIND, race_data.RaceBuild,
+                                              self.needed_splits(),
+                                              reader=dict(spiece_model=s.spiece_model_file, **common))
+        common_flags.require(s, "spiece_model_file")
+        current = {split: record_inputs.input_digests(race_data.split_sources(
+            race_data.read_race_split(s.data_dir, split))) for split in self.needed_splits()}
+        return record_inputs.plan_records(
+            s.record_dir, race_data.RACE_KIND, race_data.RaceBuild, self.needed_splits(),
+            wanted=race_data.race_build(s.spiece_model_file, **common), current=current,
+            vocab_size=tokenization.XLNetTokenizer(s.spiece_model_file).vocab_size)
+
+    def write_records(self, splits, log):
+        from tfrecords import race_data
+
+        s, b = self.settings, self.build
+        race_data.build_race_records(
+            s.data_dir, s.spiece_model_file, s.record_dir, max_seq_length=b.max_seq_length,
+            max_qa_length=b.max_qa_length, qa_truncation=b.qa_truncation, splits=splits, levels=b.levels,
+            uncased=b.text.uncased, keep_accents=b.text.keep_accents, eval_batch_size=s.eval_batch_size, seed=s.seed,
+            task=b.task, log=log)
 
     def dataset(self, split, batch_size, training, input_context=None):
         from tfrecords import race_data
@@ -101,10 +115,9 @@ class RaceJob(lifecycle.FineTuningJob):
             **(dict(seed=s.seed, shuffle_buffer=s.shuffle_buffer, input_context=input_context) if training else {}))
 
     def export_info(self):
-        s = self.settings
-        return dict(task="race", max_seq_length=s.max_seq_length, max_qa_length=s.max_qa_length,
-                    uncased=s.uncased, keep_accents=bool(self.manifest.get("keep_accents", False)),
-                    qa_truncation=self.manifest.get("qa_truncation", "tail"),
+        s, b = self.settings, self.build
+        return dict(task="race", max_seq_length=b.max_seq_length, max_qa_length=b.max_qa_length,
+                    uncased=b.text.uncased, keep_accents=b.text.keep_accents, qa_truncation=b.qa_truncation,
                     spiece_model_file=s.spiece_model_file, summary_type=s.summary_type,
                     use_summ_proj=s.use_summ_proj)
 

@@ -52,13 +52,14 @@ class SquadJob(lifecycle.FineTuningJob):
     scripts do when the file has answers."""
 
     name = "squad"
+    record_kind = "xlnet_squad"
     metric_key = "f1"
     passthrough = ("unique_id", "is_real_example")
     evaluation_writes_predictions = True
 
     @property
     def v2(self) -> bool:
-        return bool(self.manifest["version_2_with_negative"])
+        return bool(self.build.version_2_with_negative)
 
     @property
     def output_keys(self):
@@ -68,30 +69,47 @@ class SquadJob(lifecycle.FineTuningJob):
     def predict_split(self):
         return self.settings.eval_split
 
-    def prepare_records(self, log):
+    def plan_records(self):
         from tfrecords import record_inputs, squad_data
+        from xlnet_tf.text import tokenization
 
         s = self.settings
         files = {"train": s.train_file, self.eval_split(): s.predict_file}
-        current = {split: record_inputs.input_digests([files[split]]) for split in self.needed_splits()
-                   if files[split]}
+        given = {split: files[split] for split in self.needed_splits() if files[split]}
         have = (squad_data.read_squad_manifest(s.record_dir)["splits"]
                 if os.path.exists(os.path.join(s.record_dir, "manifest.json")) else {})
-        missing = [split for split in self.needed_splits() if split not in have and split not in current]
+        missing = [split for split in self.needed_splits() if split not in have and split not in given]
         if missing:
             flag = {"train": "--train_file"}.get(missing[0], "--predict_file")
             raise common_flags.UserError(f"no {missing[0]} records in --record_dir={s.record_dir}: give {flag}")
+        reader = dict(max_seq_length=s.max_seq_length, doc_stride=s.doc_stride, max_query_length=s.max_query_length,
+                      uncased=s.uncased, version_2_with_negative=s.version_2_with_negative)
+        if not given:
+            return record_inputs.plan_records(s.record_dir, squad_data.SQUAD_KIND, squad_data.SquadBuild,
+                                              self.needed_splits(),
+                                              reader=dict(spiece_model=s.spiece_model_file, **reader),
+                                              source_flag="--train_file / --predict_file")
+        common_flags.require(s, "spiece_model_file")
+        v2 = s.version_2_with_negative
+        if v2 is None:
+            v2 = squad_data.files_version_2({k: squad_data.load_squad_json(f) for k, f in given.items()}, given)
+        cfg = squad_data.SquadConfig(**{**reader, "version_2_with_negative": bool(v2), "uncased": bool(s.uncased)})
+        tok = tokenization.XLNetTokenizer(s.spiece_model_file)
+        return record_inputs.plan_records(
+            s.record_dir, squad_data.SQUAD_KIND, squad_data.SquadBuild, self.needed_splits(),
+            wanted=squad_data.SquadBuild.of(cfg, tok.sha256),
+            current={split: record_inputs.input_digests([f]) for split, f in given.items()}, vocab_size=tok.vocab_size)
 
-        def build(splits):
-            common_flags.require(s, "spiece_model_file")
-            squad_data.build_squad_records(
-                s.spiece_model_file, s.record_dir, train_file=s.train_file if "train" in splits else None,
-                predict_file=s.predict_file if self.eval_split() in splits else None, eval_split=self.eval_split(),
-                max_seq_length=s.max_seq_length, doc_stride=s.doc_stride, max_query_length=s.max_query_length,
-                version_2_with_negative=s.version_2_with_negative, uncased=s.uncased, seed=s.seed, log=log)
+    def write_records(self, splits, log):
+        from tfrecords import squad_data
 
-        record_inputs.refresh(s.record_dir, squad_data.SQUAD_KIND, current, build, log)
-        return squad_data.read_squad_manifest(s.record_dir)
+        s, b = self.settings, self.build
+        squad_data.build_squad_records(
+            s.spiece_model_file, s.record_dir, train_file=s.train_file if "train" in splits else None,
+            predict_file=s.predict_file if self.eval_split() in splits else None, eval_split=self.eval_split(),
+            max_seq_length=b.max_seq_length, doc_stride=b.doc_stride, max_query_length=b.max_query_length,
+            version_2_with_negative=b.version_2_with_negative, uncased=b.text.uncased,
+            keep_accents=b.text.keep_accents, split_unknown=b.split_unknown, seed=s.seed, log=log)
 
     def dataset(self, split, batch_size, training, input_context=None):
         from tfrecords import squad_data
@@ -107,9 +125,9 @@ class SquadJob(lifecycle.FineTuningJob):
         s = self.settings
         return dict(task="squad", max_seq_length=s.max_seq_length, max_query_length=s.max_query_length,
                     max_answer_length=s.max_answer_length, start_n_top=s.start_n_top, end_n_top=s.end_n_top,
-                    version_2_with_negative=self.v2, uncased=s.uncased,
-                    keep_accents=bool(self.manifest.get("keep_accents", False)),
-                    split_unknown=bool(self.manifest.get("split_unknown", True)), spiece_model_file=s.spiece_model_file)
+                    version_2_with_negative=self.v2, uncased=self.build.text.uncased,
+                    keep_accents=self.build.text.keep_accents, split_unknown=self.build.split_unknown,
+                    spiece_model_file=s.spiece_model_file)
 
     def build_model(self, config, dtype):
         from xlnet_tf.models import XLNetForSquad
@@ -161,7 +179,7 @@ class SquadJob(lifecycle.FineTuningJob):
 
     def write_predictions(self, split, outputs, model_dir, log):
         report = self.metrics(split, outputs, model_dir)
-        log(f"SQuAD {self.manifest['version']} {split}: {json.dumps(report)}")
+        log(f"SQuAD {'2.0' if self.v2 else '1.1'} {split}: {json.dumps(report)}")
         return report if "f1" in report else None
 
 

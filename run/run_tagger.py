@@ -52,6 +52,7 @@ class TaggerJob(lifecycle.FineTuningJob):
     """Token classification over tagging records (tfrecords/tagging_data.py)."""
 
     name = "tagging"
+    record_kind = "xlnet_tagging"
     output_keys = ("logits",)
     passthrough = ("example_index", "is_real_example", "word_ids", "is_max_context")
 
@@ -66,21 +67,43 @@ class TaggerJob(lifecycle.FineTuningJob):
     def metric_key(self):
         return "token_accuracy" if self.settings.metrics == "pos" else "f1"
 
-    def prepare_records(self, log):
+    def plan_records(self):
         from tfrecords import record_inputs, tagging_data
+        from xlnet_tf.text import tokenization
 
         s = self.settings
-        if s.data_dir:
-            common_flags.require(s, "spiece_model_file")
-            current = {split: record_inputs.input_digests([tagging_data.split_file(s.data_dir, split)])
-                       for split in self.needed_splits()}
-            record_inputs.refresh(s.record_dir, tagging_data.TAGGING_KIND, current, lambda splits: (
-                tagging_data.build_tagging_records(
-                    s.data_dir, s.spiece_model_file, s.record_dir, max_seq_length=s.max_seq_length,
-                    doc_stride=s.doc_stride, splits=splits, labels_file=s.labels_file, label_column=s.label_column,
-                    word_column=s.word_column, tagset=s.tagset, label_all_pieces=s.label_all_pieces,
-                    uncased=s.uncased, eval_batch_size=s.eval_batch_size, seed=s.seed, log=log)), log)
-        return tagging_data.read_tagging_manifest(s.record_dir)
+        common = dict(max_seq_length=s.max_seq_length, doc_stride=s.doc_stride, uncased=s.uncased)
+        if not s.data_dir:
+            return record_inputs.plan_records(
+                s.record_dir, tagging_data.TAGGING_KIND, tagging_data.TaggingBuild, self.needed_splits(),
+                reader=dict(spiece_model=s.spiece_model_file, **common))
+        common_flags.require(s, "spiece_model_file")
+        wanted = tagging_data.tagging_build(s.data_dir, s.spiece_model_file, labels_file=s.labels_file,
+                                            label_column=s.label_column, word_column=s.word_column, tagset=s.tagset,
+                                            label_all_pieces=s.label_all_pieces, **common)
+        current = {split: record_inputs.input_digests([tagging_data.split_file(s.data_dir, split)])
+                   for split in self.needed_splits()}
+        return record_inputs.plan_records(
+            s.record_dir, tagging_data.TAGGING_KIND, tagging_data.TaggingBuild, self.needed_splits(), wanted=wanted,
+            current=current, vocab_size=tokenization.XLNetTokenizer(s.spiece_model_file).vocab_size)
+
+    def write_records(self, splits, log):
+        from tfrecords import tagging_data
+
+        s, b = self.settings, self.build
+        tagging_data.build_tagging_records(
+            s.data_dir, s.spiece_model_file, s.record_dir, max_seq_length=b.max_seq_length, doc_stride=b.doc_stride,
+            splits=splits, labels=b.label_list, label_column=b.label_column, word_column=b.word_column,
+            tagset=b.tagset, label_all_pieces=b.label_all_pieces, uncased=b.text.uncased,
+            keep_accents=b.text.keep_accents, eval_batch_size=s.eval_batch_size, seed=s.seed, log=log)
+
+    def check_plan(self):
+        from xlnet_tf import tagging_metrics
+
+        s = self.settings
+        if s.do_eval and s.metrics == "entities":
+            tagging_metrics.check_entity_labels(self.build.label_list, s.scheme,
+                                                f"--metrics=entities on the labels of --record_dir={s.record_dir}")
 
     def dataset(self, split, batch_size, training, input_context=None):
         from tfrecords import tagging_data
@@ -92,16 +115,16 @@ class TaggerJob(lifecycle.FineTuningJob):
             **(dict(seed=s.seed, shuffle_buffer=s.shuffle_buffer, input_context=input_context) if training else {}))
 
     def export_info(self):
-        s, m = self.settings, self.manifest
-        return dict(task="tagging", labels=list(m["label_list"]), num_labels=len(m["label_list"]),
-                    max_seq_length=s.max_seq_length, doc_stride=s.doc_stride, uncased=s.uncased,
-                    keep_accents=bool(m.get("keep_accents", False)), spiece_model_file=s.spiece_model_file)
+        s, b = self.settings, self.build
+        return dict(task="tagging", labels=list(b.label_list), num_labels=len(b.label_list),
+                    max_seq_length=b.max_seq_length, doc_stride=b.doc_stride, uncased=b.text.uncased,
+                    keep_accents=b.text.keep_accents, spiece_model_file=s.spiece_model_file)
 
     def build_model(self, config, dtype):
         from xlnet_tf.models import XLNetTagger
 
-        return XLNetTagger(config, num_labels=len(self.manifest["label_list"]), labels=self.manifest["label_list"],
-                           dtype=dtype)
+        labels = list(self.build.label_list)
+        return XLNetTagger(config, num_labels=len(labels), labels=labels, dtype=dtype)
 
     def _tags(self, split, outputs, sentences=None):
         from tfrecords import tagging_data
@@ -118,7 +141,7 @@ class TaggerJob(lifecycle.FineTuningJob):
         sentences = tagging_data.split_sentences(s.record_dir, split)  # read and checked once
         gold = [sentence.labels for sentence in sentences]
         return tagging_metrics.tagging_results(gold, self._tags(split, outputs, sentences), kind=s.metrics,
-                                               scheme=s.scheme, strict=s.strict, labels=self.manifest["label_list"])
+                                               scheme=s.scheme, strict=s.strict, labels=list(self.build.label_list))
 
     def write_predictions(self, split, outputs, model_dir, log):
         from tfrecords import tagging_data

@@ -571,7 +571,7 @@ def test_a_refused_rebuild_changes_nothing_and_the_restored_data_reuses_the_reco
     file restored, the records are reused and still hold the file's labels."""
     from run import run_classifier
     from tfrecords import classifier_data
-    from tfrecords.classifier_data import DataError
+    from tfrecords.manifest import ManifestError
 
     data = _tiny_task(str(tmp_path / "task"), ["History\tOne.", "Physical sciences\tTwo."])
     args = TINY[:-1] + [f"--data_dir={data}", f"--record_dir={tmp_path}/rec", "--do_train"]
@@ -581,7 +581,9 @@ def test_a_refused_rebuild_changes_nothing_and_the_restored_data_reuses_the_reco
     original = open(train, encoding="utf-8").read()
     with open(train, "w", encoding="utf-8") as f:
         f.write(original.replace("\nHistory\t", "\nZoology\t"))  # another label_list, the ids swapped
-    with pytest.raises(DataError, match=r"manifest.json: the records there were built with label_list="):
+    with pytest.raises(ManifestError, match=r"manifest.json: the records were built with other settings: label_list: "
+                                            r"\['History', 'Physical sciences'\] in the records, \['Physical sciences', "
+                                            r"'Zoology'\] from these flags"):
         _run(run_classifier, args + [f"--model_dir={tmp_path}/m2"])
     assert _snapshot(tmp_path / "rec") == built
     assert not os.path.exists(tmp_path / "m2")
@@ -653,7 +655,7 @@ def test_changed_pretraining_corpus_is_refused_naming_the_directory(tmp_path):
     assert _snapshot(out) == records
 
 
-def test_an_empty_squad_split_is_an_error_and_never_cached(tmp_path):
+def test_an_empty_squad_split_is_an_error_and_never_cached(pretrained, tmp_path):
     from run import run_squad
     from tfrecords.classifier_data import DataError
 
@@ -662,8 +664,8 @@ def test_an_empty_squad_split_is_an_error_and_never_cached(tmp_path):
         {"context": "Nothing is asked here.", "qas": []}]}]}), encoding="utf-8")
     with pytest.raises(DataError, match=f"{empty}: no usable questions for the dev split"):
         _run(run_squad, TINY[:-2] + ["--max_query_length=16", f"--predict_file={empty}", f"--record_dir={tmp_path}/rec",
-                                     f"--model_dir={tmp_path}/m", "--do_eval"])
-    assert not os.path.exists(tmp_path / "rec" / "manifest.json")
+                                     f"--model_dir={tmp_path}/m", "--do_eval", f"--init_checkpoint={pretrained}"])
+    assert not os.path.exists(tmp_path / "rec" / "manifest.json") and not os.path.exists(tmp_path / "m")
 
 
 def test_squad_scores_only_against_the_file_its_records_came_from(pretrained, tmp_path, capsys):
@@ -693,7 +695,7 @@ def test_squad_scores_only_against_the_file_its_records_came_from(pretrained, tm
 @pytest.mark.parametrize("damage, message", [
     (lambda m: m["splits"]["dev"].pop("num_bytes"), "splits/dev/num_bytes is missing"),
     (lambda m: m["spiece_model"].update(vocab_size="1000"), "spiece_model/vocab_size is a str, not int"),
-    (lambda m: m.update(uncased=1), "uncased is a int, not bool"),
+    (lambda m: m["text"].update(uncased=1), "text/uncased is a int, not bool"),
 ])
 def test_a_damaged_record_manifest_names_the_field(pretrained, tmp_path, damage, message):
     from run import run_classifier

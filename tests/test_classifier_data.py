@@ -384,7 +384,7 @@ def topic_records(tmp_path_factory):
 def test_manifest_contents(topic_records):
     out, m = topic_records
     disk = manifest_lib.read_manifest(out, kind=cd.CLASSIFIER_KIND)
-    assert disk["task"] == "tsv" and disk["max_seq_length"] == 48 and disk["uncased"] is False
+    assert disk["task"] == "tsv" and disk["max_seq_length"] == 48 and disk["text"]["uncased"] is False
     assert disk["label_list"] == processors.get_processor("tsv").get_labels(TOPIC)
     assert disk["spiece_model"]["sha256"] == XLNetTokenizer(F.tiny_spm()).sha256
     dev = disk["splits"]["dev"]
@@ -472,21 +472,21 @@ def test_pair_and_regression_records(tmp_path):
 
 def test_manifest_mismatches_are_clear(topic_records, tmp_path):
     out, _ = topic_records
-    with pytest.raises(manifest_lib.ManifestError, match="'max_seq_length' is 48"):
+    with pytest.raises(manifest_lib.ManifestError, match="max_seq_length: 48 in the records, 64 given"):
         cd.classifier_dataset(out, 8, False, 64)
     fake = tmp_path / "other.model"
     fake.write_bytes(b"not the same model")
-    with pytest.raises(manifest_lib.ManifestError, match="'spiece_model.sha256'"):
+    with pytest.raises(manifest_lib.ManifestError, match="text.spiece_sha256: '[0-9a-f]+' in the records"):
         cd.classifier_dataset(out, 8, False, 48, str(fake))
-    with pytest.raises(manifest_lib.ManifestError, match="'task' is 'tsv'"):
+    with pytest.raises(manifest_lib.ManifestError, match="task: 'tsv' in the records, 'mrpc' given"):
         cd.classifier_dataset(out, 8, False, 48, task="mrpc")
-    with pytest.raises(manifest_lib.ManifestError, match="'uncased' is False"):
+    with pytest.raises(manifest_lib.ManifestError, match="text.uncased: False in the records, True given"):
         cd.classifier_dataset(out, 8, False, 48, uncased=True)
     with pytest.raises(manifest_lib.ManifestError, match="no split 'validation'"):
         cd.classifier_dataset(out, 8, False, 48, split="validation")
     with pytest.raises(manifest_lib.ManifestError, match="does not exist"):
         cd.classifier_dataset(str(tmp_path / "none"), 8, False, 48)
-    with pytest.raises(cd.DataError, match="max_seq_length=48, this build uses 32"):
+    with pytest.raises(cd.DataError, match="max_seq_length: 48 there, 32 now"):
         cd.build_classifier_records(processors.get_processor("tsv"), TOPIC, F.tiny_spm(), out,
                                     max_seq_length=32, splits=("dev",))
 

@@ -171,7 +171,7 @@ def test_document_records_hold_segments_of_the_whole_packed_text(tmp_path):
     logs = []
     m3 = cd.build_classifier_records(proc, topic, F.tiny_spm(), three, max_seq_length=16, splits=("dev",),
                                      eval_batch_size=8, max_segments=3, log=logs.append)
-    assert "max_segments" not in m1 and m3["max_segments"] == 3
+    assert m1["max_segments"] == 1 and m3["max_segments"] == 3
     assert 1 < m3["splits"]["dev"]["mean_segments"] <= 3 and any("segments on average" in ln for ln in logs)
     batch = next(iter(cd.classifier_dataset(three, 8, False, 16, max_segments=3)))
     assert batch["input_ids"].shape == (8, 3, 16) and batch["attention_mask"].shape == (8, 3, 16)

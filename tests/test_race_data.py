@@ -256,13 +256,13 @@ def test_race_records_round_trip_and_eval_padding(mc_records):
 
 def test_race_manifest_mismatches(mc_records, tmp_path):
     out, _ = mc_records
-    with pytest.raises(manifest_lib.ManifestError, match="'max_seq_length' is 48"):
+    with pytest.raises(manifest_lib.ManifestError, match="max_seq_length: 48 in the records, 64 given"):
         rd.race_dataset(out, 8, False, 64)
-    with pytest.raises(manifest_lib.ManifestError, match="'max_qa_length' is 16"):
+    with pytest.raises(manifest_lib.ManifestError, match="max_qa_length: 16 in the records, 32 given"):
         rd.race_dataset(out, 8, False, 48, max_qa_length=32)
     fake = tmp_path / "x.model"
     fake.write_bytes(b"other")
-    with pytest.raises(manifest_lib.ManifestError, match="'spiece_model.sha256'"):
+    with pytest.raises(manifest_lib.ManifestError, match="text.spiece_sha256: '[0-9a-f]+' in the records"):
         rd.race_dataset(out, 8, False, 48, str(fake))
     with pytest.raises(manifest_lib.ManifestError, match="kind is 'xlnet_race'"):
         from tfrecords import classifier_data

@@ -390,7 +390,7 @@ def test_records_readers_and_side_files(tmp_path):
     out, m = _build(tmp_path)
     L = SMALL["max_seq_length"]
     assert m["version"] == "2.0" and m["version_2_with_negative"] is True
-    assert m["spiece_model_sha256"] == T.file_sha256(F.tiny_spm())
+    assert m["text"]["spiece_sha256"] == T.file_sha256(F.tiny_spm())
     for k in ("max_seq_length", "doc_stride", "max_query_length"):
         assert m[k] == SMALL[k]
     tr, dv = m["splits"]["train"], m["splits"]["dev"]
@@ -426,7 +426,7 @@ def test_records_readers_and_side_files(tmp_path):
     side = pp.load_eval_data(out, "dev")
     nf = dv["num_records"]
     batches = [{k: v.numpy() for k, v in b.items()}
-               for b in sd.squad_dataset(out, 16, False, L, spiece_sha256=m["spiece_model_sha256"])]
+               for b in sd.squad_dataset(out, 16, False, L, spiece_sha256=m["text"]["spiece_sha256"])]
     assert all(b["input_ids"].shape == (16, L) for b in batches)
     uid = np.concatenate([b["unique_id"] for b in batches])
     real = np.concatenate([b["is_real_example"] for b in batches])

@@ -327,16 +327,16 @@ def test_train_records_are_shuffled_windows_of_every_sentence(brown_records):
 def test_rebuild_adds_splits_and_refuses_other_parameters(brown_records, tmp_path):
     out, m = brown_records
     before = F.snapshot(out)
-    with pytest.raises(DataError, match="doc_stride=8, this build uses 9"):
+    with pytest.raises(DataError, match="doc_stride: 8 there, 9 now"):
         tagging_data.build_tagging_records(BROWN, F.tiny_spm(), out, max_seq_length=24, doc_stride=9,
                                            labels_file=os.path.join(BROWN, "labels.txt"), tagset="universal")
-    with pytest.raises(DataError, match="tagset='universal', this build uses None"):
+    with pytest.raises(DataError, match="tagset: 'universal' there, None now"):
         tagging_data.build_tagging_records(BROWN, F.tiny_spm(), out, max_seq_length=24, doc_stride=8,
                                            labels_file=os.path.join(BROWN, "labels.txt"), splits=("dev",))
     assert F.snapshot(out) == before
-    with pytest.raises(manifest_lib.ManifestError, match="'doc_stride' is 8"):
+    with pytest.raises(manifest_lib.ManifestError, match="doc_stride: 8 in the records, 16 given"):
         tagging_data.tagging_dataset(out, 8, False, 24, doc_stride=16)
-    with pytest.raises(manifest_lib.ManifestError, match="'max_seq_length' is 24"):
+    with pytest.raises(manifest_lib.ManifestError, match="max_seq_length: 24 in the records, 32 given"):
         tagging_data.tagging_dataset(out, 8, False, 32)
     # the same parameters: a split is rebuilt in place, the others kept
     data = tmp_path / "data"

@@ -38,9 +38,10 @@ No absl flags here; the CLI is `tfrecords/build_classifier.py`.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -49,6 +50,7 @@ from tfrecords import record_inputs
 from tfrecords import records as records_lib
 from tfrecords.processors import InputExample, Processor, label_ids
 from tfrecords.records import DataError  # raised here; also caught as classifier_data.DataError
+from xlnet_tf.artifacts.text_settings import TextSettings
 from xlnet_tf.text import tokenization
 from xlnet_tf.text import packing
 
@@ -143,8 +145,36 @@ def split_sources(examples: Sequence[InputExample]) -> List[str]:
 
 # ---- records --------------------------------------------------------------------------------
 
-CLASSIFIER_BUILD_KEYS = ("task", "max_seq_length", "max_segments", "uncased", "keep_accents",
-                         "is_regression", "label_list", "spiece_model_sha256", "processor")
+@dataclasses.dataclass(frozen=True)
+class ClassifierBuild:
+    """What shapes a classifier record set, recorded whole in its manifest and compared whole on reuse.
+
+    text: the tokenization. task: the processor's name; processor: its configuration (files, columns).
+    max_seq_length, max_segments: a document is up to `max_segments` segments of `max_seq_length`.
+    is_regression; label_list: the labels in id order (None for regression)."""
+
+    text: TextSettings
+    task: str
+    processor: Dict[str, Any]
+    max_seq_length: int
+    max_segments: int
+    is_regression: bool
+    label_list: Optional[Tuple[str, ...]]
+
+
+def classifier_build(processor: Processor, data_dir: str, spiece_model: str, *, max_seq_length: int = 128,
+                     uncased: bool = False, keep_accents: bool = False, max_segments: int = 1) -> ClassifierBuild:
+    """The settings a build of `processor`'s data with these options makes (call it after the processor has
+    read the examples: its configuration records the columns it found); checks them, writes nothing."""
+    _check_length(max_seq_length)
+    _check_segments(max_segments)
+    is_regression = processor.is_regression(data_dir)
+    label_list = None if is_regression else processor.get_labels(data_dir)
+    if not is_regression and (not label_list or len(label_list) < 2):
+        raise DataError(f"task {processor.name!r} has fewer than 2 labels: {label_list}")
+    return ClassifierBuild(TextSettings.of_model(spiece_model, uncased, keep_accents), processor.name,
+                           processor.config(), int(max_seq_length), int(max_segments), bool(is_regression),
+                           None if label_list is None else tuple(label_list))
 
 
 def build_classifier_records(processor: Processor, data_dir: str, spiece_model: str,
@@ -162,19 +192,17 @@ def build_classifier_records(processor: Processor, data_dir: str, spiece_model: 
     `output_dir` holds records built with other parameters.
     """
     t0 = time.time()
-    _check_length(max_seq_length)
-    _check_segments(max_segments)
     if not splits:
         raise ValueError("no splits given")
     if len(set(splits)) != len(splits):
         raise ValueError(f"duplicate splits: {list(splits)}")
     tok = tokenization.XLNetTokenizer(spiece_model, uncased=uncased, keep_accents=keep_accents)
-    is_regression = processor.is_regression(data_dir)
-    label_list = None if is_regression else processor.get_labels(data_dir)
-    if not is_regression and (not label_list or len(label_list) < 2):
-        raise DataError(f"task {processor.name!r} has fewer than 2 labels: {label_list}")
     # read and check every split (labels included) before writing anything
     examples = {sp: processor.get_examples(data_dir, sp) for sp in splits}
+    build = classifier_build(processor, data_dir, spiece_model, max_seq_length=max_seq_length, uncased=uncased,
+                             keep_accents=keep_accents, max_segments=max_segments)  # the processor has read them
+    is_regression = build.is_regression
+    label_list = None if build.label_list is None else list(build.label_list)
     labels = {sp: label_ids(examples[sp], label_list, is_regression) for sp in splits}
     width = max_seq_length * max_segments
     doc = (f" (a document of up to {max_segments} segments, left-padded as a whole, read as "
@@ -182,17 +210,8 @@ def build_classifier_records(processor: Processor, data_dir: str, spiece_model: 
     header = {
         "kind": CLASSIFIER_KIND,
         "format_version": manifest_lib.FORMAT_VERSION,
-        "task": processor.name,
-        "max_seq_length": int(max_seq_length),
-        **({"max_segments": int(max_segments)} if max_segments > 1 else {}),
-        "uncased": bool(uncased),
-        "keep_accents": bool(keep_accents),
-        "is_regression": bool(is_regression),
-        "label_list": label_list,
         "num_labels": 1 if is_regression else len(label_list),
         "spiece_model": records_lib.spiece_entry(spiece_model, tok),
-        "spiece_model_sha256": tok.sha256,
-        "processor": processor.config(),
         "data_dir": os.path.abspath(data_dir),
         "seed": int(seed),
         "schema": {
@@ -209,7 +228,7 @@ def build_classifier_records(processor: Processor, data_dir: str, spiece_model: 
     dummy = padding_features(pack_ids([], None, max_seq_length * max_segments), 1, is_regression)
     float_keys = ("label",) if is_regression else ()
     # a build the records already there conflict with is refused here, before anything is converted
-    with records_lib.StagedFiles(output_dir, CLASSIFIER_KIND, header, CLASSIFIER_BUILD_KEYS) as staged:
+    with records_lib.StagedFiles(output_dir, CLASSIFIER_KIND, header, build) as staged:
         split_entries = {}
         for s in splits:
             exs = examples[s]
@@ -328,9 +347,8 @@ def classifier_dataset(record_dir: str, batch_size: int, is_training: bool,
       `example_index` int32 [B] (line of `read_guids(record_dir, split)`, -1 = padding).
     """
     m = read_classifier_manifest(record_dir)
-    records_lib.validate_manifest(m, max_seq_length=max_seq_length, spiece_model=spiece_model,
-                                  spiece_sha256=spiece_sha256, extra={"task": task, "uncased": uncased},
-                                  max_segments=max_segments)
+    records_lib.check_reader(m, ClassifierBuild, max_seq_length=max_seq_length, spiece_model=spiece_model,
+                             spiece_sha256=spiece_sha256, task=task, uncased=uncased, max_segments=max_segments)
     split = split or ("train" if is_training else "dev")
     path = records_lib.split_record_file(m, split)
     e = m["splits"][split]

@@ -20,12 +20,17 @@ from xlnet_tf.errors import UserError
 
 MANIFEST_NAME = "manifest.json"
 PRETRAIN_KIND = "xlnet_pretrain"
-FORMAT_VERSION = 1  # the fine-tuning record sets (classifier, RACE, SQuAD)
+# The fine-tuning record sets (classifier, RACE, SQuAD, tagging): 2 records the build's typed settings whole
+# (tfrecords/records.py); 1 kept a few of them, compared by a list of keys.
+FORMAT_VERSION = 2
+FINETUNE_KINDS = ("xlnet_classifier", "xlnet_race", "xlnet_squad", "xlnet_tagging")
 # Pretraining records: 2 stores `perm_rank` as rank + 1 (0 = plain context token), ~2.3 KB per example at
 # seq 512; 1 stored -1 for context tokens (10-byte varints, ~6 KB per example).
 PRETRAIN_FORMAT_VERSION = 2
 _UPGRADES = {(PRETRAIN_KIND, 1): "format 1 stored perm_rank -1 for context tokens; rebuild the records "
-                                 "with tfrecords/build_pretrain.py into a new directory"}
+                                 "with tfrecords/build_pretrain.py into a new directory",
+             **{(kind, 1): "format 1 did not record its build settings whole; re-run the build into a new "
+                           "directory (or remove this one)" for kind in FINETUNE_KINDS}}
 
 
 def format_version(kind: Optional[str]) -> int:
@@ -88,7 +93,8 @@ class Field:
 
 
 _SPIECE = (Field("spiece_model/sha256", (str,)), Field("spiece_model/vocab_size", (int,)))
-_FINETUNE = (Field("max_seq_length", (int,)), Field("uncased", (bool,)), Field("splits", (dict,))) + _SPIECE
+_FINETUNE = (Field("max_seq_length", (int,)), Field("text/spiece_sha256", (str,)), Field("text/uncased", (bool,)),
+             Field("splits", (dict,))) + _SPIECE
 _SPLIT = (Field("file", (str,)), Field("num_records", (int,)), Field("num_bytes", (int,)),
           Field("num_examples", (int,)))
 
@@ -100,7 +106,7 @@ class RecordManifest:
     Pretraining (`xlnet_pretrain`, format 2): `params` (the build's PretrainConfig), `fingerprint` (of the
     parameters, SentencePiece model and input contents), `inputs/files` (path, bytes, sha256 per input file),
     `files` (record files in reading order), `totals`. Fine-tuning (`xlnet_classifier`, `xlnet_race`,
-    `xlnet_squad`, format 1): `max_seq_length`, `uncased`, and per split `file`, `num_records`, `num_bytes`,
+    `xlnet_squad`, `xlnet_tagging`, format 2): `max_seq_length`, `text` (the TextSettings), and per split `file`, `num_records`, `num_bytes`,
     `num_examples` (and `inputs`, `{path: sha256}` of the files it was read from; tfrecords/record_inputs.py).
     Both: `spiece_model/sha256` and `/vocab_size`."""
 
@@ -250,9 +256,14 @@ def naming_corrupt_records(manifest: Dict[str, Any]):
 def check_vocab(manifest: Dict[str, Any], n_token: int) -> None:
     """The model's vocabulary (`n_token`) must be the records' SentencePiece model's size: a smaller one
     cannot embed some ids, a larger or different one reads every id as another piece."""
-    vocab = (manifest.get("spiece_model") or {}).get("vocab_size")
+    check_vocab_size((manifest.get("spiece_model") or {}).get("vocab_size"), n_token,
+                     manifest.get("_path", MANIFEST_NAME))
+
+
+def check_vocab_size(vocab: Optional[int], n_token: int, where: str) -> None:
+    """`check_vocab` for records (at `where`) tokenized with a `vocab`-piece model (None = unknown)."""
     if vocab is not None and vocab != n_token:
         raise ManifestError(
-            f"{manifest.get('_path', MANIFEST_NAME)}: the records were tokenized with a {vocab}-piece SentencePiece "
+            f"{where}: the records were tokenized with a {vocab}-piece SentencePiece "
             f"model but the model has n_token={n_token} (--n_token / --model_config_path): use the model and "
             f"SentencePiece model that belong together, or rebuild the records")

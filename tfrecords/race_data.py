@@ -40,6 +40,7 @@ from tfrecords import manifest as manifest_lib
 from tfrecords import record_inputs
 from tfrecords import records as records_lib
 from tfrecords.records import DataError
+from xlnet_tf.artifacts.text_settings import TextSettings
 from xlnet_tf.text import tokenization
 from xlnet_tf.text import layout, packing
 
@@ -254,8 +255,30 @@ def padding_example(max_seq_length: int) -> Dict[str, np.ndarray]:
 
 # ---- records --------------------------------------------------------------------------------
 
-RACE_BUILD_KEYS = ("task", "max_seq_length", "max_qa_length", "qa_truncation", "num_choices",
-                   "uncased", "keep_accents", "spiece_model_sha256")
+@dataclasses.dataclass(frozen=True)
+class RaceBuild:
+    """What shapes a multiple-choice record set, recorded whole in its manifest and compared whole on reuse.
+
+    text: the tokenization. task: the data set's name (race, mc_wordnet, ...). max_seq_length: tokens per choice;
+    max_qa_length, qa_truncation: how question + option are cut. num_choices. levels: the levels read (None =
+    every level present)."""
+
+    text: TextSettings
+    task: str
+    max_seq_length: int
+    max_qa_length: int
+    qa_truncation: str
+    num_choices: int
+    levels: Optional[Tuple[str, ...]]
+
+
+def race_build(spiece_model: str, *, max_seq_length: int = 512, max_qa_length: int = 128,
+               qa_truncation: str = "tail", levels: Optional[Sequence[str]] = None, uncased: bool = False,
+               keep_accents: bool = False, task: str = "race") -> RaceBuild:
+    """The settings a build with these options makes; checks them, writes nothing."""
+    _check_lengths(max_seq_length, max_qa_length, qa_truncation)
+    return RaceBuild(TextSettings.of_model(spiece_model, uncased, keep_accents), task, int(max_seq_length),
+                     int(max_qa_length), qa_truncation, NUM_CHOICES, None if levels is None else tuple(levels))
 
 
 def build_race_records(data_dir: str, spiece_model: str, output_dir: str, *,
@@ -276,21 +299,15 @@ def build_race_records(data_dir: str, spiece_model: str, output_dir: str, *,
     if not splits or len(set(splits)) != len(splits):
         raise ValueError(f"splits must be distinct and non-empty: {list(splits)}")
     tok = tokenization.XLNetTokenizer(spiece_model, uncased=uncased, keep_accents=keep_accents)
+    build = race_build(spiece_model, max_seq_length=max_seq_length, max_qa_length=max_qa_length,
+                       qa_truncation=qa_truncation, levels=levels, uncased=uncased, keep_accents=keep_accents,
+                       task=task)
     examples = {s: read_race_split(data_dir, s, levels) for s in splits}  # check all first
     L = max_seq_length
     header = {
         "kind": RACE_KIND,
         "format_version": manifest_lib.FORMAT_VERSION,
-        "task": task,
-        "max_seq_length": int(max_seq_length),
-        "max_qa_length": int(max_qa_length),
-        "qa_truncation": qa_truncation,
-        "num_choices": NUM_CHOICES,
-        "uncased": bool(uncased),
-        "keep_accents": bool(keep_accents),
-        "levels": None if levels is None else list(levels),
         "spiece_model": records_lib.spiece_entry(spiece_model, tok),
-        "spiece_model_sha256": tok.sha256,
         "data_dir": os.path.abspath(data_dir),
         "seed": int(seed),
         "schema": {
@@ -307,7 +324,7 @@ def build_race_records(data_dir: str, spiece_model: str, output_dir: str, *,
     }
     dummy = padding_example(max_seq_length)
     # a build the records already there conflict with is refused here, before anything is converted
-    with records_lib.StagedFiles(output_dir, RACE_KIND, header, RACE_BUILD_KEYS) as staged:
+    with records_lib.StagedFiles(output_dir, RACE_KIND, header, build) as staged:
         entries = {}
         for s in splits:
             exs = examples[s]
@@ -409,10 +426,9 @@ def race_dataset(record_dir: str, batch_size: int, is_training: bool, max_seq_le
       `is_real_example` float32 [B] (0 = padding); `example_index` int32 [B] (-1 = padding).
     """
     m = read_race_manifest(record_dir)
-    records_lib.validate_manifest(m, max_seq_length=max_seq_length, spiece_model=spiece_model,
-                                  spiece_sha256=spiece_sha256,
-                                  extra={"max_qa_length": max_qa_length, "qa_truncation": qa_truncation,
-                                         "uncased": uncased})
+    records_lib.check_reader(m, RaceBuild, max_seq_length=max_seq_length, spiece_model=spiece_model,
+                             spiece_sha256=spiece_sha256, max_qa_length=max_qa_length, qa_truncation=qa_truncation,
+                             uncased=uncased)
     split = split or ("train" if is_training else "dev")
     path = records_lib.split_record_file(m, split)
     e = m["splits"][split]

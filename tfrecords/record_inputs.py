@@ -13,11 +13,13 @@ naming the option.) Pretraining records carry one fingerprint over all input fil
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Callable, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from tfrecords import manifest as manifest_lib
 from xlnet_tf import files
+from xlnet_tf.artifacts import provenance
 
 
 stream_digest = files.stream_sha256
@@ -67,12 +69,45 @@ def stale_splits(record_dir: str, kind: str, current: Mapping[str, Mapping[str, 
     return out
 
 
-def refresh(record_dir: str, kind: str, current: Mapping[str, Mapping[str, str]],
-            build: Callable[[List[str]], object], log: Callable[[str], None]) -> List[str]:
-    """Calls `build(splits)` with the stale splits of `current` (each logged with its reason); returns them."""
-    stale = stale_splits(record_dir, kind, current)
-    for split, reason in sorted(stale.items()):
-        log(f"records {record_dir} {split}: {reason}; building")
-    if stale:
-        build(sorted(stale))
-    return sorted(stale)
+@dataclasses.dataclass(frozen=True)
+class RecordPlan:
+    """What a run will read from its --record_dir, decided before anything is written.
+
+    build: the typed build settings of the records (a task module's `*Build`); stale: `{split: why}` for the
+    splits to (re)build first; vocab_size: the SentencePiece model's size (checked against the model's)."""
+
+    build: Any
+    stale: Mapping[str, str]
+    vocab_size: Optional[int]
+
+
+def plan_records(record_dir: str, kind: str, build_cls: type, needed: Sequence[str], *,
+                 wanted: Any = None, current: Optional[Mapping[str, Mapping[str, str]]] = None,
+                 vocab_size: Optional[int] = None, reader: Optional[Mapping[str, Any]] = None,
+                 source_flag: str = "--data_dir") -> RecordPlan:
+    """The records a run will read, checked against what it was given; writes nothing.
+
+    With the raw data (`wanted`: the build settings the run's flags make; `current`: `{split: input_digests}`
+    of the needed splits): records already in `record_dir` must have been built with `wanted` (compared whole:
+    ManifestError naming every differing field, whether or not a split is rebuilt), and the splits missing,
+    empty or built from other content are stale. Without it, the records must exist and hold `needed`, and the
+    reader's values (`reader`, as `records.check_reader` takes them) must match them."""
+    from tfrecords import records as records_lib
+
+    path = os.path.join(record_dir, manifest_lib.MANIFEST_NAME)
+    m = manifest_lib.read_manifest(record_dir, kind=kind) if wanted is None or os.path.isfile(path) else None
+    if wanted is not None:
+        if m is not None:
+            provenance.require_same(records_lib.recorded_build(m, build_cls), wanted, where=m["_path"],
+                                    error=manifest_lib.ManifestError, what="the records were built with other settings",
+                                    there="in the records", now="from these flags",
+                                    remedy="give the flags they were built with, or another --record_dir")
+        stale = stale_splits(record_dir, kind, current or {})
+        return RecordPlan(wanted, stale, vocab_size if vocab_size is not None else m["spiece_model"]["vocab_size"])
+    build = records_lib.check_reader(m, build_cls, **(reader or {}))
+    missing = [split for split in needed if split not in m.get("splits", {})]
+    if missing:
+        raise manifest_lib.ManifestError(f"{m['_path']}: no {missing[0]!r} split in the records (splits: "
+                                         f"{', '.join(sorted(m.get('splits', {}))) or 'none'}); give {source_flag} "
+                                         "to build it")
+    return RecordPlan(build, {}, m["spiece_model"]["vocab_size"])

@@ -5,17 +5,21 @@ A fine-tuning record set is one directory:
     <split>.tfrecord   one `tf.train.Example` per record (`serialize_features`: int64 features, float
                        only where the builder names them), in the split's record order
     <split>.guids.txt  line k = the id of the example whose `example_index` is k (classifier, RACE)
-    manifest.json      `kind` (xlnet_classifier, xlnet_race, xlnet_squad), `format_version`, the build
-                       parameters, `spiece_model` (`spiece_entry`), and per split `file`, `num_records`,
-                       `num_bytes`, `num_examples` (tfrecords/manifest.py checks the schema)
+    manifest.json      `kind` (xlnet_classifier, xlnet_race, xlnet_squad, xlnet_tagging), `format_version`,
+                       the build's typed settings (the task module's frozen `*Build` dataclass, every field
+                       at the top level, `text` = xlnet_tf.artifacts.TextSettings), `spiece_model`
+                       (`spiece_entry`), and per split `file`, `num_records`, `num_bytes`, `num_examples`
+                       (tfrecords/manifest.py checks the schema)
 
 Writing: every file of a build goes through `StagedFiles` (temporary names, swapped in by `commit` after
 the manifest check), a split's records through `write_split_records` (or `write_records` for a record file
-alone). A build into a directory that holds records of other build parameters is refused
-(`merged_manifest`, DataError naming the key); one with the same parameters adds or replaces its splits.
+alone). A build into a directory that holds records of other build settings is refused
+(`merged_manifest`: the recorded settings object compared whole with the build's, DataError naming every
+differing field); one with the same settings adds or replaces its splits.
 Non-train splits are padded to whole eval batches (`pad_count`).
 
-Reading: `validate_manifest` (the reader's values against the manifest, ManifestError naming the field),
+Reading: `recorded_build` (the typed settings a manifest records), `check_reader` (a reader's values against
+them, compared whole: ManifestError naming every differing field),
 `split_record_file` (the split's file, its size checked), `records_dataset` (the tf.data plumbing every
 fine-tuning reader shares), `read_split_guids`. The task modules (classifier_data.py, race_data.py,
 squad_data.py) own their examples, features, schema and parse functions.
@@ -23,6 +27,7 @@ squad_data.py) own their examples, features, schema and parse functions.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
@@ -30,6 +35,7 @@ import numpy as np
 
 from tfrecords import manifest as manifest_lib
 from xlnet_tf import files
+from xlnet_tf.artifacts import provenance
 from xlnet_tf.errors import UserError
 
 if TYPE_CHECKING:
@@ -74,8 +80,8 @@ class StagedFiles:
     """The files of one build, written under temporary names beside their final ones and swapped in only by
     `commit`, after every check has passed: a refused or failed build leaves every file as it was.
 
-    `header` is the build's manifest without its splits, `kind` and `build_keys` as `merged_manifest` takes
-    them: the records already in `output_dir` are checked against it when the build starts (a conflicting build
+    `header` is the build's manifest without its splits (the fields of `build`, its typed settings, at the top
+    level), `kind` and `build` as `merged_manifest` takes them: the records already in `output_dir` are checked against it when the build starts (a conflicting build
     is refused before anything is converted), then `output_dir` is created. Use as a context manager: leaving
     the block by an exception (or without `commit`) removes the temporary files. `path(name)` is where to write
     `<output_dir>/<name>`. `commit(splits)` checks the manifest again (`merged_manifest`), then first writes the
@@ -83,9 +89,10 @@ class StagedFiles:
     rebuilt, never read with another build's manifest), swaps every file in, and writes the merged manifest.
     """
 
-    def __init__(self, output_dir: str, kind: str, header: Dict[str, Any], build_keys: Sequence[str]):
-        self.output_dir, self.kind, self.header, self.build_keys = output_dir, kind, header, build_keys
-        merged_manifest(output_dir, kind, {**header, "splits": {}}, build_keys)
+    def __init__(self, output_dir: str, kind: str, header: Dict[str, Any], build: Any):
+        self.output_dir, self.kind, self.build = output_dir, kind, build
+        self.header = {**header, **provenance.to_json(build)}
+        merged_manifest(output_dir, kind, {**self.header, "splits": {}}, build)
         os.makedirs(output_dir, exist_ok=True)
         self.pending: Dict[str, str] = {}  # final path -> temporary path
 
@@ -102,7 +109,7 @@ class StagedFiles:
     def commit(self, splits: Dict[str, Any]) -> Dict[str, Any]:
         """Swaps the build's files in and writes its manifest (`header` with `splits`); returns the merged one."""
         manifest = {**self.header, "splits": splits}
-        merged = merged_manifest(self.output_dir, self.kind, manifest, self.build_keys)  # refuses before any swap
+        merged = merged_manifest(self.output_dir, self.kind, manifest, self.build)  # refuses before any swap
         path = os.path.join(self.output_dir, manifest_lib.MANIFEST_NAME)
         if os.path.isfile(path):
             old = manifest_lib.read_manifest(self.output_dir, kind=self.kind)
@@ -159,11 +166,10 @@ def write_split_records(staged: StagedFiles, split: str, records: Iterable[Dict[
 
 # ---- manifests ------------------------------------------------------------------------------
 
-def merged_manifest(output_dir: str, kind: str, manifest: Dict[str, Any],
-                    build_keys: Sequence[str]) -> Dict[str, Any]:
+def merged_manifest(output_dir: str, kind: str, manifest: Dict[str, Any], build: Any) -> Dict[str, Any]:
     """`manifest` with the splits of the manifest already in `output_dir` that it does not rebuild, when that
-    one was built with the same `build_keys` values; DataError naming the first differing key otherwise.
-    Writes nothing (`StagedFiles.commit` writes)."""
+    one records the same build settings as `build` (compared whole); DataError naming every differing field
+    otherwise. Writes nothing (`StagedFiles.commit` writes)."""
     path = os.path.join(output_dir, manifest_lib.MANIFEST_NAME)
     if not os.path.isfile(path):
         return manifest
@@ -171,11 +177,9 @@ def merged_manifest(output_dir: str, kind: str, manifest: Dict[str, Any],
         old = manifest_lib.read_manifest(output_dir, kind=kind)
     except manifest_lib.ManifestError as e:
         raise DataError(f"{e}; use a new output_dir") from None
-    for key in build_keys:
-        if old.get(key) != manifest.get(key):
-            raise DataError(f"{path}: the records there were built with {key}="
-                            f"{old.get(key)!r}, this build uses {manifest.get(key)!r}; "
-                            "use a new output_dir")
+    provenance.require_same(recorded_build(old, type(build)), build, where=path, error=DataError,
+                            what="the records there were built with other settings",
+                            remedy="use a new output_dir (or build with the settings they were built with)")
     splits = {**old.get("splits", {}), **manifest["splits"]}
     return {**manifest, "splits": dict(sorted(splits.items()))}
 
@@ -193,34 +197,34 @@ def pad_count(n: int, multiple: int) -> int:
 
 # ---- reading --------------------------------------------------------------------------------
 
-def _mismatch(m: Dict[str, Any], field: str, recorded, wanted, hint: str = "") -> None:
-    raise manifest_lib.ManifestError(
-        f"{m.get('_path', manifest_lib.MANIFEST_NAME)}: '{field}' is {recorded!r} in the "
-        f"records but the reader was given {wanted!r}{hint}")
+def recorded_build(m: Dict[str, Any], build_cls: type) -> Any:
+    """The typed build settings (`build_cls`, a task module's `*Build`) that the manifest `m` records;
+    ManifestError naming the field when one is missing or malformed."""
+    names = [f.name for f in dataclasses.fields(build_cls)]
+    where = m.get("_path", manifest_lib.MANIFEST_NAME)
+    return provenance.from_json(build_cls, {k: m[k] for k in names if k in m}, where, manifest_lib.ManifestError)
 
 
-def validate_manifest(m: Dict[str, Any], *, max_seq_length: int,
-                      spiece_model: Optional[str] = None, spiece_sha256: Optional[str] = None,
-                      extra: Optional[Dict[str, Any]] = None, max_segments: int = 1) -> None:
-    """Check a record manifest against the reader's values (None = not checked); raises
-    ManifestError naming the field."""
-    if m.get("max_seq_length") != max_seq_length:
-        _mismatch(m, "max_seq_length", m.get("max_seq_length"), max_seq_length,
-                  " (rebuild the records with this max_seq_length)")
-    if m.get("max_segments", 1) != max_segments:
-        _mismatch(m, "max_segments", m.get("max_segments", 1), max_segments,
-                  " (rebuild the records with this --max_segments, in another directory)")
-    for field, wanted in (extra or {}).items():
-        if wanted is not None and m.get(field) != wanted:
-            _mismatch(m, field, m.get(field), wanted)
-    sha = m["spiece_model"]["sha256"]
+def check_reader(m: Dict[str, Any], build_cls: type, *, spiece_model: Optional[str] = None,
+                 spiece_sha256: Optional[str] = None, uncased: Optional[bool] = None, **given: Any) -> Any:
+    """The records' build settings (`recorded_build`), after checking them against what a reader was given:
+    its values (`given`: build fields; `spiece_model` or `spiece_sha256` and `uncased` for the text settings;
+    None = not given) replace the recorded ones and the result is compared whole with the record, so a reader
+    gives what it knows and every difference is named at once (ManifestError)."""
+    recorded = recorded_build(m, build_cls)
     if spiece_model is not None:
         if not os.path.isfile(spiece_model):
             raise manifest_lib.ManifestError(f"SentencePiece model not found: {spiece_model}")
         spiece_sha256 = files.file_sha256(spiece_model)
-    if spiece_sha256 is not None and spiece_sha256 != sha:
-        _mismatch(m, "spiece_model.sha256", sha, spiece_sha256,
-                  " (records were tokenized with a different SentencePiece model)")
+    text = {k: v for k, v in (("spiece_sha256", spiece_sha256), ("uncased", uncased)) if v is not None}
+    values = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items() if v is not None}
+    wanted = dataclasses.replace(recorded, text=dataclasses.replace(recorded.text, **text), **values)
+    provenance.require_same(recorded, wanted, where=m.get("_path", manifest_lib.MANIFEST_NAME),
+                            error=manifest_lib.ManifestError, what="the records were built with other settings",
+                            there="in the records", now="given",
+                            remedy="rebuild the records with these settings (in another directory) or give the "
+                                   "records' values")
+    return recorded
 
 
 def split_record_file(m: Dict[str, Any], split: str) -> str:

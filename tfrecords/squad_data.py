@@ -55,6 +55,7 @@ from tfrecords.records import DataError
 from tfrecords.squad_examples import (SplitStats, SquadExample, detect_version_2, load_squad_json,
                                       read_squad_examples)
 from xlnet_tf import files as files_lib
+from xlnet_tf.artifacts.text_settings import TextSettings
 from xlnet_tf.text import packing, tokenization
 from xlnet_tf.text.offsets import ParagraphTokens, tokenize_with_offsets
 
@@ -331,9 +332,34 @@ def dummy_record(max_seq_length: int) -> Dict[str, np.ndarray]:
             "unique_id": np.int64(-1), "is_real_example": np.int64(0)}
 
 
-SQUAD_BUILD_KEYS = ("max_seq_length", "doc_stride", "max_query_length",
-                    "version_2_with_negative", "uncased", "keep_accents", "split_unknown",
-                    "spiece_model_sha256")
+@dataclasses.dataclass(frozen=True)
+class SquadBuild:
+    """What shapes a SQuAD record set, recorded whole in its manifest and compared whole on reuse: the
+    tokenization (`text`) and the feature parameters of `SquadConfig` other than the text's."""
+
+    text: TextSettings
+    max_seq_length: int
+    doc_stride: int
+    max_query_length: int
+    version_2_with_negative: bool
+    split_unknown: bool
+
+    @classmethod
+    def of(cls, cfg: SquadConfig, spiece_sha256: str) -> "SquadBuild":
+        cfg.validate()
+        return cls(TextSettings(spiece_sha256, cfg.uncased, cfg.keep_accents), int(cfg.max_seq_length),
+                   int(cfg.doc_stride), int(cfg.max_query_length), cfg.version_2_with_negative, cfg.split_unknown)
+
+
+def files_version_2(data: Dict[str, Dict[str, Any]], files: Dict[str, str]) -> bool:
+    """Whether the loaded SQuAD files `data` (`{split: dataset}`, read from `files`) are SQuAD 2.0; DataError
+    when they disagree."""
+    detected = {s: detect_version_2(d) for s, d in data.items()}
+    if len(set(detected.values())) > 1:
+        raise DataError("the files are of different SQuAD versions ("
+                        + ", ".join(f"{files[s]}: {'2.0' if v else '1.1'}" for s, v in detected.items())
+                        + "); set version_2_with_negative")
+    return next(iter(detected.values()))
 
 
 def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optional[str] = None,
@@ -359,13 +385,7 @@ def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optio
     files = {s: f for s, f in ((TRAIN_SPLIT, train_file), (eval_split, predict_file)) if f}
     data = {s: load_squad_json(f) for s, f in files.items()}
     if version_2_with_negative is None:
-        detected = {s: detect_version_2(d) for s, d in data.items()}
-        if len(set(detected.values())) > 1:
-            raise DataError("the files are of different SQuAD versions ("
-                            + ", ".join(f"{files[s]}: {'2.0' if v else '1.1'}"
-                                        for s, v in detected.items())
-                            + "); set version_2_with_negative")
-        version_2_with_negative = next(iter(detected.values()))
+        version_2_with_negative = files_version_2(data, files)
     cfg = SquadConfig(max_seq_length, doc_stride, max_query_length,
                       bool(version_2_with_negative), bool(uncased), bool(keep_accents),
                       bool(split_unknown))
@@ -376,15 +396,7 @@ def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optio
         "format_version": manifest_lib.FORMAT_VERSION,
         "task": "squad",
         "version": "2.0" if cfg.version_2_with_negative else "1.1",
-        "version_2_with_negative": cfg.version_2_with_negative,
-        "max_seq_length": int(max_seq_length),
-        "doc_stride": int(doc_stride),
-        "max_query_length": int(max_query_length),
-        "uncased": cfg.uncased,
-        "keep_accents": cfg.keep_accents,
-        "split_unknown": cfg.split_unknown,
         "spiece_model": records_lib.spiece_entry(spiece_model, tok),
-        "spiece_model_sha256": tok.sha256,
         "seed": int(seed),
         "layout": "P <sep> Q <sep> <cls>, right-padded with id 0; query = first "
                   "max_query_length ids; windows of L - len(Q) - 3 paragraph tokens "
@@ -406,7 +418,7 @@ def build_squad_records(spiece_model: str, output_dir: str, *, train_file: Optio
         },
     }
     # a build the records already there conflict with is refused here, before anything is converted
-    with records_lib.StagedFiles(output_dir, SQUAD_KIND, header, SQUAD_BUILD_KEYS) as staged:
+    with records_lib.StagedFiles(output_dir, SQUAD_KIND, header, SquadBuild.of(cfg, tok.sha256)) as staged:
         entries = {}
         for split, path in files.items():
             t1 = time.time()
@@ -523,11 +535,9 @@ def squad_dataset(record_dir: str, batch_size: int, is_training: bool, max_seq_l
       (feature index, -1 = padding); `is_real_example` float32 [B] (0 = padding).
     """
     m = read_squad_manifest(record_dir)
-    records_lib.validate_manifest(m, max_seq_length=max_seq_length, spiece_model=spiece_model,
-                                  spiece_sha256=spiece_sha256,
-                                  extra={"doc_stride": doc_stride, "max_query_length": max_query_length,
-                                         "uncased": uncased,
-                                         "version_2_with_negative": version_2_with_negative})
+    records_lib.check_reader(m, SquadBuild, max_seq_length=max_seq_length, spiece_model=spiece_model,
+                             spiece_sha256=spiece_sha256, doc_stride=doc_stride, max_query_length=max_query_length,
+                             uncased=uncased, version_2_with_negative=version_2_with_negative)
     split = split or (TRAIN_SPLIT if is_training else "dev")
     path = records_lib.split_record_file(m, split)
     dummy = records_lib.serialize_features(dummy_record(max_seq_length))

@@ -15,10 +15,9 @@ overlapping windows `doc_stride` pieces apart, each word predicted in the window
 Records (`build_tagging_records`, written with records.py): `<output_dir>/<split>.tfrecord`, one record per
 window (train: windows in a seeded random order; other splits: file order, padded to a multiple of
 `eval_batch_size` with dummy windows, `is_real_example` 0, `example_index` -1), `<split>.guids.txt` (line k =
-`<file name>:<line>` of sentence k) and `manifest.json` (kind `xlnet_tagging`: labels, tagset, SentencePiece
-sha256, uncased, keep_accents, max_seq_length, doc_stride, label_all_pieces, columns, counts). A build into a
-directory of records of other build parameters is refused naming the parameter; one with the same parameters
-adds or replaces its splits (records.StagedFiles). Record schema (int64): `input_ids`, `segment_ids`,
+`<file name>:<line>` of sentence k) and `manifest.json` (kind `xlnet_tagging`: the build's `TaggingBuild` whole,
+counts). A build into a directory of records of other build settings is refused naming every differing field;
+one with the same settings adds or replaces its splits (records.StagedFiles). Record schema (int64): `input_ids`, `segment_ids`,
 `attention_mask`, `label_ids`, `word_ids`, `is_max_context` [L]; `example_index`, `window_index`,
 `is_real_example` [1].
 
@@ -28,9 +27,10 @@ input's layout with `write_split_predictions`. No absl flags here; the CLI is `t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -39,14 +39,47 @@ from tfrecords import manifest as manifest_lib
 from tfrecords import record_inputs
 from tfrecords import records as records_lib
 from tfrecords.records import DataError
+from xlnet_tf.artifacts.text_settings import TextSettings
 from xlnet_tf.text import tagging, tokenization
 from xlnet_tf.text.tagging import FEATURE_NAMES, IGNORE_LABEL
 
 TAGGING_KIND = "xlnet_tagging"
 RECORD_NAMES = FEATURE_NAMES + ("example_index", "window_index", "is_real_example")
-TAGGING_BUILD_KEYS = ("max_seq_length", "doc_stride", "label_all_pieces", "uncased", "keep_accents", "label_list",
-                      "tagset", "label_column", "word_column", "spiece_model_sha256")
 TRAIN_SPLIT = "train"
+
+
+@dataclasses.dataclass(frozen=True)
+class TaggingBuild:
+    """What shapes a tagging record set, recorded whole in its manifest and compared whole on reuse.
+
+    text: the tokenization. max_seq_length, doc_stride: windows of `max_seq_length - 2` pieces, `doc_stride`
+    apart. label_list: the labels in id order. tagset: a name for the label set (None = unnamed).
+    label_column, word_column: the CoNLL columns read. label_all_pieces: every piece of a word labelled, not only
+    its first."""
+
+    text: TextSettings
+    max_seq_length: int
+    doc_stride: int
+    label_list: Tuple[str, ...]
+    tagset: Optional[str] = None
+    label_column: int = -1
+    word_column: int = 0
+    label_all_pieces: bool = False
+
+
+def tagging_build(data_dir: str, spiece_model: str, *, max_seq_length: int = 128, doc_stride: int = 64,
+                  labels: Optional[Sequence[str]] = None, labels_file: Optional[str] = None, label_column: int = -1,
+                  word_column: int = 0, tagset: Optional[str] = None, label_all_pieces: bool = False,
+                  uncased: bool = False, keep_accents: bool = False) -> TaggingBuild:
+    """The settings a build with these options makes (the label list resolved as `resolve_labels`); checks
+    them, writes nothing."""
+    tagging.check_window(max_seq_length, doc_stride)
+    if tagset is not None and (not isinstance(tagset, str) or not tagset.strip()):
+        raise ValueError(f"tagset must be a non-empty name or None, got {tagset!r}")
+    label_list = resolve_labels(data_dir, labels, labels_file, label_column, word_column)
+    return TaggingBuild(TextSettings.of_model(spiece_model, uncased, keep_accents), int(max_seq_length),
+                        int(doc_stride), tuple(label_list), tagset, int(label_column), int(word_column),
+                        bool(label_all_pieces))
 
 
 def split_file(data_dir: str, split: str) -> str:
@@ -136,15 +169,15 @@ def build_tagging_records(data_dir: str, spiece_model: str, output_dir: str, *, 
     holds records built with other parameters (naming the parameter).
     """
     t0 = time.time()
-    tagging.check_window(max_seq_length, doc_stride)
     if not splits:
         raise ValueError("no splits given")
     if len(set(splits)) != len(splits):
         raise ValueError(f"duplicate splits: {list(splits)}")
-    if tagset is not None and (not isinstance(tagset, str) or not tagset.strip()):
-        raise ValueError(f"tagset must be a non-empty name or None, got {tagset!r}")
     tok = tokenization.XLNetTokenizer(spiece_model, uncased=uncased, keep_accents=keep_accents)
-    label_list = resolve_labels(data_dir, labels, labels_file, label_column, word_column)
+    build = tagging_build(data_dir, spiece_model, max_seq_length=max_seq_length, doc_stride=doc_stride,
+                          labels=labels, labels_file=labels_file, label_column=label_column, word_column=word_column,
+                          tagset=tagset, label_all_pieces=label_all_pieces, uncased=uncased, keep_accents=keep_accents)
+    label_list = list(build.label_list)
     index = {lab: i for i, lab in enumerate(label_list)}
     # read and check every split (labels included) before writing anything
     sentences = {s: read_split(data_dir, s, label_column, word_column) for s in splits}
@@ -158,19 +191,9 @@ def build_tagging_records(data_dir: str, spiece_model: str, output_dir: str, *, 
         "kind": TAGGING_KIND,
         "format_version": manifest_lib.FORMAT_VERSION,
         "task": "tagging",
-        "max_seq_length": int(max_seq_length),
-        "doc_stride": int(doc_stride),
-        "label_all_pieces": bool(label_all_pieces),
-        "uncased": bool(uncased),
-        "keep_accents": bool(keep_accents),
-        "label_list": list(label_list),
         "num_labels": len(label_list),
-        "tagset": tagset,
-        "label_column": int(label_column),
-        "word_column": int(word_column),
         "ignore_label": IGNORE_LABEL,
         "spiece_model": records_lib.spiece_entry(spiece_model, tok),
-        "spiece_model_sha256": tok.sha256,
         "data_dir": os.path.abspath(data_dir),
         "seed": int(seed),
         "schema": {
@@ -191,7 +214,7 @@ def build_tagging_records(data_dir: str, spiece_model: str, output_dir: str, *, 
     }
     dummy = dummy_window(max_seq_length)
     # a build the records already there conflict with is refused here, before anything is converted
-    with records_lib.StagedFiles(output_dir, TAGGING_KIND, header, TAGGING_BUILD_KEYS) as staged:
+    with records_lib.StagedFiles(output_dir, TAGGING_KIND, header, build) as staged:
         entries = {}
         for s in splits:
             sents = sentences[s]
@@ -289,10 +312,9 @@ def tagging_dataset(record_dir: str, batch_size: int, is_training: bool, max_seq
       `is_real_example` float32 [B].
     """
     m = read_tagging_manifest(record_dir)
-    extra = {"uncased": uncased, "doc_stride": doc_stride, "label_all_pieces": label_all_pieces, "tagset": tagset,
-             "label_list": None if label_list is None else list(label_list)}
-    records_lib.validate_manifest(m, max_seq_length=max_seq_length, spiece_model=spiece_model,
-                                  spiece_sha256=spiece_sha256, extra=extra)
+    records_lib.check_reader(m, TaggingBuild, max_seq_length=max_seq_length, spiece_model=spiece_model,
+                             spiece_sha256=spiece_sha256, uncased=uncased, doc_stride=doc_stride,
+                             label_all_pieces=label_all_pieces, tagset=tagset, label_list=label_list)
     split = split or ("train" if is_training else "dev")
     path = records_lib.split_record_file(m, split)
     e = m["splits"][split]

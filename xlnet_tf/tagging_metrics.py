@@ -21,8 +21,32 @@ from typing import Any, Dict, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+from xlnet_tf.errors import UserError
+
 SCHEMES = ("IOB1", "IOB2", "IOE1", "IOE2", "IOBES", "BILOU")
 KINDS = ("pos", "entities")
+# The prefixes an entity tag may carry (`<prefix>-<type>`, or `O` outside entities): seqeval's default reading
+# knows B, I, E, S; a named scheme its own.
+PREFIXES = {None: "BIES", "IOB1": "BI", "IOB2": "BI", "IOE1": "IE", "IOE2": "IE", "IOBES": "BIES", "BILOU": "BILU"}
+
+
+class LabelSchemeError(UserError):
+    """Labels that the chosen metric cannot read (e.g. part-of-speech tags scored as entities)."""
+
+
+def check_entity_labels(labels: Sequence[str], scheme: Optional[str] = None, where: str = "the labels") -> None:
+    """Every label must be `O` or `<prefix>-<type>` with a prefix of `scheme` (seqeval's default reading when
+    None), or entity metrics would invent entities (seqeval reads `VERB` as a `V` prefix of type `ERB`).
+    LabelSchemeError naming the labels that do not fit."""
+    prefixes = PREFIXES[scheme.upper() if scheme and scheme.upper() in PREFIXES else None]
+    bad = [lab for lab in labels
+           if lab != "O" and not (len(lab) > 2 and lab[0] in prefixes and lab[1] == "-" and lab[2:].strip())]
+    if bad:
+        shown = ", ".join(repr(b) for b in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise LabelSchemeError(
+            f"{where}: {shown} {'is' if len(bad) == 1 else 'are'} not entity tags (O or "
+            f"{'/'.join(p + '-TYPE' for p in prefixes)}{' of ' + scheme.upper() if scheme else ''}); score "
+            "these labels with --metrics=pos, or give entity tags")
 
 Tags = Sequence[Sequence[str]]
 Span = Tuple[int, str, int, int]  # (sentence, type, first word, last word)
@@ -115,6 +139,8 @@ def entity_report(y_true: Tags, y_pred: Tags, scheme: Optional[str] = None, stri
     check_pairs(y_true, y_pred)
     if scheme is not None:
         _scheme(scheme)
+    check_entity_labels(sorted({t for s in y_true for t in s} | {t for s in y_pred for t in s}), scheme,
+                        "the gold and predicted tags")
     gold, pred = entity_spans(y_true, scheme, strict), entity_spans(y_pred, scheme, strict)
     correct = gold & pred
     out: Dict[str, Any] = {**_scores(len(correct), len(pred), len(gold)), "num_gold": len(gold),
