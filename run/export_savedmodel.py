@@ -79,7 +79,7 @@ def export_lm(checkpoint, export_dir, version=1, spiece_model=None, model_config
     import numpy as np
 
     from run.evaluate_lm import lm_tokenizer, load_lm
-    from xlnet_tf import serving
+    from xlnet_tf import generation, serving
     from xlnet_tf.serving_lm import GenerationBounds
 
     tokenizer, info = lm_tokenizer(checkpoint, spiece_model, spiece_flag="--export_spiece_model")
@@ -88,6 +88,7 @@ def export_lm(checkpoint, export_dir, version=1, spiece_model=None, model_config
     except ValueError as e:
         raise UserError(str(e).replace("GenerationBounds.", "--export_", 1)) from None
     model = load_lm(checkpoint, model_config_path, tokenizer, spiece_model, spiece_flag="--export_spiece_model")
+    generation.check_model(model, bounds.layout, bounds.stop_ids, "--export_stop_ids")
     options = dict(uncased=info.uncased if info else False, keep_accents=info.keep_accents if info else False,
                    generation=bounds)
     warmup = {"prompt": np.array([b"XLNet warm-up request for TF Serving."]), "max_new_tokens": np.array(1, np.int32),

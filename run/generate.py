@@ -108,6 +108,7 @@ def run():
         raise common_flags.UserError(f"--spiece_model={FLAGS.spiece_model} does not exist")
     tokenizer, _ = lm_tokenizer(FLAGS.checkpoint, FLAGS.spiece_model)
     model = load_lm(FLAGS.checkpoint, FLAGS.model_config_path, tokenizer, FLAGS.spiece_model)  # own memory buffer
+    generation.check_model(model, settings.layout, settings.stop_ids, "--stop_ids")
     for i, prompt in enumerate(prompts):
         if not tokenizer.encode(prompt):
             raise common_flags.UserError(f"prompt {i} ({prompt!r}) has no tokens: give some text")

@@ -84,6 +84,10 @@ def served(tmp_path_factory):
         "too_long": {"signature": "serving_default", "args": {"text": ["A short one .", " ".join(too_long)]}},
         "bad_num_words": {"signature": "from_words", "dtypes": {"num_words": "int32"},
                           "args": {"words": [["a", "b"]], "num_words": [3]}},
+        "empty_word": {"signature": "from_words", "dtypes": {"num_words": "int32"},
+                       "args": {"words": [["a", ""]], "num_words": [2]}},
+        "control_word": {"signature": "from_words", "dtypes": {"num_words": "int32"},
+                         "args": {"words": [["a\x07b", "c"]], "num_words": [2]}},
     }
     out, errors = fresh_serving.serve(path, requests, root / "reload")
     return {"root": root, "path": path, "out": out, "errors": errors, "dev": dev, "long_words": long_words,
@@ -195,7 +199,8 @@ def test_a_sentence_of_several_windows_is_tagged_word_for_word(served):
 def test_pre_split_words_bounds_and_edge_cases(served):
     """`from_words` tags pre-split words as serving_default tags the same words (what follows num_words is
     ignored, outputs padded to the request's width); empty sentences have no words; a sentence needing more than
-    max_windows windows and a num_words beyond the words axis are refused with a message naming the bound."""
+    max_windows windows, a num_words beyond the words axis and a word the builder would refuse (empty, a control
+    character) are refused with a message naming the bound."""
     out, errors, some = served["out"], served["errors"], served["some"]
     counts = [len(w) for w in some]
     width = max(counts) + 1
@@ -208,7 +213,9 @@ def test_pre_split_words_bounds_and_edge_cases(served):
     assert list(out["edge/num_words"]) == [0, 0, 1] and out["edge/tags"].shape == (3, 1)
     assert list(out["edge/tags"][:, 0]) == [b"", b"", out["edge/tags"][2, 0]] and out["edge/tags"][2, 0] != b""
     assert out["empty/tags"].shape == (0, 0) and out["empty/num_words"].shape == (0,)
-    assert set(errors) == {"too_long", "bad_num_words"}, errors
+    assert set(errors) == {"too_long", "bad_num_words", "empty_word", "control_word"}, errors
+    for name in ("empty_word", "control_word"):  # what the builder refuses in a CoNLL column
+        assert "from_words: a word is empty, has surrounding whitespace or holds a control character" in errors[name]
     assert (f"serving_default: a sentence has more than {MAX_PIECES} pieces, more than max_windows={MAX_WINDOWS} "
             "windows") in errors["too_long"]
     assert "--export_max_windows" in errors["too_long"]

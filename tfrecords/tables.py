@@ -11,13 +11,20 @@ from __future__ import annotations
 import csv
 import dataclasses
 import os
+import re
 from typing import Iterator, List, Optional, Tuple
 
 from tfrecords.records import DataError
 
 
+# Control characters a text field never holds (tab separates fields; CR and LF end lines).
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
 def decode_lines(path: str) -> Iterator[str]:
-    """Lines of a UTF-8 file (BOM dropped); DataError naming file and line otherwise."""
+    """Lines of a UTF-8 file (BOM dropped; LF or CRLF line endings); DataError naming file and line for invalid
+    UTF-8, a carriage return inside a line (CR-only line endings would make the whole file one line) or a
+    control character other than tab."""
     if not os.path.isfile(path):
         raise DataError(f"{path}: file not found")
     with open(path, "rb") as f:
@@ -29,6 +36,13 @@ def decode_lines(path: str) -> Iterator[str]:
                                 f"({e.reason})") from None
             if n == 1 and line.startswith("\ufeff"):
                 line = line[1:]
+            if "\r" in line.rstrip("\r\n"):
+                raise DataError(f"{path}:{n}: a carriage return inside the line (CR-only line endings?): convert the "
+                                "file to LF (or CRLF) line endings")
+            bad = _CONTROL.search(line)
+            if bad:
+                raise DataError(f"{path}:{n}: control character U+{ord(bad.group()):04X} at character "
+                                f"{bad.start() + 1}: remove it (only tabs separate fields)")
             yield line
 
 

@@ -58,6 +58,10 @@ from xlnet_tf.text.layout import EOD_ID, PADDING_ID
 LAYOUTS = ("causal", "bidirectional_prompt")
 STOP_ID, MAX_NEW_TOKENS = "stop_id", "max_new_tokens"
 NEG = -1e30  # filtered logits (finite: no inf - inf anywhere)
+# The most tokens one call may generate: the memory and output buffers grow with it, and a value no program can
+# finish is refused instead of allocated. GenerationSettings (the Keras API and run/generate.py) and the exported
+# signature's bound (serving_lm.GenerationBounds) share it.
+NEW_TOKENS_LIMIT = 4096
 
 # Prepended (with <eod>) to each prompt when `padding_text` is on: the original authors' advice for short
 # prompts is to give XLNet a long context to condition on. Any long neutral text serves; this one is ours.
@@ -112,6 +116,9 @@ class GenerationSettings:
                                  ("top_k", 0, " (0 = off)")):
             if not integer(getattr(self, field)) or getattr(self, field) < low:
                 bad(field, f"must be an integer >= {low}{note}")
+        if self.max_new_tokens > NEW_TOKENS_LIMIT:
+            bad("max_new_tokens", f"must be at most {NEW_TOKENS_LIMIT} (generation.NEW_TOKENS_LIMIT; generate longer "
+                                  "texts in several calls, the output as the next prompt)")
         if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0:
             bad("temperature", "must be >= 0 (0 = greedy)")
         if not isinstance(self.top_p, (int, float)) or not 0 < self.top_p <= 1:
@@ -153,9 +160,10 @@ class GenerationOutput:
 
 
 # ------------------------------------------------------------------------------------------------ checks
-def check_model(model, layout: str = "causal") -> None:
+def check_model(model, layout: str = "causal", stop_ids: Sequence[int] = (), stop_ids_name: str = "stop_ids"
+                ) -> None:
     """`UserError` naming `model` unless it is a permutation-LM pretrainer with an LM head that can read
-    `layout`."""
+    `layout` and produce each of `stop_ids` (named `stop_ids_name` in the message)."""
     if getattr(model, "lm_head", None) is None or getattr(model, "backbone", None) is None:
         raise UserError(f"model: {type(model).__name__} has no LM head (lm_head): generation needs a pretrained "
                         "XLNetPretrainer (a pretraining run's final/, the original release or a Hugging Face "
@@ -164,6 +172,10 @@ def check_model(model, layout: str = "causal") -> None:
         raise UserError(f"model: objective {model.objective!r}: a masked LM never trained the query stream that "
                         "predicts each next token; generate with a 'plm' model")
     config = model.backbone.config
+    outside = [int(i) for i in stop_ids if not 0 <= int(i) < config.n_token]
+    if outside:
+        raise UserError(f"{stop_ids_name}: {outside} outside the model's vocabulary (ids 0 to {config.n_token - 1}): "
+                        "no step could produce them")
     if config.attn_type == "uni" and config.same_length:
         raise UserError("model: attn_type 'uni' with same_length=True; build it with same_length=False "
                         "(config_overrides) to generate")
@@ -437,7 +449,7 @@ def generate(model, prompts: Sequence[Sequence[int]], settings: GenerationSettin
     with the same model and settings structure (greedy or not, top_k, whether top_p and the penalty are on,
     layout, max_new_tokens, stop ids, XLA) and traced once per shape.
     """
-    check_model(model, settings.validate().layout)
+    check_model(model, settings.validate().layout, settings.stop_ids, "GenerationSettings.stop_ids")
     if not len(prompts):
         raise UserError("prompts: none given; give at least one prompt")
     s, batch = settings, len(prompts)
@@ -569,7 +581,7 @@ def serving_function(model, settings: GenerationSettings, prompt_len: int):
     keyed by b. Outputs: `token_ids [B, N]` (padding after `lengths`), `log_probs [B, N]`,
     `sampling_log_probs [B, N]`, `lengths [B]`, `stopped [B]` (True = ended at a stop id), N = max_new_tokens.
     """
-    check_model(model, settings.validate().layout)
+    check_model(model, settings.validate().layout, settings.stop_ids, "GenerationSettings.stop_ids")
     st = _structure(settings)
     mem_len = settings.mem_len or _round_up(prompt_len, settings.pad_multiple) + settings.max_new_tokens
     seg = min(settings.segment_len, prompt_len)
@@ -600,7 +612,7 @@ def request_program(model, layout: str, max_new_tokens: int, max_top_k: int, sto
     `[0, max_top_k]` (0 = off), `top_p` float32 in (0, 1], `penalty` float32 > 0 (1 = off), `max_new_tokens`
     int32 in `[1, max_new_tokens]`. Outputs as `_run`'s, `[B, max_new_tokens]` wide (a row ends at its `lengths`).
     The caller enforces the bounds; greedy and sampling share the program (greedy is decided per request)."""
-    check_model(model, layout)
+    check_model(model, layout, stop_ids)
     if prompt_len % min(segment_len, prompt_len):
         raise ValueError(f"prompt_len {prompt_len} must be a multiple of segment_len {segment_len} (or below it)")
     st = _Structure(greedy=None, top_k=int(max_top_k), top_p=True, penalty=True, layout=layout,

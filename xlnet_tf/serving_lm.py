@@ -35,6 +35,7 @@ from typing import Dict, Tuple
 import tensorflow as tf
 
 from xlnet_tf import generation
+from xlnet_tf.errors import UserError
 from xlnet_tf.text import packing_tf, preprocessing
 from xlnet_tf.text.layout import EOD_ID
 
@@ -58,11 +59,14 @@ class GenerationBounds:
         for field in ("max_prompt_tokens", "max_new_tokens", "max_top_k", "max_batch_size", "segment_len"):
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"GenerationBounds.{field} must be an integer >= 1, got {value!r}")
+                raise UserError(f"GenerationBounds.{field} must be an integer >= 1, got {value!r}")
+        if self.max_new_tokens > generation.NEW_TOKENS_LIMIT:
+            raise UserError(f"GenerationBounds.max_new_tokens must be at most {generation.NEW_TOKENS_LIMIT} "
+                            f"(generation.NEW_TOKENS_LIMIT), got {self.max_new_tokens}")
         if self.layout not in generation.LAYOUTS:
-            raise ValueError(f"GenerationBounds.layout must be one of {generation.LAYOUTS}, got {self.layout!r}")
+            raise UserError(f"GenerationBounds.layout must be one of {generation.LAYOUTS}, got {self.layout!r}")
         if any(i < 0 for i in self.stop_ids):
-            raise ValueError(f"GenerationBounds.stop_ids must be token ids >= 0, got {self.stop_ids}")
+            raise UserError(f"GenerationBounds.stop_ids must be token ids >= 0, got {self.stop_ids}")
 
     @property
     def prompt_len(self) -> int:

@@ -97,6 +97,14 @@ class TaggingSignatures:
                 ["from_words: num_words must be in [0, W], W the words axis of words"]))
             with tf.control_dependencies(checks):
                 ragged = tf.RaggedTensor.from_tensor(words, lengths=tf.cast(num_words, tf.int64))
+            # a word as the builder reads one from a CoNLL column: not empty, no surrounding space, no control
+            # character (tfrecords/conll.py, tfrecords/tables.decode_lines)
+            well_formed = tf.strings.regex_full_match(ragged.flat_values, r"[^\p{Cc}\s](?:[^\p{Cc}]*[^\p{Cc}\s])?")
+            check = tf.debugging.Assert(tf.reduce_all(well_formed), [
+                "from_words: a word is empty, has surrounding whitespace or holds a control character (the tagging "
+                "builder refuses such a CoNLL column); send the words as a CoNLL file holds them"])
+            with tf.control_dependencies([check]):
+                ragged = tf.identity(ragged)
             return self._tag_words(ragged, width, signature="from_words")
 
         def tag_ids(input_ids, segment_ids, attention_mask):
