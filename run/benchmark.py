@@ -114,11 +114,12 @@ def write_table(rows, output_dir: str):
 
 
 def run_all(flagfiles, output_dir: str, data_root: str = "", extra: str = "", quick: bool = False):
+    missing = [f for f in flagfiles if not os.path.isfile(f)]
+    if missing:  # checked before the results folder is made
+        raise UserError(f"--flagfiles: {', '.join(missing)} does not exist")
     os.makedirs(output_dir, exist_ok=True)
     rows = []
     for flagfile in flagfiles:
-        if not os.path.exists(flagfile):
-            raise FileNotFoundError(f"--flagfiles: {flagfile} does not exist")
         name, model_dir, cmd = command_for(flagfile, output_dir, data_root, extra, quick)
         print("$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
         start = time.time()
@@ -128,12 +129,13 @@ def run_all(flagfiles, output_dir: str, data_root: str = "", extra: str = "", qu
     return rows
 
 
-def main():
+def run():
     if not FLAGS.flagfiles or not FLAGS.results_dir:
         raise UserError("--flagfiles and --results_dir are required")
     rows = run_all(FLAGS.flagfiles, FLAGS.results_dir, FLAGS.data_root, FLAGS.extra_flags, FLAGS.quick)
     print(write_table(rows, FLAGS.results_dir))
+    return rows
 
 
 if __name__ == "__main__":
-    common_flags.run_main(FLAGS, define_flags, main)
+    common_flags.run_main(FLAGS, define_flags, run)
