@@ -125,20 +125,27 @@ def production_trainer(kind: str, config, batch: int, seq_len: int, model_dir: s
 
 
 def finetuning_job(kind: str, settings):
-    """The fine-tuning runner's job of `kind` on `settings`, with the manifest its records would give:
+    """The fine-tuning runner's job of `kind` on `settings`, with the build settings its records would record:
     "classifier" a 2-label `run_classifier.ClassifierJob`, "tagger" a `run_tagger.TaggerJob` over the 12
-    universal part-of-speech tags (the transfer table's Brown task, `TAGGING_RECIPE`)."""
+    universal part-of-speech tags (the transfer table's Brown task, `TAGGING_RECIPE`). No records are read: the
+    text settings name no SentencePiece model."""
+    from xlnet_tf.artifacts.text_settings import TextSettings
+
+    text = TextSettings(spiece_sha256="", uncased=bool(getattr(settings, "uncased", False)))
     if kind == "classifier":
         from run import run_classifier
+        from tfrecords.classifier_data import ClassifierBuild
 
         job = run_classifier.ClassifierJob(settings)
-        job.manifest = {"num_labels": 2, "is_regression": False}
+        job.build = ClassifierBuild(text, "tsv", {}, int(settings.max_seq_length), 1, False, ("0", "1"))
     elif kind == "tagger":
         from run import run_tagger
         from tfrecords.brown_pos import UNIVERSAL_TAGS
+        from tfrecords.tagging_data import TaggingBuild
 
         job = run_tagger.TaggerJob(settings)
-        job.manifest = {"label_list": list(UNIVERSAL_TAGS), "tagset": "universal"}
+        job.build = TaggingBuild(text, int(settings.max_seq_length), int(settings.doc_stride), tuple(UNIVERSAL_TAGS),
+                                 "universal")
     else:
         raise ValueError(f"no fine-tuning job of kind {kind!r}: classifier or tagger")
     return job
