@@ -112,14 +112,14 @@ def check_destination(export_dir: str, version: int) -> None:
                         "--export_dir")
 
 
-def check_spiece_model(spiece_model: str, info: dict, weights: str) -> None:
+def check_spiece_model(spiece_model: str, info, weights: str) -> None:
     """The SentencePiece model served with must be the one the weights were trained with: the checksum in
     export_info.json (fine-tuning) or in a pretraining run's facts (`pretrain_info`)."""
     from xlnet_tf import pretrain_info
     from xlnet_tf.text.tokenization import file_sha256
 
     sha = file_sha256(spiece_model)
-    recorded = info.get("spiece_sha256")
+    recorded = info.text.spiece_sha256 if info else None
     if recorded and recorded != sha:
         raise UserError(f"--export_spiece_model={spiece_model} has sha256 {sha}, but export_info.json says the model "
                         f"was trained with the SentencePiece model of sha256 {recorded}: export with that model")
@@ -132,6 +132,7 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
     """Library entry point of the CLI; returns the export path. The flags are checked before TensorFlow and the
     model code are imported."""
     from xlnet_tf import export_info, files
+    from xlnet_tf.artifacts.text_settings import TextSettings
 
     check_destination(export_dir, version)
     if model_dir and not files.isdir(model_dir):
@@ -145,7 +146,7 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
     spiece_model = spiece_model or info.get("spiece_model_file")
     if not spiece_model or not os.path.exists(spiece_model):
         raise UserError(f"SentencePiece model not found ({spiece_model!r}); pass --export_spiece_model")
-    check_spiece_model(spiece_model, info, checkpoint or model_dir)
+    check_spiece_model(spiece_model, recorded, checkpoint or model_dir)
     max_seq_length = max_seq_length or info.get("max_seq_length")
     if not max_seq_length:
         raise UserError("--export_max_seq_length is required (no export_info.json)")
@@ -165,7 +166,8 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
             raise UserError(f"No checkpoint in --model_dir={model_dir}; pass --checkpoint")
         checkpoint = found[-1]
     checkpoints.load_init_checkpoint(model, checkpoint, require_heads=task != "embedding")
-    options = dict(uncased=info.get("uncased", False), keep_accents=info.get("keep_accents", False),
+    text = recorded.text if recorded else TextSettings(None)
+    options = dict(uncased=text.uncased, keep_accents=text.keep_accents,
                    labels=info.get("labels"),
                    text_pair=info.get("text_pair", False), max_query_length=info.get("max_query_length", 64),
                    max_qa_length=info.get("max_qa_length", 128),

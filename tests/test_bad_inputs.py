@@ -86,7 +86,7 @@ def test_classifier_rerun_with_the_same_settings_resumes(classifier_run, tmp_pat
                                  "--train_steps=4", "--save_steps=4", f"--spiece_model_file={moved}"])
     assert os.path.exists(model / "ckpt-4.index")
     info = json.load(open(model / "export_info.json"))
-    assert info["spiece_model_file"] == str(moved) and len(info["spiece_sha256"]) == 64
+    assert info["spiece_model_file"] == str(moved) and len(info["text"]["spiece_sha256"]) == 64
 
 
 def test_records_of_another_vocabulary_are_refused(classifier_run, tmp_path):
@@ -258,26 +258,33 @@ def _classifier_info(**changes):
                                 text_pair=False, summary_type="last", use_summ_proj=True), **changes})
 
 
+_HEADER = '"schema": "xlnet_tf.export_info", "version": 6, '
+_TEXT = '"text": {"spiece_sha256": null, "uncased": false, "keep_accents": false}, '
+
+
 @pytest.mark.parametrize("content, message", [
-    ('{"task": "race", "max_seq_length": 64}', "max_qa_length, summary_type, use_summ_proj missing"),
-    ('{"task": "ner", "max_seq_length": 64}', "task is 'ner'"),
-    ('{"task": "tagging", "max_seq_length": 64}', "num_labels, doc_stride missing"),
-    ('{"schema": "xlnet_tf.export_info", "version": 9, "task": "race"}', "schema 'xlnet_tf.export_info' version 9"),
-    ('{"task": "race", "max_seq_length": 64, "max_qa_length": 16, "summary_type": "last", "use_summ_proj": true,'
-     ' "colour": "red"}', r"unknown field\(s\) \['colour'\]"),
-    ('{"schema": "xlnet_tf.export_info", "version": 2, "task": "classifier", "max_seq_length": 64, "num_labels": 2,'
-     ' "summary_type": "mean", "use_summ_proj": true, "max_segments": 3, "mem_len": 8,'
-     ' "document_summary": "all_segments"}', r"unknown field\(s\) \['document_summary'\]"),
-    ('{"task": "classifier", "max_seq_length": 64, "num_labels": 2, "summary_type": "mean", "use_summ_proj": true,'
-     ' "document_summary": "all_segments"}', "document_summary is for long-document models"),
-    ('{"task": "classifier", "max_seq_length": 64, "num_labels": 2, "summary_type": "mean", "use_summ_proj": true,'
-     ' "max_segments": 3, "mem_len": 8, "document_summary": "every"}', "document_summary is 'every'"),
-    ('{"schema": "xlnet_tf.export_info", "version": 4, "task": "race", "max_seq_length": 64, "max_qa_length": 16,'
-     ' "summary_type": "last", "use_summ_proj": true, "qa_truncation": "head"}', r"unknown field\(s\) \['qa_truncation'\]"),
-    ('{"task": "race", "max_seq_length": 64, "max_qa_length": 16, "summary_type": "last", "use_summ_proj": true,'
-     ' "qa_truncation": "middle"}', "qa_truncation is 'middle'"),
-    ('{"task": "race", "max_seq_length": 64, "max_qa_length": 16, "summary_type": "last", "use_summ_proj": true,'
-     ' "split_unknown": false}', "split_unknown is for squad models"),
+    ('{' + _HEADER + _TEXT + '"task": "race", "max_seq_length": 64}', "max_qa_length, summary_type, use_summ_proj missing"),
+    ('{' + _HEADER + _TEXT + '"task": "ner", "max_seq_length": 64}', "task is 'ner'"),
+    ('{' + _HEADER + _TEXT + '"task": "tagging", "max_seq_length": 64}', "num_labels, doc_stride missing"),
+    ('{' + _HEADER + '"task": "race", "max_seq_length": 64}', "text required"),
+    ('{' + _HEADER + '"text": {"uncased": false}, "task": "race", "max_seq_length": 64}',
+     "text must hold spiece_sha256, uncased and keep_accents"),
+    ('{"schema": "xlnet_tf.export_info", "version": 9, "task": "race"}',
+     "xlnet_tf.export_info version 9, this code reads version 6 only; it was written by another version: re-run"),
+    ('{"schema": "xlnet_tf.export_info", "version": 5, "task": "race", "max_seq_length": 64, "max_qa_length": 16,'
+     ' "summary_type": "last", "use_summ_proj": true, "uncased": false}', "xlnet_tf.export_info version 5"),
+    ('{"task": "race", "max_seq_length": 64}', "schema None is not 'xlnet_tf.export_info'"),
+    ('{' + _HEADER + _TEXT + '"task": "race", "max_seq_length": 64, "max_qa_length": 16, "summary_type": "last", '
+     '"use_summ_proj": true, "colour": "red"}', r"unknown field\(s\) \['colour'\]"),
+    ('{' + _HEADER + _TEXT + '"task": "classifier", "max_seq_length": 64, "num_labels": 2, "summary_type": "mean", '
+     '"use_summ_proj": true, "document_summary": "all_segments"}', "document_summary is for long-document models"),
+    ('{' + _HEADER + _TEXT + '"task": "classifier", "max_seq_length": 64, "num_labels": 2, "summary_type": "mean", '
+     '"use_summ_proj": true, "max_segments": 3, "mem_len": 8, "document_summary": "every"}',
+     "document_summary is 'every'"),
+    ('{' + _HEADER + _TEXT + '"task": "race", "max_seq_length": 64, "max_qa_length": 16, "summary_type": "last", '
+     '"use_summ_proj": true, "qa_truncation": "middle"}', "qa_truncation is 'middle'"),
+    ('{' + _HEADER + _TEXT + '"task": "race", "max_seq_length": 64, "max_qa_length": 16, "summary_type": "last", '
+     '"use_summ_proj": true, "split_unknown": false}', "split_unknown is for squad models"),
 ])
 def test_export_info_that_breaks_the_schema_is_named(tmp_path, content, message):
     from xlnet_tf import model_dir
@@ -288,30 +295,16 @@ def test_export_info_that_breaks_the_schema_is_named(tmp_path, content, message)
     assert (tmp_path / "export_info.json").read_text() == content
 
 
-def test_export_info_without_a_schema_header_reads_as_version_1(tmp_path):
-    from xlnet_tf import export_info
-
-    legacy = {k: v for k, v in _race_info().to_dict().items() if k not in ("schema", "version")}
-    (tmp_path / "export_info.json").write_text(json.dumps(legacy))
-    assert export_info.read(str(tmp_path / "export_info.json")) == _race_info()
-
-
-def test_export_info_of_version_4_reads_with_the_builders_defaults_of_its_time(tmp_path):
-    """Before version 5 the RACE runner always built with the question+option tail kept and the SQuAD builder split
-    multi-character `<unk>`s: an older file reads with those facts, so a rerun in its model_dir is not refused."""
+def test_export_info_reads_back_what_it_wrote_and_compares_the_text_settings_whole(tmp_path):
     from xlnet_tf import export_info, model_dir
+    from xlnet_tf.artifacts.text_settings import TextSettings
 
-    older = {**_race_info().to_dict(), "version": 4}
-    del older["qa_truncation"]
-    (tmp_path / "export_info.json").write_text(json.dumps(older))
-    assert export_info.read(str(tmp_path / "export_info.json")).qa_truncation == "tail"
-    model_dir.prepare(str(tmp_path), None, _race_info())  # same run: accepted
-    with pytest.raises(model_dir.ModelDirError, match="qa_truncation: 'tail' there, 'head' now"):
-        model_dir.prepare(str(tmp_path), None, _race_info(qa_truncation="head"))
-    squad = {"schema": "xlnet_tf.export_info", "version": 4, "task": "squad", "max_seq_length": 64,
-             "max_query_length": 16, "max_answer_length": 8, "start_n_top": 2, "end_n_top": 2,
-             "version_2_with_negative": False}
-    assert export_info.ExportInfo.from_dict(squad).split_unknown is True
+    model_dir.prepare(str(tmp_path), None, _race_info())
+    assert export_info.read(str(tmp_path / "export_info.json")) == _race_info()
+    other = _race_info(text=TextSettings("ab" * 32, uncased=True))
+    with pytest.raises(model_dir.ModelDirError, match=r"text.spiece_sha256: None there, 'abab.*' now; "
+                                                      r"export_info.json text.uncased: False there, True now"):
+        model_dir.prepare(str(tmp_path), None, other)
 
 
 def test_unreadable_export_info_is_named(tmp_path):
@@ -333,15 +326,16 @@ def test_model_dir_that_is_a_file(tmp_path):
 
 def test_every_difference_is_listed_at_once(tmp_path):
     from xlnet_tf import model_dir
+    from xlnet_tf.artifacts.text_settings import TextSettings
 
     model_dir.prepare(str(tmp_path), _config(), _classifier_info(labels=["a", "b"]))
     with pytest.raises(model_dir.ModelDirError) as e:
         model_dir.prepare(str(tmp_path), _config(d_inner=64, dropout=0.3),
-                          _classifier_info(labels=["a", "c"], uncased=True))
+                          _classifier_info(labels=["a", "c"], text=TextSettings(None, uncased=True)))
     msg = str(e.value)
     for part in ("xlnet_config.json d_inner: 32 there, 64 now", "xlnet_config.json dropout: 0.1 there, 0.3 now",
                  "export_info.json labels: ['a', 'b'] there, ['a', 'c'] now",
-                 "export_info.json uncased: False there, True now"):
+                 "export_info.json text.uncased: False there, True now"):
         assert part in msg, msg
     assert "\n" not in msg
 

@@ -16,6 +16,8 @@ import tensorflow as tf
 from tests import data_fixtures, tie_safe
 from xlnet_tf import checkpoints, finetuning, optimization, training
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.errors import UserError
+from xlnet_tf.export_info import ExportInfo
 from xlnet_tf.models import XLNetClassifier, XLNetForSquad, XLNetMultipleChoice, XLNetPretrainer
 from xlnet_tf.text.preprocessing import XLNetPreprocessor
 
@@ -391,11 +393,19 @@ def test_from_checkpoint_release_hugging_face_and_runner_dirs(tmp_path):
                                          str(run_dir), max_to_keep=1, checkpoint_name="ckpt")
     manager.save(checkpoint_number=7)
     config.to_json_file(str(run_dir / "xlnet_config.json"))
-    json.dump({"task": "classifier", "num_labels": 3, "task_name": "topic", "summary_type": "first",
-               "use_summ_proj": True, "max_seq_length": 24, "uncased": False,
-               "spiece_model_file": data_fixtures.tiny_spm()}, open(run_dir / "export_info.json", "w"))
+    info = ExportInfo.for_run(task="classifier", num_labels=3, task_name="topic", summary_type="first",
+                              use_summ_proj=True, max_seq_length=24, spiece_model_file=data_fixtures.tiny_spm())
+    json.dump(info.to_dict(), open(run_dir / "export_info.json", "w"))
     loaded = XLNetClassifier.from_checkpoint(str(run_dir), require_heads=True)
     assert (loaded.num_labels, loaded.task_name, loaded.summary_type) == (3, "topic", "first")
+    # the run's tokenization is checked as the exporter checks it: another SentencePiece model, another casing
+    other = tmp_path / "other.model"
+    other.write_bytes(b"another SentencePiece model")
+    with pytest.raises(UserError, match=r"run/export_info.json: the model was fine-tuned with other text settings: "
+                                        r"spiece_sha256: '[0-9a-f]{64}' there, '[0-9a-f]{64}' given"):
+        XLNetClassifier.from_checkpoint(str(run_dir), spiece_model=str(other))
+    with pytest.raises(UserError, match="uncased: False there, True given"):
+        XLNetClassifier.from_checkpoint(str(run_dir), uncased=True)
     assert loaded.preprocessor.sequence_length == 24
     for a, b in zip(loaded.get_weights(), tuned.get_weights()):
         np.testing.assert_array_equal(a, b)

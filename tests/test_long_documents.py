@@ -223,7 +223,7 @@ def test_long_document_runner_exports_a_model_that_reads_documents_in_graph(tmp_
                                                                       else "last")])
     info = json.load(open(f"{model_dir}/export_info.json"))
     assert (info["max_segments"], info["mem_len"], info["document_summary"], info["version"]) == (
-        3, 24, document_summary, 5)
+        3, 24, document_summary, 6)
     assert json.load(open(f"{model_dir}/eval_results.json"))["last"]["dev"]["num_examples"] == 40
 
     path = export_savedmodel.export_from_model_dir(model_dir, str(tmp_path / "export"), version=1)

@@ -107,7 +107,7 @@ def test_classifier_export_matches_in_process_model(classifier_export, tmp_path)
     info = json.load(open(root / "m" / "export_info.json"))
     assert info["text_pair"] and info["labels"] == ["0", "1"]
     # no train/serve skew: the records' normalization is the export's (and it shapes these features)
-    assert (info["keep_accents"], info["uncased"]) == (True, True)
+    assert (info["text"]["keep_accents"], info["text"]["uncased"]) == (True, True)
     tokenizer = _served_tokenizer()
     assert tokenizer.encode(ACCENTED[0][0]) != tokenization.XLNetTokenizer(data_fixtures.tiny_spm(),
                                                                           uncased=True).encode(ACCENTED[0][0])
@@ -280,7 +280,7 @@ def test_served_features_are_the_records_features_for_every_normalization(tmp_pa
                                  "--max_seq_length=32", "--train_batch_size=8", "--train_steps=2", "--save_steps=2",
                                  "--steps_per_loop=1", "--warmup_steps=0", "--uncased"])
     info = json.load(open(tmp_path / "m" / "export_info.json"))
-    assert (info["keep_accents"], info["uncased"], info["text_pair"]) == (True, True, True)
+    assert (info["text"]["keep_accents"], info["text"]["uncased"], info["text_pair"]) == (True, True, True)
     path = export_savedmodel.export_from_model_dir(str(tmp_path / "m"), str(tmp_path / "export"))
     dev = next(iter(classifier_data.classifier_dataset(str(tmp_path / "records"), 16, False, split="dev",
                                                        max_seq_length=32)))

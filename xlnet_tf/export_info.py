@@ -1,48 +1,39 @@
 """`export_info.json`: what a fine-tuning run's model_dir tells the exporter and `from_checkpoint` (schema
-"xlnet_tf.export_info", version 5; versions 1 to 4 are read too).
+"xlnet_tf.export_info", version 6; other versions are refused: re-run the fine-tuning).
 
-Written by every fine-tuning runner (run/lifecycle.py, through `model_dir.prepare`, which compares it
-field by field on reruns), read by run/export_savedmodel.py and `Task.from_checkpoint`. Fields by task:
+Written by every fine-tuning runner (run/lifecycle.py, through `model_dir.prepare`, which compares the recorded
+object whole with the run's), read by run/export_savedmodel.py and `Task.from_checkpoint`. Fields by task:
 
-- all: `task` (classifier | regression | race | squad), `max_seq_length`, `uncased`, `keep_accents` (version
-  4; the records' normalization, which serving and `from_checkpoint` must repeat; absent = False, the original's
-  default), the SentencePiece model (`spiece_model_file`, absolute; `spiece_sha256`, the one compared on reruns);
+- all: `task` (classifier | regression | race | squad | tagging), `max_seq_length`, `text` (the records'
+  TextSettings: SentencePiece checksum, `uncased`, `keep_accents`; serving and `from_checkpoint` repeat the
+  normalization and refuse another SentencePiece model), `spiece_model_file` (where the SentencePiece model was,
+  absolute: a location, not compared);
 - classifier / regression: `num_labels`; optional `labels` (their names, as many), `text_pair` (default
-  false), `task_name`; long documents (version 2): `max_segments` (> 1: documents of that many segments of
+  false), `task_name`; long documents: `max_segments` (> 1: documents of that many segments of
   `max_seq_length`, read with Transformer-XL memories) and `mem_len` (the memory length), both or neither;
-  `document_summary` (version 3; `last_segment`, the default, or `all_segments`: what the summary of such a
-  document reads);
+  `document_summary` (`last_segment`, the default, or `all_segments`: what the summary of such a document reads);
 - classifier / regression / race: the sequence summary, `summary_type`, `use_summ_proj`;
-- race: `max_qa_length`; `qa_truncation` (version 5; `tail`, the original's and the default, keeps the last
-  `max_qa_length` ids of question + option, `head` the first: the records' rule, which serving repeats);
-- squad: `max_query_length`, `max_answer_length`, `start_n_top`, `end_n_top`, `version_2_with_negative`;
-  `split_unknown` (version 5; absent = true, the builder's default: a multi-character `<unk>` piece of the
-  context is split into one `<unk>` per character, in the records and in serving alike);
-- tagging (version 5): `num_labels`, `labels` (the tag names), `doc_stride` (pieces between the starts of two
-  windows of a long sentence: serving windows a request as the records were).
-
-Files written before the schema existed (no `schema` key) are read as version 1. Version 2 added the
-long-document fields, version 3 `document_summary`, version 4 `keep_accents`, version 5 `qa_truncation` and
-`split_unknown` (an older file holding a newer field
-is refused: its writer did not know it).
+- race: `max_qa_length`, `qa_truncation` (`tail` keeps the last `max_qa_length` ids of question + option,
+  `head` the first: the records' rule, which serving repeats);
+- squad: `max_query_length`, `max_answer_length`, `start_n_top`, `end_n_top`, `version_2_with_negative`,
+  `split_unknown` (a multi-character `<unk>` piece of the context split into one `<unk>` per character, in the
+  records and in serving alike);
+- tagging: `num_labels`, `labels` (the tag names), `doc_stride` (pieces between the starts of two windows of a
+  long sentence: serving windows a request as the records were).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any, Dict, List, Optional
 
+from xlnet_tf.artifacts.text_settings import TextSettings
+from xlnet_tf.artifacts.versioned_json import VersionedJson
 from xlnet_tf.errors import UserError
 
 SCHEMA = "xlnet_tf.export_info"
-VERSION = 5
-READABLE_VERSIONS = (1, 2, 3, 4, 5)
-V2_FIELDS = ("max_segments", "mem_len")
-V3_FIELDS = ("document_summary",)
-V4_FIELDS = ("keep_accents",)
-V5_FIELDS = ("qa_truncation", "split_unknown", "doc_stride")
+VERSION = 6
 QA_TRUNCATIONS = ("tail", "head")
 NAME = "export_info.json"
 TASKS = ("classifier", "regression", "race", "squad", "tagging")
@@ -59,14 +50,16 @@ class ExportInfoError(UserError):
     """An export_info.json (or the values for one) that does not follow the schema."""
 
 
+FILE = VersionedJson(SCHEMA, VERSION, "it was written by another version: re-run the fine-tuning into a new "
+                     "--model_dir (or export with --task and --export_* flags)", ExportInfoError)
+
+
 @dataclasses.dataclass(frozen=True)
 class ExportInfo:
     task: str
     max_seq_length: int
-    uncased: bool = False
-    keep_accents: bool = False
+    text: TextSettings = TextSettings(None)
     spiece_model_file: Optional[str] = None
-    spiece_sha256: Optional[str] = None
     labels: Optional[List[str]] = None
     num_labels: Optional[int] = None
     text_pair: Optional[bool] = None
@@ -100,9 +93,13 @@ class ExportInfo:
             value = getattr(self, field)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 bad(field, f"must be a positive integer, got {value!r}")
+        if not isinstance(self.text, TextSettings):
+            bad("text", f"must be the text settings, got {self.text!r}")
         for field in ("uncased", "keep_accents"):
-            if not isinstance(getattr(self, field), bool):
-                bad(field, f"must be true or false, got {getattr(self, field)!r}")
+            if not isinstance(getattr(self.text, field), bool):
+                bad(f"text.{field}", f"must be true or false, got {getattr(self.text, field)!r}")
+        if self.text.spiece_sha256 is not None and not isinstance(self.text.spiece_sha256, str):
+            bad("text.spiece_sha256", f"must be a string or null, got {self.text.spiece_sha256!r}")
         if self.labels is not None and (not isinstance(self.labels, list) or len(self.labels) != self.num_labels):
             bad("labels", f"must be a list of num_labels={self.num_labels} names, got {self.labels!r}")
         if self.task == "regression" and self.num_labels != 1:
@@ -131,55 +128,49 @@ class ExportInfo:
         return self
 
     def to_dict(self) -> Dict[str, Any]:
-        """As written: the schema header, then every field that is set."""
+        """As written: the schema header, then every field that is set (`text` as an object)."""
         values = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-        return {"schema": SCHEMA, "version": VERSION, **values}
+        return FILE.to_json(values)
 
     @classmethod
     def from_dict(cls, values: Dict[str, Any], where: str = NAME) -> "ExportInfo":
-        if not isinstance(values, dict):
-            raise ExportInfoError(f"{where}: not a JSON object")
-        values = dict(values)
-        schema, version = values.pop("schema", SCHEMA), values.pop("version", VERSION)
-        if schema != SCHEMA or version not in READABLE_VERSIONS:
-            raise ExportInfoError(f"{where}: schema {schema!r} version {version!r} is not {SCHEMA!r} version "
-                                  f"{' or '.join(map(str, READABLE_VERSIONS))}; it was written by another tool or "
-                                  "version")
-        newer = ((set(V2_FIELDS) if version < 2 else set()) | (set(V3_FIELDS) if version < 3 else set())
-                 | (set(V4_FIELDS) if version < 4 else set()) | (set(V5_FIELDS) if version < 5 else set()))
-        known = {f.name for f in dataclasses.fields(cls)} - newer
+        """From a file's content (the schema header first)."""
+        return cls.from_fields(FILE.fields(values, where), where)
+
+    @classmethod
+    def from_fields(cls, values: Dict[str, Any], where: str = NAME) -> "ExportInfo":
+        known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
             raise ExportInfoError(f"{where}: unknown field(s) {unknown}; known: {sorted(known)}")
-        if "task" not in values or "max_seq_length" not in values:
-            raise ExportInfoError(f"{where}: task and max_seq_length are required")
-        if version < 5:  # what its writer did without saying: the builders' defaults of the time
-            values.update({"race": {"qa_truncation": "tail"}, "squad": {"split_unknown": True}}.get(values["task"], {}))
-        return cls(**values).validate(where)
+        missing = [f for f in ("task", "max_seq_length", "text") if f not in values]
+        if missing:
+            raise ExportInfoError(f"{where}: {', '.join(missing)} required")
+        text = values["text"]
+        if not isinstance(text, dict) or set(text) != {f.name for f in dataclasses.fields(TextSettings)}:
+            raise ExportInfoError(f"{where}: text must hold spiece_sha256, uncased and keep_accents, got {text!r}")
+        return cls(**{**values, "text": TextSettings(**text)}).validate(where)
 
     @classmethod
-    def for_run(cls, **values) -> "ExportInfo":
-        """A run's export info: the SentencePiece path made absolute (the exporter finds it from any working
-        directory) and its checksum (`spiece_sha256`, compared on reruns)."""
+    def for_run(cls, uncased: bool = False, keep_accents: bool = False, **values) -> "ExportInfo":
+        """A run's export info: the text settings of its SentencePiece model (checksum read now) and
+        normalization, the SentencePiece path made absolute (the exporter finds it from any working directory)."""
         spm = values.get("spiece_model_file")
+        sha = None
         if spm:
-            from xlnet_tf.text.tokenization import file_sha256
-
             values["spiece_model_file"] = os.path.abspath(spm)
-            values["spiece_sha256"] = file_sha256(spm) if os.path.isfile(spm) else None
-        return cls(**values).validate("export info of this run")
+            sha = TextSettings.of_model(spm).spiece_sha256 if os.path.isfile(spm) else None
+        return cls(text=TextSettings(sha, bool(uncased), bool(keep_accents)), **values).validate(
+            "export info of this run")
+
+    def compared(self) -> "ExportInfo":
+        """What a rerun must match: everything but where the SentencePiece model was (compared by checksum)."""
+        return dataclasses.replace(self, spiece_model_file=None)
 
 
 def read(path: str) -> ExportInfo:
     """Reads and validates an export_info.json; `ExportInfoError` naming the file."""
-    import tensorflow as tf
-
-    try:
-        with tf.io.gfile.GFile(path, "r") as f:
-            values = json.loads(f.read())
-    except (OSError, ValueError, tf.errors.OpError) as e:
-        raise ExportInfoError(f"{path} is unreadable ({e})") from None
-    return ExportInfo.from_dict(values, where=path)
+    return ExportInfo.from_fields(FILE.read(path), where=path)
 
 
 def read_optional(directory: str) -> Optional[ExportInfo]:

@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Optional
 import tensorflow as tf
 
 from xlnet_tf import files
+from xlnet_tf.artifacts import provenance
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import UserError
 from xlnet_tf.export_info import ExportInfo
@@ -31,19 +32,6 @@ EXPORT_INFO_NAME = "export_info.json"  # xlnet_tf.export_info
 
 class ModelDirError(UserError):
     """The model directory holds a different run's settings."""
-
-
-# The SentencePiece model is compared by checksum (`spiece_sha256`): its path may move between runs.
-_NOT_COMPARED = ("spiece_model_file",)
-
-
-def _differences(recorded: Dict[str, Any], wanted: Dict[str, Any]) -> List[str]:
-    out = []
-    for key in sorted((set(recorded) | set(wanted)) - set(_NOT_COMPARED)):
-        a, b = recorded.get(key, "<absent>"), wanted.get(key, "<absent>")
-        if a != b:
-            out.append(f"{key}: {a!r} there, {b!r} now")
-    return out
 
 
 def _read_json(path: str) -> Dict[str, Any]:
@@ -72,23 +60,23 @@ def check(model_dir: str, config: Optional[XLNetConfig] = None,
 
 def _recorded_differences(model_dir: str, config: Optional[XLNetConfig] = None,
                           export_info: Optional[ExportInfo] = None) -> List[str]:
-    """`<file> <field>: <recorded> there, <wanted> now` for the config and export info of `model_dir`."""
+    """`<file> <field>: <recorded> there, <wanted> now` for the config and export info of `model_dir`, each read
+    as its typed object and compared whole with this run's (the SentencePiece model by checksum: its path may
+    move between runs)."""
     problems = []
-    for name, wanted in ((CONFIG_NAME, None if config is None else config.to_dict()),
-                         (EXPORT_INFO_NAME, None if export_info is None else export_info.to_dict())):
+    for name, wanted in ((CONFIG_NAME, config), (EXPORT_INFO_NAME, export_info)):
         path = os.path.join(model_dir, name)
         if wanted is None or not tf.io.gfile.exists(path):
             continue
         recorded = _read_json(path)
-        try:  # typed: an older file gets the fields it lacked (defaults); a bad one is named
+        try:  # typed: a config of an older version gets the fields it lacked (defaults); a bad file is named
             if name == CONFIG_NAME:
-                recorded = XLNetConfig.from_dict(recorded).to_dict()
+                pair = (XLNetConfig.from_dict(recorded), wanted)
             else:
-                recorded = ExportInfo.from_dict(recorded, where=path).to_dict()
+                pair = (ExportInfo.from_dict(recorded, where=path).compared(), wanted.compared())
         except (TypeError, ValueError) as e:
             raise ModelDirError(f"{path}: {e}; use another --model_dir") from None
-        wanted = json.loads(json.dumps(wanted))  # compare as written (tuples -> lists)
-        problems += [f"{name} {d}" for d in _differences(recorded, wanted)]
+        problems += [f"{name} {field}: {a!r} there, {b!r} now" for field, a, b in provenance.differences(*pair)]
     return problems
 
 

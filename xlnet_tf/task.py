@@ -30,6 +30,7 @@ Bad input is refused with one `UserError` naming it, never trained or scored sil
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
@@ -40,6 +41,8 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf import task_inputs
+from xlnet_tf.artifacts import provenance
+from xlnet_tf.artifacts.text_settings import TextSettings
 from xlnet_tf.errors import UserError
 
 AUTO = "auto"
@@ -487,9 +490,19 @@ class Task(keras.Model):
             spiece_model = spiece_model or checkpoints.first_existing(os.path.join(directory, "spiece.model"),
                                                            info.get("spiece_model_file"))
             if spiece_model and "preprocessor" not in kwargs:
+                text = TextSettings.of_model(spiece_model, bool(uncased))
+                if recorded is not None:  # the run's tokenization: the same model, its normalization
+                    given = dataclasses.replace(recorded.text, uncased=recorded.text.uncased if uncased is None
+                                                else bool(uncased))
+                    if recorded.text.spiece_sha256 is not None:
+                        given = dataclasses.replace(given, spiece_sha256=text.spiece_sha256)
+                    provenance.require_same(recorded.text, given, where=os.path.join(directory, export_info.NAME),
+                                            now="given", what="the model was fine-tuned with other text settings",
+                                            remedy="give the run's SentencePiece model and leave uncased unset")
+                    text = recorded.text
                 kwargs["preprocessor"] = cls.preprocessor_from_export_info(
                     spiece_model, info, sequence_length=sequence_length or info.get("max_seq_length") or 128,
-                    uncased=info.get("uncased", False) if uncased is None else uncased)
+                    text=text)
         model = cls(config, **kwargs)
         checkpoints.load_init_checkpoint(model, weights, require_heads=require_heads)
         return model
@@ -497,14 +510,14 @@ class Task(keras.Model):
     takes_text = False  # from_checkpoint attaches a preprocessor (`preprocessor_from_export_info`)
 
     @classmethod
-    def preprocessor_from_export_info(cls, spiece_model: str, info: dict, sequence_length: int, uncased: bool):
+    def preprocessor_from_export_info(cls, spiece_model: str, info: dict, sequence_length: int, text: TextSettings):
         """The text preprocessor `from_checkpoint` attaches: an `XLNetPreprocessor` packing as the run's records
-        (a long-document run, export info's max_segments: documents of that many segments, as its records and
-        its exported serving_default pack them)."""
+        (its `text` settings; a long-document run, export info's max_segments: documents of that many segments,
+        as its records and its exported serving_default pack them)."""
         from xlnet_tf.text.preprocessing import XLNetPreprocessor
 
-        return XLNetPreprocessor(spiece_model, sequence_length=sequence_length, uncased=uncased,
-                                 keep_accents=info.get("keep_accents", False), max_segments=info.get("max_segments") or 1)
+        return XLNetPreprocessor(spiece_model, sequence_length=sequence_length, uncased=text.uncased,
+                                 keep_accents=text.keep_accents, max_segments=info.get("max_segments") or 1)
 
     @classmethod
     def task_kwargs_from_export_info(cls, info: dict) -> dict:

@@ -181,12 +181,12 @@ class XLNetTagger(Task):
         return out
 
     @classmethod
-    def preprocessor_from_export_info(cls, spiece_model, info, sequence_length, uncased):
-        """Words -> the run's windows (its `doc_stride`, normalization and window length)."""
+    def preprocessor_from_export_info(cls, spiece_model, info, sequence_length, text):
+        """Words -> the run's windows (its `doc_stride`, normalization (`text`) and window length)."""
         from xlnet_tf.text.tagging_preprocessor import XLNetTaggingPreprocessor
 
-        return XLNetTaggingPreprocessor(spiece_model, sequence_length=sequence_length, uncased=uncased,
-                                        keep_accents=info.get("keep_accents", False),
+        return XLNetTaggingPreprocessor(spiece_model, sequence_length=sequence_length, uncased=text.uncased,
+                                        keep_accents=text.keep_accents,
                                         doc_stride=info.get("doc_stride") or 64)
 
     def original_variables(self):
