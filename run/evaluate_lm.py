@@ -111,8 +111,8 @@ def lm_tokenizer(checkpoint: str, spiece_model: str, spiece_flag: str = "--spiec
     from xlnet_tf.text.tokenization import XLNetTokenizer, file_sha256
 
     info = check_checkpoint(checkpoint, spiece_model, file_sha256(spiece_model), spiece_flag, objectives)
-    tokenizer = XLNetTokenizer(spiece_model, uncased=info.uncased if info else False,
-                               keep_accents=info.keep_accents if info else False)
+    tokenizer = XLNetTokenizer(spiece_model, uncased=info.text.uncased if info else False,
+                               keep_accents=info.text.keep_accents if info else False)
     return tokenizer, info
 
 

@@ -89,7 +89,7 @@ def export_lm(checkpoint, export_dir, version=1, spiece_model=None, model_config
         raise UserError(str(e).replace("GenerationBounds.", "--export_", 1)) from None
     model = load_lm(checkpoint, model_config_path, tokenizer, spiece_model, spiece_flag="--export_spiece_model")
     generation.check_model(model, bounds.layout, bounds.stop_ids, "--export_stop_ids")
-    options = dict(uncased=info.uncased if info else False, keep_accents=info.keep_accents if info else False,
+    options = dict(uncased=info.text.uncased if info else False, keep_accents=info.text.keep_accents if info else False,
                    generation=bounds)
     warmup = {"prompt": np.array([b"XLNet warm-up request for TF Serving."]), "max_new_tokens": np.array(1, np.int32),
               "temperature": np.array(0.0, np.float32), "top_k": np.array(0, np.int32),

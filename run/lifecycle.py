@@ -271,8 +271,8 @@ def check_pretrained_weights(init_checkpoint: str, text, config: XLNetConfig, re
                                       config=config.to_dict(), config_flag="this run's model config")
     if facts is None:
         return
-    for field in ("uncased", "keep_accents"):
-        if bool(getattr(text, field)) != bool(getattr(facts, field)):
-            raise UserError(f"--init_checkpoint={init_checkpoint} was pretrained with {field}="
-                            f"{getattr(facts, field)} but the records ({records}) are built with {field}="
-                            f"{getattr(text, field)}: rebuild the records with the pretraining's tokenization")
+    from xlnet_tf.artifacts import provenance
+
+    provenance.require_same(facts.text, text, where=f"--init_checkpoint={init_checkpoint}", there="pretrained",
+                            now=f"in the records ({records})", what="pretrained with other text settings",
+                            remedy="rebuild the records with the pretraining's tokenization")

@@ -270,10 +270,11 @@ _TEXT = '"text": {"spiece_sha256": null, "uncased": false, "keep_accents": false
     ('{' + _HEADER + '"text": {"uncased": false}, "task": "race", "max_seq_length": 64}',
      "text must hold spiece_sha256, uncased and keep_accents"),
     ('{"schema": "xlnet_tf.export_info", "version": 9, "task": "race"}',
-     "xlnet_tf.export_info version 9, this code reads version 6 only; it was written by another version: re-run"),
+     "xlnet_tf.export_info version 9, this code reads version 6 only \\(written by another version\\); re-run the "
+     "fine-tuning into a new --model_dir"),
     ('{"schema": "xlnet_tf.export_info", "version": 5, "task": "race", "max_seq_length": 64, "max_qa_length": 16,'
      ' "summary_type": "last", "use_summ_proj": true, "uncased": false}', "xlnet_tf.export_info version 5"),
-    ('{"task": "race", "max_seq_length": 64}', "schema None is not 'xlnet_tf.export_info'"),
+    ('{"task": "race", "max_seq_length": 64}', "no schema header \\(written by an earlier version or another tool\\)"),
     ('{' + _HEADER + _TEXT + '"task": "race", "max_seq_length": 64, "max_qa_length": 16, "summary_type": "last", '
      '"use_summ_proj": true, "colour": "red"}', r"unknown field\(s\) \['colour'\]"),
     ('{' + _HEADER + _TEXT + '"task": "classifier", "max_seq_length": 64, "num_labels": 2, "summary_type": "mean", '

@@ -89,9 +89,9 @@ def test_the_run_and_its_final_weights_record_their_facts(pretrained):
     assert (run.objective, run.nsp, run.seq_len, run.reuse_len, run.num_predict, run.perm_size, run.bi_data,
             run.global_batch_size, run.num_replicas) == ("plm", False, 32, 16, 6, 8, True, 4, 1)
     assert run.records_fingerprint == records["fingerprint"]
-    assert run.spiece_sha256 == file_sha256(data_fixtures.tiny_spm())
+    assert run.text.spiece_sha256 == file_sha256(data_fixtures.tiny_spm())
     final = pretrain_info.read_model(str(pretrained / "m" / "final" / "pretrained_model.json"))
-    assert final.heads == ["lm_loss"] and final.step == 1 and final.spiece_sha256 == run.spiece_sha256
+    assert final.heads == ["lm_loss"] and final.step == 1 and final.text == run.text
     assert final.config["d_model"] == 32 and final.objective == "plm" and not final.nsp
 
 
@@ -166,19 +166,20 @@ def test_resuming_from_the_same_records_elsewhere_with_more_steps_continues(pret
 def test_which_facts_a_resume_may_change():
     from xlnet_tf import pretrain_info
 
+    from xlnet_tf.artifacts.text_settings import TextSettings
+
     run = pretrain_info.PretrainRun(objective="plm", nsp=False, seq_len=32, reuse_len=16, num_predict=6, perm_size=8,
-                                    bi_data=True, global_batch_size=4, num_replicas=1, uncased=False,
-                                    keep_accents=False, spiece_sha256="a" * 64, records_fingerprint="f1",
-                                    records_dir="/r", eval_records_fingerprint="e1")
+                                    bi_data=True, global_batch_size=4, num_replicas=1, text=TextSettings("a" * 64),
+                                    records_fingerprint="f1", records_dir="/r", eval_records_fingerprint="e1")
     same = run.__class__(**{**run.__dict__, "records_dir": "/elsewhere", "mixed_precision": "bfloat16",
                             "eval_records_fingerprint": None})
     assert run.differences(same) == []
     assert same.merged_with(run).eval_records_fingerprint == "e1"  # the held-out records stay recorded
     other = run.__class__(**{**run.__dict__, "num_replicas": 2, "mixed_precision": "float16",
-                             "eval_records_fingerprint": "e2", "spiece_sha256": "b" * 64})
+                             "eval_records_fingerprint": "e2", "text": TextSettings("b" * 64)})
     changed = [d.split(":")[0] for d in run.differences(other)]
-    assert changed == ["num_replicas", "spiece_sha256", "eval_records_fingerprint", "mixed_precision"]
-    with pytest.raises(pretrain_info.PretrainInfoError, match="pretrain_run.json: schema None version None"):
+    assert changed == ["num_replicas", "text.spiece_sha256", "mixed_precision", "eval_records_fingerprint"]
+    with pytest.raises(pretrain_info.PretrainInfoError, match="pretrain_run.json: no schema header \\(written by an earlier version or another tool\\); pretrain into a new --model_dir"):
         pretrain_info.PretrainRun.from_dict({"objective": "plm"}, where="pretrain_run.json")
 
 
@@ -408,7 +409,7 @@ def test_fine_tuning_checks_the_pretrained_facts_and_never_writes_into_a_pretrai
     final = tmp_path / "final"
     shutil.copytree(pretrained / "m" / "final", final)
     facts = json.loads((final / "pretrained_model.json").read_text())
-    facts["spiece_sha256"] = "0" * 64  # pretrained with another SentencePiece model of the same size
+    facts["text"]["spiece_sha256"] = "0" * 64  # pretrained with another SentencePiece model of the same size
     (final / "pretrained_model.json").write_text(json.dumps(facts))
     line = _user_error(run_classifier, FINETUNE + [records, f"--model_dir={tmp_path}/ft", "--do_train",
                                                    f"--init_checkpoint={final}"], capsys)
@@ -416,12 +417,13 @@ def test_fine_tuning_checks_the_pretrained_facts_and_never_writes_into_a_pretrai
     assert "pretrained_model.json says the model was pretrained with the SentencePiece model of sha256" in line
     assert not os.path.exists(tmp_path / "ft")
 
-    facts["spiece_sha256"], facts["uncased"] = json.loads(
-        (pretrained / "m" / "final" / "pretrained_model.json").read_text())["spiece_sha256"], True
+    facts["text"] = {**json.loads((pretrained / "m" / "final" / "pretrained_model.json").read_text())["text"],
+                     "uncased": True}
     (final / "pretrained_model.json").write_text(json.dumps(facts))
     line = _user_error(run_classifier, FINETUNE + [records, f"--model_dir={tmp_path}/ft", "--do_train",
                                                    f"--init_checkpoint={final}"], capsys)
-    assert line.startswith(f"--init_checkpoint={final} was pretrained with uncased=True but the records (")
+    assert line.startswith(f"--init_checkpoint={final}: pretrained with other text settings: uncased: True pretrained, "
+                           "False in the records (")
     assert not os.path.exists(tmp_path / "ft")
 
     before = _snapshot(pretrained / "m")
@@ -454,7 +456,7 @@ def test_a_kept_checkpoint_carries_its_runs_facts_and_initializes_fine_tuning(pr
     with pytest.raises(pretrain_info.PretrainInfoError, match="pretrain_run.json says the model was pretrained with"):
         pretrain_info.check_final(kept, spiece_sha256="0" * 64)
     run = json.loads((model / "pretrain_run.json").read_text())
-    run["spiece_sha256"] = "0" * 64
+    run["text"]["spiece_sha256"] = "0" * 64
     (model / "pretrain_run.json").write_text(json.dumps(run))
     line = _user_error(run_classifier, FINETUNE + [f"--record_dir={tmp_path}/records", f"--model_dir={tmp_path}/bad",
                                                    "--do_train", f"--init_checkpoint={kept}"], capsys)

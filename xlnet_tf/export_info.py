@@ -50,8 +50,8 @@ class ExportInfoError(UserError):
     """An export_info.json (or the values for one) that does not follow the schema."""
 
 
-FILE = VersionedJson(SCHEMA, VERSION, "it was written by another version: re-run the fine-tuning into a new "
-                     "--model_dir (or export with --task and --export_* flags)", ExportInfoError)
+FILE = VersionedJson(SCHEMA, VERSION, "re-run the fine-tuning into a new --model_dir (or export with --task and "
+                     "--export_* flags)", ExportInfoError)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,20 +1,21 @@
 """Pretraining provenance: the facts that shaped a pretraining run and the weights it leaves behind.
 
-Two typed, versioned files (modelled on `xlnet_tf.export_info`):
+Two typed, versioned files (xlnet_tf/artifacts/versioned_json.py; other versions are refused: re-run):
 
-- `<model_dir>/pretrain_run.json` (`PretrainRun`, schema "xlnet_tf.pretrain_run", version 1): written by
+- `<model_dir>/pretrain_run.json` (`PretrainRun`, schema "xlnet_tf.pretrain_run", version 2): written by
   run/pretrain.py through `model_dir.prepare_pretraining` once every check has passed (atomically, with the
-  model's `xlnet_config.json`), and compared field by field when a later run resumes that model_dir.
+  model's `xlnet_config.json`), and compared whole when a later run resumes that model_dir.
 - `<model_dir>/final/pretrained_model.json` (`PretrainedModel`, schema "xlnet_tf.pretrained_model",
-  version 1): written by run/pretrain.py next to `final/xlnet_model.ckpt` (last, so it describes weights that
+  version 2): written by run/pretrain.py next to `final/xlnet_model.ckpt` (last, so it describes weights that
   are there); read by `check_final`, which consumers of pretrained weights call (run/evaluate_lm.py,
   run/convert_checkpoint.py; `from_checkpoint` and the exporter may too).
 
-What a resume may change (`RESUME_COMPARED` lists what it may not):
+What a resume may change (`PretrainRun.resume_view` says what it may; every other field, a new one included, is
+compared):
 
 - refused: any difference in `objective`, `nsp`, the record layout (`seq_len`, `reuse_len`, `num_predict`,
-  `perm_size`, `bi_data`, `global_batch_size`, `num_replicas`), the tokenization (`spiece_sha256`,
-  `uncased`, `keep_accents`), the training records (`records_fingerprint`: the builder's fingerprint of its
+  `perm_size`, `bi_data`, `global_batch_size`, `num_replicas`), the tokenization (`text`: the TextSettings,
+  SentencePiece checksum, `uncased`, `keep_accents`), the training records (`records_fingerprint`: the builder's fingerprint of its
   parameters, SentencePiece model and the content of every input file), the held-out records
   (`eval_records_fingerprint`, when both runs evaluate: the history in eval_results.json must stay one
   curve), and a switch to or from `--mixed_precision=float16` (its checkpoints hold a loss-scale optimizer);
@@ -36,9 +37,12 @@ import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from xlnet_tf import files
+from xlnet_tf.artifacts import provenance
+from xlnet_tf.artifacts.text_settings import TextSettings
+from xlnet_tf.artifacts.versioned_json import VersionedJson
 from xlnet_tf.errors import UserError
 
-VERSION = 1
+VERSION = 2
 RUN_SCHEMA = "xlnet_tf.pretrain_run"
 RUN_NAME = "pretrain_run.json"
 MODEL_SCHEMA = "xlnet_tf.pretrained_model"
@@ -58,6 +62,11 @@ ARCHITECTURE = ("n_token", "n_layer", "d_model", "n_head", "d_head", "d_inner", 
 
 class PretrainInfoError(UserError):
     """A pretraining info file that does not follow its schema, or weights that do not fit their use."""
+
+
+RUN_FILE = VersionedJson(RUN_SCHEMA, VERSION, "pretrain into a new --model_dir", PretrainInfoError)
+MODEL_FILE = VersionedJson(MODEL_SCHEMA, VERSION, "pretrain again, or remove the file to use the weights without "
+                           "their recorded facts", PretrainInfoError)
 
 
 def pretrained_heads(nsp: bool) -> List[str]:
@@ -88,14 +97,7 @@ def _check_types(obj, where: str, ints=(), bools=(), strings=(), optional=()):
         bad("objective", f"is {getattr(obj, 'objective', None)!r}; one of {OBJECTIVES}")
 
 
-def _from_dict(cls, values: Any, schema: str, where: str):
-    if not isinstance(values, dict):
-        raise PretrainInfoError(f"{where}: not a JSON object")
-    values = dict(values)
-    found, version = values.pop("schema", None), values.pop("version", None)
-    if found != schema or version != VERSION:
-        raise PretrainInfoError(f"{where}: schema {found!r} version {version!r} is not {schema!r} version "
-                                f"{VERSION}; it was written by another tool or version")
+def _from_fields(cls, values: Dict[str, Any], where: str):
     known = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - known)
     if unknown:
@@ -105,7 +107,14 @@ def _from_dict(cls, values: Any, schema: str, where: str):
     missing = [f for f in required if f not in values]
     if missing:
         raise PretrainInfoError(f"{where}: required field(s) {missing} missing")
+    values = {**values, "text": provenance.from_json(TextSettings, values["text"], f"{where}: text",
+                                                     PretrainInfoError)}
     return cls(**values).validate(where)
+
+
+def _check_text(text: Any, where: str) -> None:
+    if not isinstance(text, TextSettings) or not isinstance(text.spiece_sha256, str) or not text.spiece_sha256:
+        raise PretrainInfoError(f"{where}: text must be the TextSettings of a SentencePiece model, got {text!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,9 +130,7 @@ class PretrainRun:
     bi_data: bool
     global_batch_size: int
     num_replicas: int
-    uncased: bool
-    keep_accents: bool
-    spiece_sha256: str
+    text: TextSettings
     records_fingerprint: str
     mixed_precision: str = "float32"
     records_dir: Optional[str] = None
@@ -133,21 +140,21 @@ class PretrainRun:
     def validate(self, where: str = RUN_NAME) -> "PretrainRun":
         _check_types(self, where,
                      ints=("seq_len", "reuse_len", "num_predict", "perm_size", "global_batch_size", "num_replicas"),
-                     bools=("nsp", "bi_data", "uncased", "keep_accents"),
-                     strings=("spiece_sha256", "records_fingerprint", "records_dir", "eval_records_fingerprint",
-                              "eval_records_dir"),
+                     bools=("nsp", "bi_data"),
+                     strings=("records_fingerprint", "records_dir", "eval_records_fingerprint", "eval_records_dir"),
                      optional=("records_dir", "eval_records_fingerprint", "eval_records_dir"))
+        _check_text(self.text, where)
         if self.mixed_precision not in MIXED_PRECISIONS:
             raise PretrainInfoError(f"{where}: mixed_precision is {self.mixed_precision!r}; one of {MIXED_PRECISIONS}")
         return self
 
     def to_dict(self) -> Dict[str, Any]:
         values = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-        return {"schema": RUN_SCHEMA, "version": VERSION, **values}
+        return RUN_FILE.to_json(values)
 
     @classmethod
     def from_dict(cls, values: Dict[str, Any], where: str = RUN_NAME) -> "PretrainRun":
-        return _from_dict(cls, values, RUN_SCHEMA, where)
+        return _from_fields(cls, RUN_FILE.fields(values, where), where)
 
     @classmethod
     def from_manifest(cls, manifest: Dict[str, Any], objective: str, nsp: bool, num_replicas: int,
@@ -159,8 +166,9 @@ class PretrainRun:
         return cls(objective=objective, nsp=bool(nsp), seq_len=p["seq_len"], reuse_len=p["reuse_len"],
                    num_predict=p["num_predict"], perm_size=p["perm_size"], bi_data=p["bi_data"],
                    global_batch_size=p["global_batch_size"], num_replicas=num_replicas,
-                   uncased=bool(p.get("uncased", False)), keep_accents=bool(p.get("keep_accents", False)),
-                   spiece_sha256=manifest["spiece_model"]["sha256"], records_fingerprint=manifest["fingerprint"],
+                   text=TextSettings(manifest["spiece_model"]["sha256"], bool(p.get("uncased", False)),
+                                     bool(p.get("keep_accents", False))),
+                   records_fingerprint=manifest["fingerprint"],
                    mixed_precision=mixed_precision,
                    records_dir=os.path.abspath(manifest["_dir"]) if manifest.get("_dir") else None,
                    eval_records_fingerprint=eval_manifest["fingerprint"] if eval_manifest else None,
@@ -168,19 +176,19 @@ class PretrainRun:
                                      if eval_manifest and eval_manifest.get("_dir") else None)).validate(
                                          "this run's pretraining facts")
 
+    def resume_view(self, other: "PretrainRun") -> "PretrainRun":
+        """These facts with what a resume (to or from `other`) may change made equal: where the records are read
+        from, whether held-out records are evaluated at all, and float32 <-> bfloat16 (float16 checkpoints hold a
+        loss-scale optimizer: a switch to or from it stays a difference). Every other field is compared."""
+        return dataclasses.replace(
+            self, records_dir=None, eval_records_dir=None,
+            eval_records_fingerprint=self.eval_records_fingerprint if other.eval_records_fingerprint else None,
+            mixed_precision="float16" if self.mixed_precision == "float16" else "float32 or bfloat16")
+
     def differences(self, now: "PretrainRun") -> List[str]:
         """`field: <recorded> there, <now> now` for every difference a resume may not have (module docstring)."""
-        out = []
-        for field in RESUME_COMPARED:
-            a, b = getattr(self, field), getattr(now, field)
-            if field == "eval_records_fingerprint" and (a is None or b is None):
-                continue  # evaluation started or stopped: no curve is mixed
-            if field == "mixed_precision":
-                if (a == "float16") == (b == "float16"):
-                    continue
-            if a != b:
-                out.append(f"{field}: {a!r} there, {b!r} now{_HINTS.get(field, '')}")
-        return out
+        diffs = provenance.differences(self.resume_view(now), now.resume_view(self))
+        return [f"{field}: {a!r} there, {b!r} now{_HINTS.get(field, '')}" for field, a, b in diffs]
 
     def merged_with(self, recorded: Optional["PretrainRun"]) -> "PretrainRun":
         """What a resume writes: this run's facts, keeping the held-out records of an earlier run that had them."""
@@ -193,21 +201,17 @@ class PretrainRun:
                        ) -> "PretrainedModel":
         """The facts of the weights this run writes (`final/pretrained_model.json`)."""
         return PretrainedModel(objective=self.objective, nsp=self.nsp, heads=pretrained_heads(self.nsp),
-                               spiece_sha256=self.spiece_sha256, uncased=self.uncased,
-                               keep_accents=self.keep_accents, seq_len=self.seq_len, reuse_len=self.reuse_len,
+                               text=self.text, seq_len=self.seq_len, reuse_len=self.reuse_len,
                                records_fingerprint=self.records_fingerprint, config=dict(config or {}),
                                step=step).validate("the pretrained model's facts")
 
 
-RESUME_COMPARED = ("objective", "nsp", "seq_len", "reuse_len", "num_predict", "perm_size", "bi_data",
-                   "global_batch_size", "num_replicas", "uncased", "keep_accents", "spiece_sha256",
-                   "records_fingerprint", "eval_records_fingerprint", "mixed_precision")
 _HINTS = {
     "records_fingerprint": " (--record_dir holds other records: other text, SentencePiece model or build "
                            "parameters)",
     "eval_records_fingerprint": " (--eval_records_dir holds other held-out records than the ones "
                                 "eval_results.json measured)",
-    "spiece_sha256": " (the records were tokenized with another SentencePiece model)",
+    "text.spiece_sha256": " (the records were tokenized with another SentencePiece model)",
     "mixed_precision": " (float16 checkpoints hold a loss-scale optimizer; the others do not)",
 }
 
@@ -219,9 +223,7 @@ class PretrainedModel:
     objective: str
     nsp: bool
     heads: List[str]
-    spiece_sha256: str
-    uncased: bool
-    keep_accents: bool
+    text: TextSettings
     seq_len: int
     reuse_len: int
     records_fingerprint: str
@@ -229,8 +231,9 @@ class PretrainedModel:
     step: Optional[int] = None
 
     def validate(self, where: str = MODEL_NAME) -> "PretrainedModel":
-        _check_types(self, where, ints=("seq_len", "reuse_len", "step"), bools=("nsp", "uncased", "keep_accents"),
-                     strings=("spiece_sha256", "records_fingerprint"), optional=("step",))
+        _check_types(self, where, ints=("seq_len", "reuse_len", "step"), bools=("nsp",),
+                     strings=("records_fingerprint",), optional=("step",))
+        _check_text(self.text, where)
         if (not isinstance(self.heads, list) or not all(isinstance(h, str) for h in self.heads)
                 or LM_HEAD not in self.heads or (NSP_HEAD in self.heads) != self.nsp):
             raise PretrainInfoError(f"{where}: heads must list {LM_HEAD!r} (and {NSP_HEAD!r} exactly when nsp), "
@@ -242,11 +245,11 @@ class PretrainedModel:
 
     def to_dict(self) -> Dict[str, Any]:
         values = {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-        return {"schema": MODEL_SCHEMA, "version": VERSION, **values}
+        return MODEL_FILE.to_json(values)
 
     @classmethod
     def from_dict(cls, values: Dict[str, Any], where: str = MODEL_NAME) -> "PretrainedModel":
-        return _from_dict(cls, values, MODEL_SCHEMA, where)
+        return _from_fields(cls, MODEL_FILE.fields(values, where), where)
 
 
 # ------------------------------------------------------------------------------------------------ files
@@ -262,12 +265,12 @@ def _read_json(path: str, where: Optional[str] = None) -> Any:
 
 def read_run(path: str) -> PretrainRun:
     """Reads and validates a `pretrain_run.json`; `PretrainInfoError` naming the file and field."""
-    return PretrainRun.from_dict(_read_json(path), where=path)
+    return _from_fields(PretrainRun, RUN_FILE.read(path), path)
 
 
 def read_model(path: str) -> PretrainedModel:
     """Reads and validates a `pretrained_model.json`; `PretrainInfoError` naming the file and field."""
-    return PretrainedModel.from_dict(_read_json(path), where=path)
+    return _from_fields(PretrainedModel, MODEL_FILE.read(path), path)
 
 
 def write(path: str, info) -> str:
@@ -338,10 +341,10 @@ def check_final(directory: str, spiece_sha256: Optional[str] = None, need_heads:
     info, where = _locate(directory)
     if info is None:
         return None
-    if spiece_sha256 is not None and spiece_sha256 != info.spiece_sha256:
+    if spiece_sha256 is not None and spiece_sha256 != info.text.spiece_sha256:
         raise PretrainInfoError(
             f"{spiece_flag} has sha256 {spiece_sha256}, but {where} says the model was pretrained with the "
-            f"SentencePiece model of sha256 {info.spiece_sha256}: give that model (the pretraining run's "
+            f"SentencePiece model of sha256 {info.text.spiece_sha256}: give that model (the pretraining run's "
             "--spiece_model)")
     missing = [h for h in need_heads if h not in info.heads]
     if missing:

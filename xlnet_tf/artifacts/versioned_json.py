@@ -35,12 +35,15 @@ class VersionedJson:
             raise self.error(f"{where}: not a JSON object")
         values = dict(values)
         schema, version = values.pop("schema", None), values.pop("version", None)
+        if schema is None:
+            raise self.error(f"{where}: no schema header (written by an earlier version or another tool); "
+                             f"{self.rerun}")
         if schema != self.schema:
             raise self.error(f"{where}: schema {schema!r} is not {self.schema!r}: it was not written by this "
-                             f"project's {self.schema.rsplit('.', 1)[-1]} writer; {self.rerun}")
+                             f"project's {self.schema.rsplit('.', 1)[-1]} writer")
         if version != self.version:
             raise self.error(f"{where}: {self.schema} version {version!r}, this code reads version {self.version} "
-                             f"only; {self.rerun}")
+                             f"only (written by another version); {self.rerun}")
         return values
 
     def write(self, path: str, values: Dict[str, Any]) -> None:
