@@ -14,7 +14,7 @@ Plan (nothing is written):
 3. `model_dir.check`: an existing `xlnet_config.json`/`export_info.json` must match this run (one error naming
    every differing field); `--init_checkpoint`'s recorded tokenization and architecture against the records';
    evaluating or predicting without training needs a checkpoint in the model_dir or `--init_checkpoint` (never
-   random weights); `task.check_plan()`: the task's own checks (labels against the metric's scheme, ...).
+   random weights); an existing eval_results.json must be readable and of this task; `task.check_plan()`: the task's own checks (labels against the metric's scheme, ...).
 4. The model (seeded), initialized from `--init_checkpoint`.
 Write (only now, every check passed):
 5. The stale splits are built (staged: a failed build leaves the records as they were), then `model_dir.prepare`
@@ -147,6 +147,7 @@ def _run_planned(task: FineTuningJob, plan, config: XLNetConfig, log: Callable[[
     from tfrecords import manifest as manifest_lib
     from tfrecords import records as records_lib
     from xlnet_tf import checkpoints, distribute, finetuning, model_dir, pretrain_info, training
+    from xlnet_tf import results as eval_results
 
     s = task.settings
     strategy = distribute.get_strategy(s.strategy, s.tpu, s.num_cpu_replicas)
@@ -173,6 +174,10 @@ def _run_planned(task: FineTuningJob, plan, config: XLNetConfig, log: Callable[[
         raise UserError(f"{wanted} without --do_train: no checkpoint in --model_dir={s.model_dir} and no "
                         "--init_checkpoint (that would score random weights); train first or point --model_dir at "
                         "a trained run")
+    recorded = eval_results.load(s.model_dir)  # evaluations are appended: a file it cannot extend stops the run now
+    if recorded is not None and recorded.task != task.name:
+        raise eval_results.ResultsError(f"{eval_results.path_of(s.model_dir)} holds {recorded.task} results, this "
+                                        f"run records {task.name}; use another --model_dir")
     task.check_plan()
 
     keras.utils.set_random_seed(s.seed)
