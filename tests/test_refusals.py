@@ -98,7 +98,7 @@ ROWS = [
      r"max_query_length: 16 in the records, 8 from these flags"),
     ("run_race", RACE + ["--do_eval"], ["--max_qa_length=32"], r"max_qa_length: 16 in the records, 32 given"),
     ("run_race", RACE + ["--do_eval"], ["--uncased"], r"text.uncased: False in the records, True given"),
-    ("pretrain", PRETRAIN, ["--seq_len=64", "--mem_len=32"], r"'seq_len' is 32 in the records but the trainer uses 64"),
+    ("pretrain", PRETRAIN, ["--seq_len=64", "--mem_len=32"], r"pt_records/manifest.json: the records were built with other settings: seq_len: 32 in the records, 64 given"),
     ("pretrain", PRETRAIN, ["--n_token=2000"], r"SentencePiece model but the model has n_token=2000"),
     # values the program could not finish, ids outside the vocabulary
     ("generate", GENERATE, ["--max_new_tokens=100000000"], r"--max_new_tokens must be at most 4096"),

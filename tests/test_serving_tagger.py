@@ -260,6 +260,8 @@ def test_export_info_and_warmup_of_a_tagger(served):
     path, root = served["path"], served["root"]
     info = json.load(open(root / "m" / "export_info.json"))
     exported = json.load(open(os.path.join(path, "assets.extra", "xlnet_export.json")))
+    assert (exported["schema"], exported["version"]) == ("xlnet_tf.export", 1)
+    assert exported["text"] == info["text"]  # the records' tokenization, one object from records to export
     assert exported["task"] == "tagging" and exported["doc_stride"] == STRIDE
     assert exported["max_windows"] == MAX_WINDOWS and exported["labels"] == info["labels"]
     records = list(tf.data.TFRecordDataset(os.path.join(path, "assets.extra", "tf_serving_warmup_requests"))

@@ -145,10 +145,13 @@ def _check_field(values: Dict[str, Any], field: Field, path: str, prefix: str = 
                             "these builders: rebuild the records")
 
 
-def _mismatch(manifest, field, recorded, wanted, hint=""):
-    where = manifest.get("_path", MANIFEST_NAME)
-    raise ManifestError(f"{where}: '{field}' is {recorded!r} in the records but the trainer "
-                        f"uses {wanted!r}{hint}")
+# Why a difference matters, added to the error (the comparison itself is generic: `validate_pretrain_manifest`).
+_PRETRAIN_HINTS = {
+    "objective": "the records bake their objective's targets in: pass the records' --objective or build records "
+                 "with this one",
+    "global_batch_size": "streams are laid out per global batch row: rebuild the records",
+    "num_replicas": "bi_data rows are [forward; backward] per replica: rebuild the records",
+}
 
 
 def validate_pretrain_manifest(manifest: Dict[str, Any], *, seq_len: int, reuse_len: int,
@@ -162,43 +165,39 @@ def validate_pretrain_manifest(manifest: Dict[str, Any], *, seq_len: int, reuse_
                                nsp: Optional[bool] = None) -> None:
     """Check the trainer's parameters against the records' manifest.
 
-    `None` arguments are not checked. With `bi_data` records the replica count must
-    equal the build's (each replica's rows are [forward half; backward half]); otherwise
-    it only has to divide the global batch.
+    The records' `PretrainConfig` (`params`) with the trainer's values put in (`None` arguments are not given)
+    is compared whole with the recorded one: every differing field named at once (ManifestError). Beyond that:
+    `nsp` asks for next-sentence labels (records without them are refused; records with them serve a trainer
+    without NSP); with `bi_data` records the replica count must equal the build's (each replica's rows are
+    [forward half; backward half]); otherwise it only has to divide the global batch.
     """
+    from tfrecords.pretrain_config import PretrainConfig
+    from xlnet_tf.artifacts import provenance
+
     p = manifest["params"]
-    recorded = p.get("objective", "plm")  # records built before the MLM option are PLM records
-    if objective is not None and recorded != objective:
-        _mismatch(manifest, "objective", recorded, objective,
-                  f" (the records bake the {recorded.upper()} targets in; pass --objective={recorded} "
-                  f"or build records with --objective={objective})")
-    if nsp and not p.get("nsp", False):
-        _mismatch(manifest, "nsp", False, True, " (the records have no next-sentence labels; build them with "
-                  "--nsp or train without --nsp)")
-    for field, wanted in (("seq_len", seq_len), ("reuse_len", reuse_len),
-                          ("num_predict", num_predict), ("perm_size", perm_size),
-                          ("bi_data", bi_data), ("uncased", uncased)):
-        if wanted is not None and p[field] != wanted:
-            _mismatch(manifest, field, p[field], wanted)
-    if p["global_batch_size"] != global_batch_size:
-        _mismatch(manifest, "global_batch_size", p["global_batch_size"], global_batch_size,
-                  " (streams are laid out per global batch row; rebuild the records)")
+    recorded = PretrainConfig(**{f.name: p[f.name] for f in dataclasses.fields(PretrainConfig) if f.name in p})
+    given = dict(seq_len=seq_len, reuse_len=reuse_len, num_predict=num_predict, perm_size=perm_size, bi_data=bi_data,
+                 uncased=uncased, objective=objective, global_batch_size=global_batch_size,
+                 nsp=True if nsp else None, num_replicas=num_replicas if recorded.bi_data else None)
+    wanted = dataclasses.replace(recorded, **{k: v for k, v in given.items() if v is not None})
+    diffs = provenance.differences(recorded, wanted)
+    if diffs:
+        hints = "; ".join(_PRETRAIN_HINTS[name] for name, _, _ in diffs if name in _PRETRAIN_HINTS)
+        raise ManifestError(f"{manifest.get('_path', MANIFEST_NAME)}: the records were built with other settings: "
+                            f"{provenance.describe(diffs, 'in the records', 'given')}"
+                            f"{' (' + hints + ')' if hints else ''}; give the records' values or rebuild them")
     if num_replicas < 1 or global_batch_size % num_replicas:
         raise ManifestError(f"global_batch_size={global_batch_size} is not divisible by "
                             f"num_replicas={num_replicas}")
-    if p["bi_data"] and p["num_replicas"] != num_replicas:
-        _mismatch(manifest, "num_replicas", p["num_replicas"], num_replicas,
-                  " (bi_data rows are [forward; backward] per replica; rebuild the records)")
     sha = manifest["spiece_model"]["sha256"]
     if spiece_model is not None:
-        from xlnet_tf.text.tokenization import file_sha256
-
         if not os.path.isfile(spiece_model):
             raise ManifestError(f"SentencePiece model not found: {spiece_model}")
-        spiece_sha256 = file_sha256(spiece_model)
+        spiece_sha256 = files.file_sha256(spiece_model)
     if spiece_sha256 is not None and spiece_sha256 != sha:
-        _mismatch(manifest, "spiece_model.sha256", sha, spiece_sha256,
-                  " (records were tokenized with a different SentencePiece model)")
+        raise ManifestError(f"{manifest.get('_path', MANIFEST_NAME)}: the records were tokenized with the "
+                            f"SentencePiece model of sha256 {sha}, not the one given ({spiece_sha256}): give "
+                            "the records' model or rebuild them")
 
 
 def check_record_files(manifest: Dict[str, Any], directory: Optional[str] = None) -> List[str]:

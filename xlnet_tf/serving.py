@@ -62,13 +62,15 @@ options; a tagger's sentence at most `max_windows` windows of pieces, and `from_
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 from typing import Dict, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from xlnet_tf.artifacts.text_settings import TextSettings
+from xlnet_tf.artifacts.versioned_json import VersionedJson
 from xlnet_tf.serving_checks import _rank_is, _same_batch, _trim_left, _valid_utf8, signature_function
 from xlnet_tf.serving_tagging import TaggingSignatures
 from xlnet_tf.text import layout, preprocessing, tagging, tokenization
@@ -76,6 +78,8 @@ from xlnet_tf.text import layout, preprocessing, tagging, tokenization
 TASKS = ("classifier", "regression", "squad", "race", "embedding", "tagging", "lm")
 DEFAULT_MAX_WINDOWS = 16  # a tagger's windows per sentence of a request
 WARMUP_FILE = "tf_serving_warmup_requests"
+EXPORT_FILE_NAME = "xlnet_export.json"
+EXPORT_FILE = VersionedJson("xlnet_tf.export", 1, "export the model again with run/export_savedmodel.py")
 
 
 class _Untracked:
@@ -480,7 +484,8 @@ def write_warmup_requests(export_path: str, inputs: Dict[str, np.ndarray], model
 
 def export(model, task: str, spiece_model: str, export_dir: str, version: int, max_seq_length: int,
            warmup_inputs: Optional[Dict[str, np.ndarray]] = None, **options) -> str:
-    """Writes `<export_dir>/<version>/` (SavedModel + warm-up requests + `xlnet_export.json`); returns it.
+    """Writes `<export_dir>/<version>/` (SavedModel + warm-up requests + `assets.extra/xlnet_export.json`: the
+    settings that shaped the export, `EXPORT_FILE`, with the TextSettings of its tokenization); returns it.
 
     Written to a temporary directory and renamed, so a failed export never leaves a half version.
     """
@@ -498,11 +503,12 @@ def export(model, task: str, spiece_model: str, export_dir: str, version: int, m
     if warmup_inputs:
         write_warmup_requests(tmp, warmup_inputs)
     tf.io.gfile.makedirs(os.path.join(tmp, "assets.extra"))
-    with tf.io.gfile.GFile(os.path.join(tmp, "assets.extra", "xlnet_export.json"), "w") as f:
-        json.dump({"task": task, "max_seq_length": max_seq_length, "config": model.config.to_dict(),
-                   "spiece_model_sha256": tokenization.file_sha256(spiece_model),
-                   **{k: (list(v) if isinstance(v, (list, tuple)) else v.to_dict() if hasattr(v, "to_dict") else v)
-                      for k, v in options.items()}}, f,
-                  indent=2)
+    text = TextSettings(tokenization.file_sha256(spiece_model), bool(options.get("uncased", False)),
+                        bool(options.get("keep_accents", False)))
+    EXPORT_FILE.write(os.path.join(tmp, "assets.extra", EXPORT_FILE_NAME), {
+        "task": task, "max_seq_length": max_seq_length, "config": model.config.to_dict(),
+        "text": dataclasses.asdict(text),
+        **{k: (list(v) if isinstance(v, (list, tuple)) else v.to_dict() if hasattr(v, "to_dict") else v)
+           for k, v in options.items() if k not in ("uncased", "keep_accents")}})
     tf.io.gfile.rename(tmp, path)
     return path
