@@ -6,6 +6,7 @@ own defaults (SQuAD's --max_seq_length=512 is not the classifier's 128).
 """
 
 import functools
+import os
 
 from absl import app, flags
 
@@ -187,6 +188,20 @@ def require(FLAGS, *names):
     missing = [f"--{n}" for n in names if getattr(FLAGS, n) in (None, "")]
     if missing:
         raise UserError(f"Missing required flag(s): {', '.join(missing)}")
+
+
+def check_output_file(flag: str, path) -> None:
+    """A file a runner writes when it is done (`--output`, `--output_json`): refused before any work when it
+    could not be written then (a folder, or a folder that does not exist)."""
+    from xlnet_tf import files
+
+    if not path:
+        return
+    parent = os.path.dirname(os.path.abspath(path)) if "://" not in path else os.path.dirname(path)
+    if files.isdir(path):
+        raise UserError(f"--{flag}={path} is a directory; give a file name")
+    if not files.isdir(parent):
+        raise UserError(f"--{flag}={path}: the folder {parent} does not exist; create it or give another path")
 
 
 def model_config_from_flags(FLAGS, **runtime) -> XLNetConfig:

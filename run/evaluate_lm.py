@@ -138,6 +138,7 @@ def run():
     from xlnet_tf import files as files_lib
 
     common_flags.require(FLAGS, "checkpoint", "spiece_model", "input_glob")
+    common_flags.check_output_file("output_json", FLAGS.output_json)
     if not os.path.isfile(FLAGS.spiece_model):
         raise common_flags.UserError(f"--spiece_model={FLAGS.spiece_model} does not exist")
     tokenizer, _ = lm_tokenizer(FLAGS.checkpoint, FLAGS.spiece_model)

@@ -102,6 +102,7 @@ def run():
     from xlnet_tf import generation
 
     common_flags.require(FLAGS, "checkpoint", "spiece_model")
+    common_flags.check_output_file("output", FLAGS.output)
     settings = settings_from_flags()
     prompts = read_prompts()
     if not os.path.isfile(FLAGS.spiece_model):

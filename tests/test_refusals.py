@@ -3,7 +3,7 @@
 One table, every entry point of `run/` (the test below fails when a runner has no rows): each row is a command
 line that must be refused with a one-line user error matching its pattern (naming the flag, file or field),
 after which every file of the test's world (records, model_dirs, checkpoints, data) and of the row's scratch
-folder is byte for byte as it was, and no path the row names under the scratch folder exists. The corrected
+folder is byte for byte as it was, and no path the row names under the scratch folder was created. The corrected
 command of each runner (the row's base, without the bad flag) then succeeds on the same world.
 
 The world is built once: tiny tagging and classifier runs (records + a 2-step model_dir), SQuAD and multiple-choice
@@ -102,6 +102,9 @@ ROWS = [
     ("pretrain", PRETRAIN, ["--n_token=2000"], r"SentencePiece model but the model has n_token=2000"),
     # values the program could not finish, ids outside the vocabulary
     ("generate", GENERATE, ["--max_new_tokens=100000000"], r"--max_new_tokens must be at most 4096"),
+    # an output the run could not write when done: refused before the work
+    ("generate", GENERATE, ["--output={tmp}/no_folder/out.jsonl"], r"--output=.*/no_folder/out.jsonl: the folder "),
+    ("evaluate_lm", EVALUATE_LM, ["--output_json={tmp}"], r"--output_json=.* is a directory; give a file name"),
     ("generate", GENERATE, ["--stop_ids=5000"], r"--stop_ids: \[5000\] outside the model's vocabulary \(ids 0 to 999\)"),
     ("export_savedmodel", EXPORT_LM, ["--export_max_new_tokens=100000"],
      r"--export_max_new_tokens must be at most 4096"),
@@ -235,13 +238,14 @@ def test_a_refused_run_names_the_cause_in_one_line_and_changes_nothing(world, tm
     module = importlib.import_module(f"run.{runner}")
     args = _fill(base + bad, world, tmp_path)
     before = _everything(world, tmp_path)
+    absent = [p for p in _named_paths(args, tmp_path) if not os.path.exists(p)]
     with pytest.raises(common_flags.USER_ERRORS) as caught:
         data_fixtures.run_with_flags(module, args)
     text = str(caught.value)
     assert "\n" not in text.strip(), text
     assert __import__("re").search(message.format(**world, tmp=tmp_path), text), text
     assert _everything(world, tmp_path) == before
-    assert not [p for p in _named_paths(args, tmp_path) if os.path.exists(p)]
+    assert not [p for p in absent if os.path.exists(p)]
 
 
 # each runner's corrected command: its rows' bad flags left out
