@@ -63,12 +63,39 @@ def convert(output_dir, original_checkpoint=None, config=None, hf_safetensors=No
             raise checkpoints.CheckpointMismatchError(
                 f"{source} lacks the heads {missing} that {pretrain_info.MODEL_NAME} next to it lists: the "
                 "checkpoint is not the one the file describes")
-    summary = checkpoints.convert_checkpoint(source, fmt, model_config,
-                                             os.path.join(output_dir, "xlnet_model.ckpt"))
-    model_config.to_json_file(os.path.join(output_dir, "xlnet_config.json"))
-    if facts is not None:
-        pretrain_info.write(os.path.join(output_dir, pretrain_info.MODEL_NAME), facts)
-    return summary
+    check_output_dir(output_dir)
+
+    def write(directory):
+        summary = checkpoints.convert_checkpoint(source, fmt, model_config, os.path.join(directory, "xlnet_model.ckpt"))
+        model_config.to_json_file(os.path.join(directory, "xlnet_config.json"))
+        if facts is not None:
+            pretrain_info.write(os.path.join(directory, pretrain_info.MODEL_NAME), facts)
+        return summary
+
+    if "://" in output_dir:  # a bucket has no atomic folder rename: written in place
+        return write(output_dir)
+    from xlnet_tf import files
+
+    with files.directory_written_aside(output_dir) as tmp:  # a failed conversion leaves output_dir as it was
+        return write(tmp)
+
+
+# What a conversion writes: an output_dir holding anything else is not a conversion's, and is never replaced.
+OUTPUTS = ("checkpoint", "xlnet_config.json", "pretrained_model.json", "xlnet_model.ckpt.index",
+           "xlnet_model.ckpt.data-00000-of-00001")
+
+
+def check_output_dir(output_dir: str) -> None:
+    from xlnet_tf import files
+    from xlnet_tf.errors import UserError
+
+    if files.exists(output_dir) and not files.isdir(output_dir):
+        raise UserError(f"--output_dir={output_dir} is a file; give a directory")
+    if "://" not in output_dir and os.path.isdir(output_dir):
+        others = sorted(set(os.listdir(output_dir)) - set(OUTPUTS))
+        if others:
+            raise UserError(f"--output_dir={output_dir} holds files a conversion does not write ({', '.join(others[:3])}"
+                            f"{', ...' if len(others) > 3 else ''}); give a new or empty directory")
 
 
 def run():

@@ -113,6 +113,8 @@ ROWS = [
     ("export_savedmodel", ["--export_dir={tmp}/e"], ["--model_dir={untrained_model}"],
      r"No checkpoint in --model_dir=.*untrained_model; pass --checkpoint"),
     ("evaluate_lm", EVALUATE_LM, ["--input_glob={tmp}/none*.txt"], r"--input_glob=.*none\*\.txt matches no files"),
+    ("convert_checkpoint", CONVERT, ["--output_dir={tag_model}"],
+     r"--output_dir=.*tag_model holds files a conversion does not write \(ckpt-2.data-00000-of-00001, "),
     ("convert_checkpoint", CONVERT, ["--config={wide_config}"],
      r"lm/xlnet_model.ckpt does not fit the model .* shape mismatches \(3\)"),
     ("benchmark", ["--flagfiles={tiny_flags}", "--results_dir={tmp}/r", "--quick"], ["--flagfiles="],
