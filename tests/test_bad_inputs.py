@@ -503,6 +503,11 @@ def test_serving_default_rejects_invalid_utf8_naming_the_input(served):
     assert good["label"].shape == (2,)
     with pytest.raises(tf.errors.InvalidArgumentError, match="text holds invalid UTF-8"):
         served.signatures["serving_default"](text=tf.constant([b"fine", b"caf\xe9 latin-1"]))
+    # the builders' rule for control characters: tab and line ends pass, others are refused naming the input
+    lines = served.signatures["serving_default"](text=tf.constant(["two\tcolumns\nand lines\r\n"]))
+    assert lines["label"].shape == (1,)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="text holds a control character other than tab"):
+        served.signatures["serving_default"](text=tf.constant(["a bell \x07 rings"]))
 
 
 def test_serving_default_rejects_the_wrong_rank(served):

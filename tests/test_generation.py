@@ -290,6 +290,24 @@ def test_bad_prompts_and_models_name_what_is_wrong():
         generate(_model(attn_type="uni"), [[12]], _settings(layout="bidirectional_prompt"))
     with pytest.raises(UserError, match=r"^forced_ids: shape \[1, max_new_tokens=4\]"):
         generate(_model(), [[12]], _settings(max_new_tokens=4), forced_ids=[[1, 2]])
+    n_token = _model().backbone.config.n_token
+    with pytest.raises(UserError, match=rf"^forced_ids: ids outside the model's vocabulary \(0 to {n_token - 1}\)"):
+        generate(_model(), [[12]], _settings(max_new_tokens=2), forced_ids=[[1, n_token]])
+    with pytest.raises(UserError, match=rf"^GenerationSettings.stop_ids: \[{n_token}\] outside the model's vocab"):
+        generate(_model(), [[12]], _settings(stop_ids=(n_token,)))
+    with pytest.raises(UserError, match=r"^GenerationSettings.max_new_tokens must be at most 4096"):
+        _settings(max_new_tokens=10 ** 8)
+
+
+def test_a_memory_longer_than_the_whole_past_changes_nothing():
+    """mem_len beyond the padded prompt and the new tokens holds nothing more: the buffer is the whole past, the
+    outputs are the same (and no buffer the program cannot allocate is asked for)."""
+    from xlnet_tf.generation import generate
+
+    model = _model()
+    whole = generate(model, PROMPTS, _settings(max_new_tokens=6), return_logits=True)
+    huge = generate(model, PROMPTS, _settings(max_new_tokens=6, mem_len=10 ** 9), return_logits=True)
+    np.testing.assert_array_equal(huge.logits, whole.logits)
 
 
 # ---------------------------------------------------------------------------------------------- the runner

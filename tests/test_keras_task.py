@@ -406,6 +406,9 @@ def test_from_checkpoint_release_hugging_face_and_runner_dirs(tmp_path):
         XLNetClassifier.from_checkpoint(str(run_dir), spiece_model=str(other))
     with pytest.raises(UserError, match="uncased: False there, True given"):
         XLNetClassifier.from_checkpoint(str(run_dir), uncased=True)
+    with pytest.raises(UserError, match=r"run/export_info.json: the model was fine-tuned with other task settings: "
+                                        r"num_labels: 3 there, 4 given; summary_type: 'first' there, 'last' given"):
+        XLNetClassifier.from_checkpoint(str(run_dir), num_labels=4, summary_type="last")
     assert loaded.preprocessor.sequence_length == 24
     for a, b in zip(loaded.get_weights(), tuned.get_weights()):
         np.testing.assert_array_equal(a, b)

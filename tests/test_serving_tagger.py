@@ -214,8 +214,9 @@ def test_pre_split_words_bounds_and_edge_cases(served):
     assert list(out["edge/tags"][:, 0]) == [b"", b"", out["edge/tags"][2, 0]] and out["edge/tags"][2, 0] != b""
     assert out["empty/tags"].shape == (0, 0) and out["empty/num_words"].shape == (0,)
     assert set(errors) == {"too_long", "bad_num_words", "empty_word", "control_word"}, errors
-    for name in ("empty_word", "control_word"):  # what the builder refuses in a CoNLL column
-        assert "from_words: a word is empty, has surrounding whitespace or holds a control character" in errors[name]
+    # what the builder refuses in a CoNLL column
+    assert "from_words: a word is empty, has surrounding whitespace or holds a control character" in errors["empty_word"]
+    assert "from_words: words holds a control character other than tab and line ends" in errors["control_word"]
     assert (f"serving_default: a sentence has more than {MAX_PIECES} pieces, more than max_windows={MAX_WINDOWS} "
             "windows") in errors["too_long"]
     assert "--export_max_windows" in errors["too_long"]

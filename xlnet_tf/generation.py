@@ -210,6 +210,14 @@ def pack_prompts(prompts: Sequence[Sequence[int]], n_token: int, mem_len: int, s
     return ids, mask, lengths, truncated, seg
 
 
+def _memory_length(s: GenerationSettings, padded_prompt: int) -> int:
+    """The memory buffer: `mem_len`, at most the whole past (the padded prompt and the new tokens): a longer
+    buffer would hold nothing more, so the outputs are the same and no buffer the program cannot allocate is
+    asked for."""
+    whole = padded_prompt + s.max_new_tokens
+    return min(s.mem_len, whole) if s.mem_len else whole
+
+
 def _round_up(n: int, k: int) -> int:
     return -(-n // k) * k
 
@@ -453,7 +461,7 @@ def generate(model, prompts: Sequence[Sequence[int]], settings: GenerationSettin
     if not len(prompts):
         raise UserError("prompts: none given; give at least one prompt")
     s, batch = settings, len(prompts)
-    mem_len = s.mem_len or _round_up(max(len(p) for p in prompts), s.pad_multiple) + s.max_new_tokens
+    mem_len = _memory_length(s, _round_up(max(len(p) for p in prompts), s.pad_multiple))
     ids, mask, lengths, truncated, seg = pack_prompts(prompts, model.backbone.config.n_token, mem_len, s)
     for b in np.flatnonzero(truncated):
         warnings.warn(f"prompts[{b}] has {len(prompts[b])} tokens, more than the memory buffer (mem_len "
@@ -465,6 +473,10 @@ def generate(model, prompts: Sequence[Sequence[int]], settings: GenerationSettin
     if forced is not None and forced.shape != (batch, s.max_new_tokens):
         raise UserError(f"forced_ids: shape [{batch}, max_new_tokens={s.max_new_tokens}] expected, got "
                         f"{list(forced.shape)}")
+    n_token = model.backbone.config.n_token
+    if forced is not None and ((forced < 0) | (forced >= n_token)).any():
+        raise UserError(f"forced_ids: ids outside the model's vocabulary (0 to {n_token - 1}), e.g. "
+                        f"{int(forced[(forced < 0) | (forced >= n_token)][0])}")
     program = _program_for(model, _structure(s))
     out = program(tf.constant(ids), tf.constant(mask), tf.constant((keys & 0xFFFFFFFF).astype(np.uint32)),
                   _values(s), None if forced is None else tf.constant(forced), mem_len, seg, bool(return_logits))
@@ -583,7 +595,7 @@ def serving_function(model, settings: GenerationSettings, prompt_len: int):
     """
     check_model(model, settings.validate().layout, settings.stop_ids, "GenerationSettings.stop_ids")
     st = _structure(settings)
-    mem_len = settings.mem_len or _round_up(prompt_len, settings.pad_multiple) + settings.max_new_tokens
+    mem_len = _memory_length(settings, _round_up(prompt_len, settings.pad_multiple))
     seg = min(settings.segment_len, prompt_len)
     seg = seg if prompt_len % seg == 0 else prompt_len  # segments tile the prompt, or one segment reads it
     spec = lambda shape, dtype, name: tf.TensorSpec(shape, dtype, name=name)  # noqa: E731

@@ -36,15 +36,21 @@ def _rank_is(signature: str, name: str, tensor, rank: int):
 
 
 def _valid_utf8(name: str, text, rank: int = 1, signature: str = "serving_default"):
-    """`text` unchanged, after asserting its rank and that every element is valid UTF-8 (the message names
-    the input)."""
+    """`text` unchanged, after asserting its rank and that every element is valid UTF-8 without control
+    characters other than tab and line ends (the message names the input)."""
     text = _rank_is(signature, name, text, rank)
     flat = tf.reshape(text, [-1])
     clean = tf.strings.unicode_transcode(flat, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
     check = tf.debugging.Assert(tf.reduce_all(tf.equal(clean, flat)),
                                 [f"{signature}: {name} holds invalid UTF-8; send UTF-8 text (the record "
                                  "builders reject such input too)"])
-    with tf.control_dependencies([check]):
+    with tf.control_dependencies([check]):  # the builders' rule (tfrecords/tables.decode_lines): no control
+        # character but tab and line ends
+        plain = tf.strings.regex_full_match(flat, r"[^\x00-\x08\x0b\x0c\x0e-\x1f\x7f]*")
+    control = tf.debugging.Assert(tf.reduce_all(plain), [
+        f"{signature}: {name} holds a control character other than tab and line ends; remove it (the record "
+        "builders reject such input too)"])
+    with tf.control_dependencies([check, control]):
         return tf.identity(text)
 
 

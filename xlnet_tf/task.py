@@ -485,7 +485,14 @@ class Task(keras.Model):
         recorded = export_info.read_optional(directory)
         info = recorded.to_dict() if recorded else {}
         config = checkpoints.resolve_config(config, directory, config_overrides)
-        kwargs = {**cls.task_kwargs_from_export_info(info), **task_kwargs}
+        recorded_kwargs = cls.task_kwargs_from_export_info(info)
+        as_list = lambda v: list(v) if isinstance(v, (list, tuple)) else v  # noqa: E731
+        clash = [f"{k}: {recorded_kwargs[k]!r} there, {task_kwargs[k]!r} given" for k in sorted(task_kwargs)
+                 if k in recorded_kwargs and as_list(task_kwargs[k]) != as_list(recorded_kwargs[k])]
+        if clash:  # a fine-tuned head read with another label list, task or summary is silently wrong
+            raise UserError(f"{os.path.join(directory, export_info.NAME)}: the model was fine-tuned with other task "
+                            f"settings: {'; '.join(clash)}; leave them out (they are read from the run)")
+        kwargs = {**recorded_kwargs, **task_kwargs}
         if cls.takes_text:
             spiece_model = spiece_model or checkpoints.first_existing(os.path.join(directory, "spiece.model"),
                                                            info.get("spiece_model_file"))
