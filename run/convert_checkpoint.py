@@ -94,8 +94,9 @@ def check_output_dir(output_dir: str) -> None:
     if "://" not in output_dir and os.path.isdir(output_dir):
         others = sorted(set(os.listdir(output_dir)) - set(OUTPUTS))
         if others:
-            raise UserError(f"--output_dir={output_dir} holds files a conversion does not write ({', '.join(others[:3])}"
-                            f"{', ...' if len(others) > 3 else ''}); give a new or empty directory")
+            shown = ", ".join(others[:3]) + (", ..." if len(others) > 3 else "")
+            raise UserError(f"--output_dir={output_dir} holds files a conversion does not write ({shown}); give a "
+                            "new or empty directory")
 
 
 def run():

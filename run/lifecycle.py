@@ -1,8 +1,8 @@
 """The fine-tuning lifecycle, once, for every task: records -> model_dir -> model -> train -> evaluate ->
 predict.
 
-A runner (run/run_classifier.py, run_race.py, run_squad.py) is a `FineTuningJob` (what is specific to
-its task: records, model, metrics, prediction file, export info) plus its flags; `run(task, settings,
+A runner (run/run_classifier.py, run_race.py, run_squad.py, run_tagger.py) is a `FineTuningJob` (what is specific
+to its task: records, model, metrics, prediction file, export info) plus its flags; `run(task, settings,
 config)` does the rest the same way for all of them:
 
 Plan (nothing is written):
@@ -14,7 +14,8 @@ Plan (nothing is written):
 3. `model_dir.check`: an existing `xlnet_config.json`/`export_info.json` must match this run (one error naming
    every differing field); `--init_checkpoint`'s recorded tokenization and architecture against the records';
    evaluating or predicting without training needs a checkpoint in the model_dir or `--init_checkpoint` (never
-   random weights); an existing eval_results.json must be readable and of this task; `task.check_plan()`: the task's own checks (labels against the metric's scheme, ...).
+   random weights); an existing eval_results.json must be readable and of this task; `task.check_plan()`: the
+   task's own checks (labels against the metric's scheme, ...).
 4. The model (seeded), initialized from `--init_checkpoint`.
 Write (only now, every check passed):
 5. The stale splits are built (staged: a failed build leaves the records as they were), then `model_dir.prepare`

@@ -179,7 +179,8 @@ def test_which_facts_a_resume_may_change():
                              "eval_records_fingerprint": "e2", "text": TextSettings("b" * 64)})
     changed = [d.split(":")[0] for d in run.differences(other)]
     assert changed == ["num_replicas", "text.spiece_sha256", "mixed_precision", "eval_records_fingerprint"]
-    with pytest.raises(pretrain_info.PretrainInfoError, match="pretrain_run.json: no schema header \\(written by an earlier version or another tool\\); pretrain into a new --model_dir"):
+    with pytest.raises(pretrain_info.PretrainInfoError, match="pretrain_run.json: no schema header \\(written by an "
+                                                              "earlier version or another tool\\); pretrain into a new"):
         pretrain_info.PretrainRun.from_dict({"objective": "plm"}, where="pretrain_run.json")
 
 
