@@ -13,6 +13,7 @@ from run.convert_checkpoint import convert
 from tests.parity_utils import TINY, hf_config, hf_forward, make_pair, max_diff, random_inputs
 from xlnet_tf import checkpoints
 from xlnet_tf.config import XLNetConfig
+from xlnet_tf.errors import UserError
 from xlnet_tf.models import XLNetPretrainer
 
 CONFIG = XLNetConfig(**{**TINY, "dropout": 0.0, "dropatt": 0.0})
@@ -150,6 +151,41 @@ def test_hf_safetensors_through_converter(tmp_path):
     direct = XLNetPretrainer(config)
     checkpoints.load_init_checkpoint(direct, str(tmp_path / "hf"), require_heads=True)
     assert max_diff(direct(inputs)["logits"], ref.logits.numpy()) <= 1e-5
+
+
+@pytest.mark.parametrize("activation", ["gelu", "gelu_new", "relu"])
+def test_a_hugging_face_model_is_imported_as_what_it_computes(tmp_path, activation):
+    """Hugging Face's `gelu` is the erf form (ours `gelu_exact`), `gelu_new` the tanh form (ours `gelu`): a model
+    saved by transformers and read with `from_checkpoint` gives its logits, and the config maps back unchanged."""
+    from tests.parity_utils import randomize_
+
+    hf = transformers.XLNetLMHeadModel(transformers.XLNetConfig(
+        vocab_size=53, d_model=16, n_layer=2, n_head=2, d_inner=24, ff_activation=activation, dropout=0.0)).eval()
+    randomize_(hf, seed=5)
+    hf.save_pretrained(str(tmp_path / "hf"), safe_serialization=True)
+    ours = XLNetPretrainer.from_checkpoint(str(tmp_path / "hf"), require_heads=True,
+                                           config_overrides={"dropout": 0.0, "dropatt": 0.0})
+    assert ours.config.ff_activation == {"gelu": "gelu_exact", "gelu_new": "gelu", "relu": "relu"}[activation]
+    assert ours.config.to_hf_dict()["ff_activation"] == activation
+    inputs = _inputs(ours.config)
+    ref, _ = hf_forward(hf, inputs)
+    assert max_diff(ours(inputs)["logits"], ref.logits.numpy()) <= 1e-5
+
+
+def test_an_untied_hugging_face_head_is_refused(tmp_path):
+    """An output matrix of its own (`tie_word_embeddings=False`) cannot be represented: refused, by the config
+    and by the weights, instead of replaced by the word embedding."""
+    from tests.parity_utils import randomize_
+
+    hf = transformers.XLNetLMHeadModel(transformers.XLNetConfig(
+        vocab_size=53, d_model=16, n_layer=2, n_head=2, d_inner=24, tie_word_embeddings=False)).eval()
+    randomize_(hf, seed=6)
+    state = {k: v.detach().numpy().copy() for k, v in hf.state_dict().items()}
+    assert not np.array_equal(state["lm_loss.weight"], state["transformer.word_embedding.weight"])
+    with pytest.raises(UserError, match="tie_word_embeddings=false"):
+        XLNetConfig.from_hf_dict(hf.config.to_dict())
+    with pytest.raises(checkpoints.CheckpointMismatchError, match="lm_loss.weight differs from the word embedding"):
+        checkpoints.load_hf_weights(XLNetPretrainer(XLNetConfig(**{**TINY, "d_head": 8})), state)
 
 
 def test_our_object_checkpoint_restores_backbone(tmp_path):

@@ -242,7 +242,14 @@ def hf_to_original_name(name: str) -> Optional[str]:
 
 
 def hf_state_to_original(state: Dict[str, np.ndarray], config: XLNetConfig) -> Dict[str, np.ndarray]:
-    """Hugging Face state dict (numpy) -> original-layout arrays (Linear weights transposed)."""
+    """Hugging Face state dict (numpy) -> original-layout arrays (Linear weights transposed). An `lm_loss.weight`
+    that is not the word embedding (an untied head) is refused: this model's LM output is the embedding."""
+    head = state.get("lm_loss.weight")
+    embedding = state.get("transformer.word_embedding.weight", state.get("word_embedding.weight"))
+    if head is not None and (embedding is None or not np.array_equal(np.asarray(head), np.asarray(embedding))):
+        raise CheckpointMismatchError("lm_loss.weight differs from the word embedding (an untied LM head, "
+                                      "tie_word_embeddings=false): this model ties its LM output to the word "
+                                      "embedding and cannot compute what those weights compute")
     out = {}
     for name, value in state.items():
         target = hf_to_original_name(name)

@@ -119,12 +119,17 @@ class XLNetConfig:
 
     @classmethod
     def from_hf_dict(cls, values: dict[str, Any], **overrides) -> "XLNetConfig":
-        """Builds a config from a Hugging Face `config.json` dict (vocab_size, d_model, n_layer, ...)."""
-        # HF's "gelu" is the erf form, "gelu_new" the tanh form the original release trained with. Both map
-        # to our "gelu" (the original's tanh form): the released weights were trained with it.
-        act = {"gelu": "gelu", "gelu_new": "gelu", "relu": "relu"}.get(values.get("ff_activation", "gelu"))
+        """Builds a config from a Hugging Face `config.json` dict (vocab_size, d_model, n_layer, ...) that
+        computes what Hugging Face computes: its `gelu` is the erf form (our `gelu_exact`), `gelu_new` the tanh
+        form (our `gelu`, the original release's); the inverse of `to_hf_dict`. An untied output matrix
+        (`tie_word_embeddings: false`) is refused: this model ties its LM output to the word embedding."""
+        act = {"gelu": "gelu_exact", "gelu_new": "gelu", "relu": "relu"}.get(values.get("ff_activation", "gelu"))
         if act is None:
-            raise UserError(f"Unsupported Hugging Face ff_activation {values.get('ff_activation')!r}")
+            raise UserError(f"Hugging Face ff_activation {values.get('ff_activation')!r} is not one this model "
+                            "computes (gelu, gelu_new, relu)")
+        if values.get("tie_word_embeddings", True) is False:
+            raise UserError("Hugging Face config tie_word_embeddings=false: its LM output matrix is its own, this "
+                            "model ties it to the word embedding; it cannot compute what that model computes")
         mapping = dict(
                 n_token=values["vocab_size"], n_layer=values["n_layer"], d_model=values["d_model"],
                 n_head=values["n_head"], d_head=values.get("d_head", values["d_model"] // values["n_head"]),
