@@ -120,7 +120,8 @@ class ClassifierJob(lifecycle.FineTuningJob):
             plan = record_inputs.plan_records(
                 s.record_dir, classifier_data.CLASSIFIER_KIND, classifier_data.ClassifierBuild, self.needed_splits(),
                 reader=dict(max_seq_length=s.max_seq_length, spiece_model=s.spiece_model_file, uncased=s.uncased,
-                            max_segments=s.max_segments))
+                            max_segments=s.max_segments,
+                            task=processors.get_processor(s.task).name if s.task else None))
             self._text_pair = bool(classifier_data.read_classifier_manifest(s.record_dir)["splits"][split]["text_pair"])
         if plan.build.is_regression:
             self.metric_key = "pearson"

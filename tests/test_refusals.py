@@ -90,6 +90,7 @@ ROWS = [
     ("run_classifier", CLASSIFIER_DATA + ["--do_eval"], ["--max_segments=2"],
      r"max_segments: 1 in the records, 2 from these flags"),
     ("run_classifier", CLASSIFIER + ["--do_eval"], ["--max_seq_length=64"], r"max_seq_length: 32 in the records, 64 given"),
+    ("run_classifier", CLASSIFIER + ["--do_eval"], ["--task=sst2"], r"task: 'tsv' in the records, 'sst-2' given"),
     ("run_classifier", CLASSIFIER_DATA + ["--do_eval"], ["--d_inner=128"], r"d_inner: 64 there, 128 now"),
     ("run_classifier", CLASSIFIER_DATA + ["--do_eval"], ["--n_token=2000"],
      rf"{data_fixtures.TINY_VOCAB}-piece SentencePiece model but the model has n_token=2000"),
