@@ -4,6 +4,12 @@
       --config=xlnet_cased_L-12_H-768_A-12/xlnet_config.json --output_dir=converted/
   python run/convert_checkpoint.py --hf_safetensors=xlnet-base-cased/model.safetensors \
       --hf_config=xlnet-base-cased/config.json --output_dir=converted/
+  python run/convert_checkpoint.py --to_hf --checkpoint=out/mrpc --output_dir=mrpc_hf/
+
+The other way (`--to_hf`): a model of ours (a fine-tuning run's --model_dir, its latest checkpoint with its
+export_info.json; or a pretraining run's model_dir or final/) becomes `config.json` + `model.safetensors` (+ the
+run's `spiece.model`) that transformers' XLNet class for its head loads and that computes what ours computes
+(xlnet_tf/hf_export.py says which class, and refuses what transformers cannot compute before writing).
 
 Writes `<output_dir>/xlnet_model.ckpt.*` (the original release's variable layout, validated against the
 config: every backbone variable present with its shape, head scopes carried over, optimizer slots
@@ -30,6 +36,10 @@ def define_flags(fv: flags.FlagValues = FLAGS):
     d.string("hf_safetensors", None, "Hugging Face model.safetensors (file or directory).")
     d.string("hf_config", None, "Hugging Face config.json.")
     d.string("output_dir", None, "Directory for the converted checkpoint (required).")
+    d.bool("to_hf", False, "Write --checkpoint (ours) as a Hugging Face model instead.")
+    d.string("checkpoint", None, "--to_hf: a fine-tuning run's --model_dir, or a pretraining run's model_dir or "
+             "final/.")
+    d.string("spiece_model", None, "--to_hf: the SentencePiece model to ship (default: the run's).")
 
 
 def convert(output_dir, original_checkpoint=None, config=None, hf_safetensors=None, hf_config=None):
@@ -99,8 +109,53 @@ def check_output_dir(output_dir: str) -> None:
                             "new or empty directory")
 
 
+def to_hf(checkpoint: str, output_dir: str, spiece_model=None) -> str:
+    """Library entry point of `--to_hf`; returns `output_dir`. Everything is read and checked (the model built
+    and loaded, the names mapped, what transformers cannot compute refused) before the folder is written."""
+    from xlnet_tf import export_info, files, hf_export
+    from xlnet_tf.errors import UserError
+
+    if not checkpoint or not output_dir:
+        raise UserError("--to_hf needs --checkpoint and --output_dir")
+    if "://" in output_dir:
+        raise UserError(f"--output_dir={output_dir}: --to_hf writes a local folder (transformers reads one)")
+    if not files.exists(checkpoint):
+        raise UserError(f"--checkpoint={checkpoint} does not exist")
+    if os.path.isdir(output_dir) and sorted(set(os.listdir(output_dir)) - {hf_export.CONFIG_NAME,
+                                                                            hf_export.WEIGHTS_NAME, "spiece.model"}):
+        raise UserError(f"--output_dir={output_dir} holds files a Hugging Face export does not write; give a new "
+                        "or empty directory")
+    directory = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
+    recorded = export_info.read_optional(directory)
+    if recorded is not None:  # a fine-tuning run: its task model, as the SavedModel exporter builds it
+        from xlnet_tf import checkpoints, finetuning
+        from xlnet_tf.config import XLNetConfig
+        from xlnet_tf.models import model_from_export_info
+
+        config = XLNetConfig.from_json_file(os.path.join(directory, "xlnet_config.json"))
+        model = model_from_export_info(config, recorded.to_dict())
+        found = finetuning.list_checkpoints(directory) if os.path.isdir(checkpoint) else [checkpoint]
+        if not found:
+            raise UserError(f"No checkpoint in --checkpoint={checkpoint}: nothing trained to export")
+        checkpoints.load_init_checkpoint(model, found[-1], require_heads=True)
+        labels, spiece_model = recorded.labels, spiece_model or recorded.spiece_model_file
+    else:  # pretrained weights
+        from xlnet_tf.models import XLNetPretrainer
+
+        model = XLNetPretrainer.from_checkpoint(checkpoint, require_heads=True)
+        labels = None
+    config_values, state = hf_export.prepare(model, labels)
+    if spiece_model and not os.path.isfile(spiece_model):
+        raise UserError(f"--spiece_model={spiece_model} does not exist")
+    return hf_export.write(output_dir, config_values, state, spiece_model)
+
+
 def run():
     """Everything `main` does, reading FLAGS (tests call this after parsing flags)."""
+    if FLAGS.to_hf:
+        path = to_hf(FLAGS.checkpoint, FLAGS.output_dir, FLAGS.spiece_model)
+        print(f"Wrote a Hugging Face model into {path}")
+        return path
     summary = convert(FLAGS.output_dir, FLAGS.original_checkpoint, FLAGS.config, FLAGS.hf_safetensors,
                       FLAGS.hf_config)
     print(f"Converted {len(summary['backbone'])} backbone variables and {len(summary['heads'])} head "
