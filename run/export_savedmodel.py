@@ -128,7 +128,7 @@ def check_spiece_model(spiece_model: str, info, weights: str) -> None:
 
 
 def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, task=None, spiece_model=None,
-                          max_seq_length=None, max_windows=None):
+                          max_seq_length=None, max_windows=None, extra_files=None):
     """Library entry point of the CLI; returns the export path. The flags are checked before TensorFlow and the
     model code are imported."""
     from xlnet_tf import export_info, files
@@ -186,7 +186,8 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
                        "options": np.array([[b"a", b"b", b"c", b"d"]])}}.get(
         task, {"text": np.array([sample.encode()]), **({"text_b": np.array([sample.encode()])}
                                                       if options["text_pair"] else {})})
-    return serving.export(model, task, spiece_model, export_dir, version, max_seq_length, warmup, **options)
+    return serving.export(model, task, spiece_model, export_dir, version, max_seq_length, warmup,
+                          extra_files=extra_files, **options)
 
 
 def run():

@@ -80,6 +80,8 @@ class FineTuningJob:
 
     def needed_splits(self) -> Tuple[str, ...]:
         s = self.settings
+        if getattr(s, "mode", "default") == "continuous_eval":
+            return (self.eval_split(),)
         wanted = [("train", s.do_train), (self.eval_split(), s.do_eval), (self.predict_split(), s.do_predict)]
         return tuple(sorted({split for split, on in wanted if on}))
 
@@ -127,7 +129,11 @@ def run(task: FineTuningJob, config: XLNetConfig, log: Callable[[str], None] = _
     """Runs the lifecycle of `task` with the model `config`; returns {"eval": eval_results content or None,
     "predict": metrics of predicting or None}."""
     s = task.settings
-    if not (s.do_train or s.do_eval or s.do_predict):
+    if getattr(s, "mode", "default") == "continuous_eval":
+        if s.do_train or s.do_predict:
+            raise UserError("--mode=continuous_eval evaluates checkpoints another process trains: leave out "
+                            "--do_train and --do_predict (run the trainer with --do_train alone)")
+    elif not (s.do_train or s.do_eval or s.do_predict):
         raise UserError("nothing to do: give --do_train, --do_eval and/or --do_predict")
     for name in ("record_dir", "model_dir"):
         if not getattr(s, name):
@@ -139,6 +145,10 @@ def run(task: FineTuningJob, config: XLNetConfig, log: Callable[[str], None] = _
 
     plan = task.plan_records()
     task.build = plan.build
+    if getattr(s, "mode", "default") == "continuous_eval":
+        from run import sidecar_eval
+
+        return sidecar_eval.run(task, plan, config, log)
     return _run_planned(task, plan, config, log)
 
 
@@ -223,6 +233,11 @@ def _train_evaluate_predict(task: FineTuningJob, strategy, model, micro: int, lo
         log(f"Training: the step ({task.tokens_per_example} tokens per example) is traced and compiled first; "
             f"the first progress line follows its first loop of {s.steps_per_loop} step(s)")
         trainer.train()
+        latest = finetuning.list_checkpoints(s.model_dir)
+        if latest:  # what a sidecar evaluator (--mode=continuous_eval) waits for
+            from xlnet_tf import sidecar
+
+            sidecar.write_training_done(s.model_dir, finetuning.checkpoint_step(latest[-1]))
 
     def outputs_of(split: str, batch_size: int) -> Outputs:
         return finetuning.predict(strategy, model, task.dataset(split, batch_size, False), task.output_keys,

@@ -101,7 +101,7 @@ class TaggerJob(lifecycle.FineTuningJob):
         from xlnet_tf import tagging_metrics
 
         s = self.settings
-        if s.do_eval and s.metrics == "entities":
+        if (s.do_eval or s.mode == "continuous_eval") and s.metrics == "entities":
             tagging_metrics.check_entity_labels(self.build.label_list, s.scheme,
                                                 f"--metrics=entities on the labels of --record_dir={s.record_dir}")
 

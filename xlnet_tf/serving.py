@@ -69,6 +69,7 @@ from typing import Dict, Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
+from xlnet_tf import files
 from xlnet_tf.artifacts.text_settings import TextSettings
 from xlnet_tf.artifacts.versioned_json import VersionedJson
 from xlnet_tf.serving_checks import _rank_is, _same_batch, _trim_left, _valid_utf8, signature_function
@@ -483,11 +484,13 @@ def write_warmup_requests(export_path: str, inputs: Dict[str, np.ndarray], model
 
 
 def export(model, task: str, spiece_model: str, export_dir: str, version: int, max_seq_length: int,
-           warmup_inputs: Optional[Dict[str, np.ndarray]] = None, **options) -> str:
+           warmup_inputs: Optional[Dict[str, np.ndarray]] = None, extra_files: Optional[Dict[str, dict]] = None,
+           **options) -> str:
     """Writes `<export_dir>/<version>/` (SavedModel + warm-up requests + `assets.extra/xlnet_export.json`: the
     settings that shaped the export, `EXPORT_FILE`, with the TextSettings of its tokenization); returns it.
 
     Written to a temporary directory and renamed, so a failed export never leaves a half version.
+    `extra_files`: more JSON files for `assets.extra/` (name -> content), in the version before it appears.
     """
     with open(spiece_model, "rb") as f:
         proto = f.read()
@@ -510,5 +513,7 @@ def export(model, task: str, spiece_model: str, export_dir: str, version: int, m
         "text": dataclasses.asdict(text),
         **{k: (list(v) if isinstance(v, (list, tuple)) else v.to_dict() if hasattr(v, "to_dict") else v)
            for k, v in options.items() if k not in ("uncased", "keep_accents")}})
+    for name, content in (extra_files or {}).items():
+        files.write_json_atomic(os.path.join(tmp, "assets.extra", name), content)
     tf.io.gfile.rename(tmp, path)
     return path
