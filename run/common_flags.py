@@ -180,18 +180,25 @@ def define_finetune_flags(fv: flags.FlagValues, max_seq_length=128):
     d.string("data_dir", None, "Raw task files: missing records are built into --record_dir.")
     d.string("eval_split", "dev", "Split evaluated by --do_eval.")
     d.string("predict_split", "test", "Split predicted by --do_predict.")
+    define_sidecar_flags(fv, export=True)
+
+
+def define_sidecar_flags(fv: flags.FlagValues, export: bool):
+    """`--mode=continuous_eval` and its flags (run/sidecar_eval.py; pretraining: run/pretrain.py)."""
+    d = Definer(fv)
     d.enum("mode", "default", ["default", "continuous_eval"], "continuous_eval: the sidecar evaluator: evaluate "
            "every checkpoint another process (the trainer) writes into --model_dir as it appears, until the run's "
-           "final step (--train_steps) or --eval_timeout_seconds without a new one; with --export_dir, export each "
-           "new best as the next TF Serving version.")
+           "final step (--train_steps) or --eval_timeout_seconds without a new one" +
+           ("; with --export_dir, export each new best as the next TF Serving version." if export else "."))
     d.float("eval_timeout_seconds", 3600.0, "--mode=continuous_eval: stop after this long without a new checkpoint.",
             lower_bound=0.0)
     d.float("eval_poll_seconds", 10.0, "--mode=continuous_eval: seconds between looks at --model_dir.",
             lower_bound=0.0)
-    d.string("export_dir", None, "--mode=continuous_eval: the TF Serving base directory the best checkpoints are "
-             "exported into, one version each (a model server watching it serves the newest).")
-    d.integer("exports_to_keep", 5, "--mode=continuous_eval: versions kept in --export_dir (the newest).",
-              lower_bound=1)
+    if export:
+        d.string("export_dir", None, "--mode=continuous_eval: the TF Serving base directory the best checkpoints "
+                 "are exported into, one version each (a model server watching it serves the newest).")
+        d.integer("exports_to_keep", 5, "--mode=continuous_eval: versions kept in --export_dir (the newest).",
+                  lower_bound=1)
 
 
 def require(FLAGS, *names):

@@ -49,6 +49,7 @@ def define_flags(fv: flags.FlagValues = FLAGS):
            "Must match the records' (tfrecords/build_pretrain.py --objective).")
     d.bool("nsp", False, "Add next-sentence prediction (a 2-way head on <cls>) to the loss; the "
            "records must carry the labels (tfrecords/build_pretrain.py --nsp). Off, as XLNet.")
+    common_flags.define_sidecar_flags(fv, export=False)
 
 
 def run():
@@ -63,6 +64,8 @@ def run():
     from xlnet_tf import checkpoints, distribute, model_dir, pretrain_info, results, training
     from xlnet_tf.models import XLNetPretrainer
 
+    if FLAGS.mode == "continuous_eval":
+        return continuous_eval()
     common_flags.require(FLAGS, "record_dir", "model_dir")
     optimizer_settings = common_flags.optimizer_settings(FLAGS)  # its flag errors before anything is built
     strategy = distribute.get_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.num_cpu_replicas)
@@ -155,6 +158,9 @@ def run():
     eval_results = results.load(FLAGS.model_dir).evaluations if eval_dir[0] else []
     if not trainer.chief:
         return {"history": history, "eval": [], "final_checkpoint": None, "unigram_baseline": None}
+    from xlnet_tf import sidecar
+
+    sidecar.write_training_done(FLAGS.model_dir, int(trainer.global_step.numpy()))  # what a sidecar evaluator waits for
     final_dir = os.path.join(FLAGS.model_dir, "final")
     final = checkpoints.save_original_checkpoint(model, os.path.join(final_dir, "xlnet_model.ckpt"))
     config.to_json_file(os.path.join(final_dir, "xlnet_config.json"))
@@ -169,6 +175,78 @@ def run():
               f"{last['loss']:.4f} (step {last['step']}); accuracy {first['accuracy']:.4f} -> "
               f"{last['accuracy']:.4f}; unigram baseline {baseline['loss']:.4f}", flush=True)
     return {"history": history, "eval": eval_results, "final_checkpoint": final, "unigram_baseline": baseline}
+
+
+def continuous_eval():
+    """The sidecar evaluator of a pretraining run (`--mode=continuous_eval`): the held-out loss of every checkpoint
+    the trainer (run without --eval_records_dir) writes into --model_dir, once each as it appears, appended to
+    eval_results.json (split `heldout`) and TensorBoard's eval/; stops after --train_steps, the trainer's
+    training_done.json, or --eval_timeout_seconds without a new checkpoint. Checked before it reads a checkpoint:
+    the held-out records against the flags, the trainer's run (its model config and tokenization) against them."""
+    import keras
+    import tensorflow as tf
+
+    from run import sidecar_eval
+    from tfrecords import manifest as manifest_lib
+    from tfrecords import pretrain_data
+    from xlnet_tf import distribute, finetuning, model_dir, pretrain_info, results, sidecar, training
+    from xlnet_tf.artifacts import provenance
+    from xlnet_tf.artifacts.text_settings import TextSettings
+    from xlnet_tf.models import XLNetPretrainer
+
+    common_flags.require(FLAGS, "model_dir", "eval_records_dir")
+    data_args = dict(seq_len=FLAGS.seq_len, reuse_len=FLAGS.reuse_len, num_predict=FLAGS.num_predict,
+                     spiece_model=FLAGS.spiece_model, perm_size=FLAGS.perm_size, bi_data=FLAGS.bi_data,
+                     objective=FLAGS.objective, nsp=FLAGS.nsp)
+    held_out = manifest_lib.read_manifest(FLAGS.eval_records_dir)
+    layout = held_out["stream_layout"]
+    manifest_lib.validate_pretrain_manifest(held_out, global_batch_size=layout["global_batch_size"],
+                                            num_replicas=layout["num_replicas"], **data_args)
+    config = common_flags.model_config_from_flags(FLAGS, mem_len=FLAGS.mem_len, reuse_len=FLAGS.reuse_len,
+                                                  bi_data=FLAGS.bi_data)
+    manifest_lib.check_vocab(held_out, config.n_token)
+    sidecar_eval.wait_for(FLAGS.model_dir, (model_dir.CONFIG_NAME, pretrain_info.RUN_NAME), FLAGS.eval_timeout_seconds,
+                          FLAGS.eval_poll_seconds, print)
+    model_dir.check(FLAGS.model_dir, config)  # the trainer's model is this one
+    trained = pretrain_info.read_run(os.path.join(FLAGS.model_dir, pretrain_info.RUN_NAME))
+    text = TextSettings(held_out["spiece_model"]["sha256"], bool(held_out["params"].get("uncased")),
+                                      bool(held_out["params"].get("keep_accents")))
+    provenance.require_same(trained.text, text, where=f"--model_dir={FLAGS.model_dir}", there="trained",
+                            now=f"in --eval_records_dir={FLAGS.eval_records_dir}",
+                            what="the held-out records were tokenized otherwise than the training records",
+                            remedy="build the held-out records with the training records' tokenization")
+    if trained.objective != FLAGS.objective:
+        raise common_flags.UserError(f"--model_dir={FLAGS.model_dir} trains objective {trained.objective!r}, not "
+                                     f"--objective={FLAGS.objective}")
+    recorded = results.load(FLAGS.model_dir)
+    done = {e["step"] for e in recorded.evaluations if e.get("split") == "heldout"} if recorded else set()
+
+    strategy = distribute.get_strategy(FLAGS.strategy, FLAGS.tpu, FLAGS.num_cpu_replicas)
+    keras.utils.set_random_seed(FLAGS.seed)
+    with strategy.scope():
+        model = XLNetPretrainer(config, objective=FLAGS.objective, nsp=FLAGS.nsp)
+    writer = tf.summary.create_file_writer(os.path.join(FLAGS.model_dir, "eval"))
+    for path in sidecar.watch_checkpoints(FLAGS.model_dir, finetuning.list_checkpoints, finetuning.checkpoint_step,
+                                          done, FLAGS.train_steps, FLAGS.eval_poll_seconds, FLAGS.eval_timeout_seconds,
+                                          print):
+        step = finetuning.checkpoint_step(path)
+        try:
+            finetuning.restore_weights(model, path)
+        except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as e:
+            print(f"continuous eval: {path} was deleted before it was read ({type(e).__name__}); skipped", flush=True)
+            continue
+        ds = pretrain_data.pretrain_dataset(FLAGS.eval_records_dir, global_batch_size=layout["global_batch_size"],
+                                            num_replicas=layout["num_replicas"], replica_id=0, **data_args)
+        result = training.evaluate_plm(model, ds, FLAGS.mem_len, FLAGS.eval_batches or None)
+        results.record(FLAGS.model_dir, "pretrain", "loss", step, result, split="heldout", checkpoint=path,
+                       higher_is_better=False)
+        with writer.as_default():
+            for key in ("loss", "accuracy"):
+                training.write_scalar(f"heldout/{key}", float(result[key]), step=step)
+        writer.flush()
+        print(f"eval step {step}: held-out loss {result['loss']:.4f} accuracy {result['accuracy']:.4f}", flush=True)
+    final = results.load(FLAGS.model_dir)
+    return {"eval": final.evaluations if final else []}
 
 
 if __name__ == "__main__":

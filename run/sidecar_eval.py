@@ -20,17 +20,16 @@ from typing import Any, Callable, Dict
 from xlnet_tf.errors import UserError
 
 
-def _wait_for_run(model_dir: str, timeout: float, poll: float, log: Callable[[str], None]) -> None:
-    from xlnet_tf import model_dir as model_dir_lib
+def wait_for(model_dir: str, names, timeout: float, poll: float, log: Callable[[str], None]) -> None:
+    """Returns once the trainer's run files `names` are in `model_dir`; UserError after `timeout` seconds."""
     from xlnet_tf import files
 
-    wanted = [os.path.join(model_dir, n) for n in (model_dir_lib.CONFIG_NAME, model_dir_lib.EXPORT_INFO_NAME)]
+    wanted = [os.path.join(model_dir, n) for n in names]
     start = time.monotonic()
     while not all(files.exists(p) for p in wanted):
         if time.monotonic() - start > timeout:
             raise UserError(f"--model_dir={model_dir}: no training run appeared in {timeout:g} s (no "
-                            f"{model_dir_lib.CONFIG_NAME} and {model_dir_lib.EXPORT_INFO_NAME}); start the trainer "
-                            "with the same flags and --do_train")
+                            f"{' and '.join(names)}); start the trainer with the same flags")
         log(f"continuous eval: waiting for the trainer's run in {model_dir}")
         time.sleep(poll)
 
@@ -55,7 +54,8 @@ def run(task, plan, config, log: Callable[[str], None]) -> Dict[str, Any]:
         raise UserError(f"--export_dir={s.export_dir} is a file; give a directory (the versions go under it)")
     task.check_plan()
     info = model_dir.export_info(**task.export_info())
-    _wait_for_run(s.model_dir, s.eval_timeout_seconds, s.eval_poll_seconds, log)
+    wait_for(s.model_dir, (model_dir.CONFIG_NAME, model_dir.EXPORT_INFO_NAME), s.eval_timeout_seconds,
+             s.eval_poll_seconds, log)
     model_dir.check(s.model_dir, config, info)  # the trainer's run is this run
     recorded = eval_results.load(s.model_dir)
     if recorded is not None and recorded.task != task.name:

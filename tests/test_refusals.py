@@ -110,6 +110,9 @@ ROWS = [
     ("run_race", RACE + ["--do_eval"], ["--max_qa_length=32"], r"max_qa_length: 16 in the records, 32 given"),
     ("run_race", RACE + ["--do_eval"], ["--uncased"], r"text.uncased: False in the records, True given"),
     ("pretrain", PRETRAIN, ["--seq_len=64", "--mem_len=32"], r"pt_records/manifest.json: the records were built with other settings: seq_len: 32 in the records, 64 given"),
+    ("pretrain", PRETRAIN, ["--mode=continuous_eval"], r"Missing required flag\(s\): --eval_records_dir"),
+    ("pretrain", PRETRAIN, ["--mode=continuous_eval", "--eval_records_dir={pt_records}", "--eval_timeout_seconds=0",
+                            "--eval_poll_seconds=0"], r"--model_dir=.*/m: no training run appeared in 0 s"),
     ("pretrain", PRETRAIN, ["--n_token=2000"], r"SentencePiece model but the model has n_token=2000"),
     # values the program could not finish, ids outside the vocabulary
     ("generate", GENERATE, ["--max_new_tokens=100000000"], r"--max_new_tokens must be at most 4096"),

@@ -112,3 +112,26 @@ def test_trainer_and_sidecar_evaluator_serve_the_best_checkpoint(tmp_path):
         tmp_path, "export", str(top), "assets.extra", sidecar.PROVENANCE)))["checkpoint"])
     expected = best.predict(texts)["logits"]
     np.testing.assert_allclose(out["dev/logits"], np.asarray(expected), atol=1e-4)
+
+
+def test_a_pretraining_sidecar_scores_each_checkpoint_once(tmp_path, capsys):
+    """The trainer pretrains without held-out records; the evaluator (`--mode=continuous_eval`) then gives the
+    held-out loss of each checkpoint once, and a second evaluator over the same run adds nothing."""
+    from run import pretrain
+    from tests.test_bad_inputs_pretraining import PRETRAIN, _records
+    from xlnet_tf import results
+
+    records, model = _records("plm"), str(tmp_path / "m")
+    trainer = PRETRAIN + [f"--record_dir={records}", f"--model_dir={model}", f"--spiece_model={data_fixtures.tiny_spm()}",
+                          "--train_steps=4", "--save_steps=2", "--steps_per_loop=2"]
+    data_fixtures.run_with_flags(pretrain, trainer)
+    assert json.load(open(os.path.join(model, "training_done.json"))) == {"step": 4}
+    evaluator = [a for a in trainer if not a.startswith("--record_dir")] + [
+        "--mode=continuous_eval", f"--eval_records_dir={records}", "--eval_poll_seconds=0", "--eval_timeout_seconds=0"]
+    data_fixtures.run_with_flags(pretrain, evaluator)
+    history = results.load(model)
+    assert [e["step"] for e in history.evaluations if e["split"] == "heldout"] == [2, 4]
+    assert all(np.isfinite(e["loss"]) for e in history.evaluations)
+    data_fixtures.run_with_flags(pretrain, evaluator)  # restarted: nothing is evaluated twice
+    assert [e["step"] for e in results.load(model).evaluations] == [2, 4]
+    assert glob.glob(os.path.join(model, "eval", "events.out.tfevents.*"))
