@@ -76,8 +76,8 @@ def run(task, plan, config, log: Callable[[str], None]) -> Dict[str, Any]:
         if not s.export_dir or path is None or best["step"] in sidecar.exported_steps(s.export_dir).values():
             return
         version = sidecar.next_version(s.export_dir)
-        provenance = {"checkpoint": path, "step": best["step"], "split": split, "metric": task.metric_key,
-                      "value": best.get(task.metric_key)}
+        provenance = sidecar.PROVENANCE_FILE.to_json({"checkpoint": path, "step": best["step"], "split": split,
+                                                      "metric": task.metric_key, "value": best.get(task.metric_key)})
         try:
             export_savedmodel.export_from_model_dir(s.model_dir, s.export_dir, version, checkpoint=path,
                                                     extra_files={sidecar.PROVENANCE: provenance})

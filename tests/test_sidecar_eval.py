@@ -86,7 +86,7 @@ def test_trainer_and_sidecar_evaluator_serve_the_best_checkpoint(tmp_path):
     history = json.load(open(results))
     steps = [e["step"] for e in history["evaluations"] if e["split"] == "dev"]
     assert steps == [4, 8, 12, 16, 20, 24], steps  # every checkpoint once, none repeated across the restart
-    assert json.load(open(os.path.join(model, sidecar.TRAINING_DONE))) == {"step": 24}
+    assert sidecar.training_done_step(model) == 24
     assert glob.glob(os.path.join(model, "eval", "events.out.tfevents.*"))  # TensorBoard: eval/ beside train/
 
     exported = sidecar.exported_steps(str(tmp_path / "export"))
@@ -108,8 +108,8 @@ def test_trainer_and_sidecar_evaluator_serve_the_best_checkpoint(tmp_path):
                                       tmp_path / "serve")
     assert not errors
     best = XLNetClassifier.from_checkpoint(model, require_heads=True)
-    finetuning.restore_weights(best, json.load(open(os.path.join(
-        tmp_path, "export", str(top), "assets.extra", sidecar.PROVENANCE)))["checkpoint"])
+    finetuning.restore_weights(best, sidecar.PROVENANCE_FILE.read(os.path.join(
+        tmp_path, "export", str(top), "assets.extra", sidecar.PROVENANCE))["checkpoint"])
     expected = best.predict(texts)["logits"]
     np.testing.assert_allclose(out["dev/logits"], np.asarray(expected), atol=1e-4)
 
@@ -119,13 +119,13 @@ def test_a_pretraining_sidecar_scores_each_checkpoint_once(tmp_path, capsys):
     held-out loss of each checkpoint once, and a second evaluator over the same run adds nothing."""
     from run import pretrain
     from tests.test_bad_inputs_pretraining import PRETRAIN, _records
-    from xlnet_tf import results
+    from xlnet_tf import results, sidecar
 
     records, model = _records("plm"), str(tmp_path / "m")
     trainer = PRETRAIN + [f"--record_dir={records}", f"--model_dir={model}", f"--spiece_model={data_fixtures.tiny_spm()}",
                           "--train_steps=4", "--save_steps=2", "--steps_per_loop=2"]
     data_fixtures.run_with_flags(pretrain, trainer)
-    assert json.load(open(os.path.join(model, "training_done.json"))) == {"step": 4}
+    assert sidecar.training_done_step(model) == 4
     evaluator = [a for a in trainer if not a.startswith("--record_dir")] + [
         "--mode=continuous_eval", f"--eval_records_dir={records}", "--eval_poll_seconds=0", "--eval_timeout_seconds=0"]
     data_fixtures.run_with_flags(pretrain, evaluator)

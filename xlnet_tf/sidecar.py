@@ -15,13 +15,16 @@ Paths may be local or `gs://` (tf.io.gfile).
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Callable, Dict, Iterable, Iterator, Optional
 
+from xlnet_tf.artifacts.versioned_json import VersionedJson
+
 TRAINING_DONE = "training_done.json"
 PROVENANCE = "xlnet_best.json"  # in a version's assets.extra/: the checkpoint, step and metric it was exported for
+DONE_FILE = VersionedJson("xlnet_tf.training_done", 1, "re-run the trainer (it writes the file when it finishes)")
+PROVENANCE_FILE = VersionedJson("xlnet_tf.export_provenance", 1, "export the version again")
 
 
 def _gfile():
@@ -33,17 +36,13 @@ def _gfile():
 def training_done_step(model_dir: str) -> Optional[int]:
     """The final step the trainer recorded when it finished, or None while it has not."""
     path = os.path.join(model_dir, TRAINING_DONE)
-    gfile = _gfile()
-    if not gfile.exists(path):
+    if not _gfile().exists(path):
         return None
-    with gfile.GFile(path, "r") as f:
-        return int(json.loads(f.read())["step"])
+    return int(DONE_FILE.read(path)["step"])
 
 
 def write_training_done(model_dir: str, step: int) -> None:
-    from xlnet_tf import files
-
-    files.write_json_atomic(os.path.join(model_dir, TRAINING_DONE), {"step": int(step)})
+    DONE_FILE.write(os.path.join(model_dir, TRAINING_DONE), {"step": int(step)})
 
 
 def watch_checkpoints(model_dir: str, list_checkpoints: Callable[[str], Iterable[str]],
@@ -103,8 +102,7 @@ def exported_steps(export_dir: str) -> Dict[int, int]:
     for version, path in versions(export_dir).items():
         record = os.path.join(path, "assets.extra", PROVENANCE)
         if gfile.exists(record):
-            with gfile.GFile(record, "r") as f:
-                out[version] = int(json.loads(f.read())["step"])
+            out[version] = int(PROVENANCE_FILE.read(record)["step"])
     return out
 
 
