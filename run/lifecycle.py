@@ -185,10 +185,7 @@ def _run_planned(task: FineTuningJob, plan, config: XLNetConfig, log: Callable[[
         raise UserError(f"{wanted} without --do_train: no checkpoint in --model_dir={s.model_dir} and no "
                         "--init_checkpoint (that would score random weights); train first or point --model_dir at "
                         "a trained run")
-    recorded = eval_results.load(s.model_dir)  # evaluations are appended: a file it cannot extend stops the run now
-    if recorded is not None and recorded.task != task.name:
-        raise eval_results.ResultsError(f"{eval_results.path_of(s.model_dir)} holds {recorded.task} results, this "
-                                        f"run records {task.name}; use another --model_dir")
+    eval_results.load_for(s.model_dir, task.name)  # evaluations are appended: a file it cannot extend stops the run now
     task.check_plan()
 
     keras.utils.set_random_seed(s.seed)

@@ -189,7 +189,7 @@ def continuous_eval():
     from run import sidecar_eval
     from tfrecords import manifest as manifest_lib
     from tfrecords import pretrain_data
-    from xlnet_tf import distribute, finetuning, model_dir, pretrain_info, results, sidecar, training
+    from xlnet_tf import distribute, model_dir, pretrain_info, results, sidecar, training
     from xlnet_tf.artifacts import provenance
     from xlnet_tf.artifacts.text_settings import TextSettings
     from xlnet_tf.models import XLNetPretrainer
@@ -226,24 +226,15 @@ def continuous_eval():
     with strategy.scope():
         model = XLNetPretrainer(config, objective=FLAGS.objective, nsp=FLAGS.nsp)
     writer = tf.summary.create_file_writer(os.path.join(FLAGS.model_dir, "eval"))
-    for path in sidecar.watch_checkpoints(FLAGS.model_dir, finetuning.list_checkpoints, finetuning.checkpoint_step,
-                                          done, FLAGS.train_steps, FLAGS.eval_poll_seconds, FLAGS.eval_timeout_seconds,
-                                          print):
-        step = finetuning.checkpoint_step(path)
-        try:
-            finetuning.restore_weights(model, path)
-        except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as e:
-            print(f"continuous eval: {path} was deleted before it was read ({type(e).__name__}); skipped", flush=True)
-            continue
+    log = lambda line: print(line, flush=True)  # noqa: E731
+    for step, path in sidecar.restored_checkpoints(model, FLAGS.model_dir, done, FLAGS.train_steps,
+                                                   FLAGS.eval_poll_seconds, FLAGS.eval_timeout_seconds, log):
         ds = pretrain_data.pretrain_dataset(FLAGS.eval_records_dir, global_batch_size=layout["global_batch_size"],
                                             num_replicas=layout["num_replicas"], replica_id=0, **data_args)
         result = training.evaluate_plm(model, ds, FLAGS.mem_len, FLAGS.eval_batches or None)
         results.record(FLAGS.model_dir, "pretrain", "loss", step, result, split="heldout", checkpoint=path,
                        higher_is_better=False)
-        with writer.as_default():
-            for key in ("loss", "accuracy"):
-                training.write_scalar(f"heldout/{key}", float(result[key]), step=step)
-        writer.flush()
+        sidecar.write_scalars(writer, "heldout", {k: result[k] for k in ("loss", "accuracy")}, step)
         print(f"eval step {step}: held-out loss {result['loss']:.4f} accuracy {result['accuracy']:.4f}", flush=True)
     final = results.load(FLAGS.model_dir)
     return {"eval": final.evaluations if final else []}

@@ -57,10 +57,7 @@ def run(task, plan, config, log: Callable[[str], None]) -> Dict[str, Any]:
     wait_for(s.model_dir, (model_dir.CONFIG_NAME, model_dir.EXPORT_INFO_NAME), s.eval_timeout_seconds,
              s.eval_poll_seconds, log)
     model_dir.check(s.model_dir, config, info)  # the trainer's run is this run
-    recorded = eval_results.load(s.model_dir)
-    if recorded is not None and recorded.task != task.name:
-        raise eval_results.ResultsError(f"{eval_results.path_of(s.model_dir)} holds {recorded.task} results, this "
-                                        f"run records {task.name}; use another --model_dir")
+    recorded = eval_results.load_for(s.model_dir, task.name)
 
     task.manifest = manifest_lib.read_manifest(s.record_dir, kind=task.record_kind)
     strategy = distribute.get_strategy(s.strategy, s.tpu, s.num_cpu_replicas)
@@ -92,24 +89,14 @@ def run(task, plan, config, log: Callable[[str], None]) -> Dict[str, Any]:
     if recorded is not None and done:
         export_best(recorded)  # a best evaluated before a kill, not yet exported
     final = s.train_steps if getattr(s, "train_steps", None) else None
-    for path in sidecar.watch_checkpoints(s.model_dir, finetuning.list_checkpoints, finetuning.checkpoint_step, done,
-                                          final, s.eval_poll_seconds, s.eval_timeout_seconds, log):
-        step = finetuning.checkpoint_step(path)
-        try:
-            finetuning.restore_weights(model, path)
-        except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as e:
-            log(f"continuous eval: {path} was deleted before it was read ({type(e).__name__}); skipped")
-            continue
+    for step, path in sidecar.restored_checkpoints(model, s.model_dir, done, final, s.eval_poll_seconds,
+                                                   s.eval_timeout_seconds, log):
         outputs = finetuning.predict(strategy, model, task.dataset(split, s.eval_batch_size, False), task.output_keys,
                                      passthrough=task.passthrough)
         metrics = task.metrics(split, outputs, s.model_dir)
         results = eval_results.record(s.model_dir, task.name, task.metric_key, step, metrics, split=split,
                                       checkpoint=path)
-        with writer.as_default():
-            for key, value in metrics.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    training.write_scalar(f"{split}/{key}", float(value), step=step)
-        writer.flush()
+        sidecar.write_scalars(writer, split, metrics, step)
         log(f"eval {split} step {step}: {metrics}")
         export_best(results)
     final_results = eval_results.load(s.model_dir)

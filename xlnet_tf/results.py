@@ -181,15 +181,21 @@ def save(model_dir: str, results: EvalResults) -> str:
     return path
 
 
+def load_for(model_dir: str, task: str) -> Optional[EvalResults]:
+    """`load`, refusing results of another task (a run that will record `task` checks this before it writes)."""
+    results = load(model_dir)
+    if results is not None and results.task != task:
+        raise ResultsError(f"{path_of(model_dir)} holds {results.task} results, this run records {task}; "
+                           "use another --model_dir")
+    return results
+
+
 def record(model_dir: str, task: str, key: str, step: int, metrics: Dict[str, Any], split: Optional[str] = None,
            checkpoint: Optional[str] = None, higher_is_better: bool = True) -> EvalResults:
     """Adds one evaluation to `model_dir`'s results (created if absent) and writes them at once."""
-    results = load(model_dir)
+    results = load_for(model_dir, task)
     if results is None:
         results = EvalResults(task, key, higher_is_better)
-    elif results.task != task:
-        raise ResultsError(f"{path_of(model_dir)} holds {results.task} results, this run records {task}; "
-                           "use another --model_dir")
     results.key, results.higher_is_better = key, higher_is_better
     results.add(step, metrics, split, checkpoint)
     save(model_dir, results)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Dict, Iterable, Iterator, Optional
+from typing import Callable, Dict, Iterable, Iterator, Optional, Tuple
 
 from xlnet_tf.artifacts.versioned_json import VersionedJson
 
@@ -76,6 +76,37 @@ def watch_checkpoints(model_dir: str, list_checkpoints: Callable[[str], Iterable
             log(f"continuous eval: no new checkpoint in {timeout_seconds:g} s: stopping")
             return
         sleep(poll_seconds)
+
+
+def restored_checkpoints(model, model_dir: str, evaluated: Iterable[int], final_step: Optional[int],
+                         poll_seconds: float, timeout_seconds: float, log: Callable[[str], None] = print
+                         ) -> Iterator[Tuple[int, str]]:
+    """`watch_checkpoints` over our training checkpoints with each one's weights loaded into `model`: yields
+    `(step, path)`; a checkpoint whose files vanished before they were read (the trainer keeps only
+    --keep_checkpoints) is skipped with a line saying so."""
+    import tensorflow as tf
+
+    from xlnet_tf import finetuning
+
+    for path in watch_checkpoints(model_dir, finetuning.list_checkpoints, finetuning.checkpoint_step, evaluated,
+                                  final_step, poll_seconds, timeout_seconds, log):
+        try:
+            finetuning.restore_weights(model, path)
+        except (tf.errors.NotFoundError, tf.errors.DataLossError, ValueError) as e:
+            log(f"continuous eval: {path} was deleted before it was read ({type(e).__name__}); skipped")
+            continue
+        yield finetuning.checkpoint_step(path), path
+
+
+def write_scalars(writer, prefix: str, metrics: Dict, step: int) -> None:
+    """The numeric `metrics` as TensorBoard scalars `<prefix>/<name>` at `step` (the eval/ events)."""
+    from xlnet_tf import training
+
+    with writer.as_default():
+        for key, value in metrics.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                training.write_scalar(f"{prefix}/{key}", float(value), step=step)
+    writer.flush()
 
 
 def versions(export_dir: str) -> Dict[int, str]:
