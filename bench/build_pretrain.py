@@ -24,7 +24,9 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tfrecords import corpus, pretrain_data, spm  # noqa: E402 (after the log-level setting)
+from tfrecords.readers import corpus
+from tfrecords.pretrain import writer as pretrain_data
+from tfrecords import spm
 
 
 def main():

@@ -1,4 +1,4 @@
-"""Baselines of the cloze task (tfrecords/cloze.py) that know no neural network: what a pretrained model must beat.
+"""Baselines of the cloze task (tfrecords/sets/cloze.py) that know no neural network: what a pretrained model must beat.
 
   python bench/cloze_baselines.py --cloze_dir=/work/cloze --corpus_glob='../shared/data/corpus/train/*.txt'
 
@@ -6,10 +6,10 @@
   context-frequency baseline);
 - `unigram`: the candidate most frequent in the corpus;
 - `bigram`: the candidate that makes the likeliest word bigrams around the blank, `P(w | previous word) *
-  P(next word | w)`, a word bigram model of the corpus (lowercased words as tfrecords/cloze.py splits them,
+  P(next word | w)`, a word bigram model of the corpus (lowercased words as tfrecords/sets/cloze.py splits them,
   sentence starts and ends as words; Jelinek-Mercer interpolation with the add-one unigram, lambda 0.7).
 - `lm_zero_shot` (with `--lm_checkpoint`): a pretrained XLNet's own probability of each candidate in the blank,
-  both sides of it visible (xlnet_tf/blank_scoring.py), no fine-tuning: what the language model knows, read
+  both sides of it visible (bench/blank_scoring.py), no fine-tuning: what the language model knows, read
   without a multiple-choice head.
 With `--predictions=predict_dev.tsv,...` (run_race.py --do_predict --predict_split=dev): how often a fine-tuned
 model's choices are the answer and each baseline's choice.
@@ -30,7 +30,7 @@ from typing import Dict, Iterable, List, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tfrecords import cloze  # noqa: E402
+from tfrecords.sets import cloze
 
 START, END = "<s>", "</s>"
 LAMBDA = 0.7
@@ -113,7 +113,7 @@ def agreement(questions: Sequence[Dict], predicted: Dict[str, str], model: Bigra
 
 def read_predictions(path: str) -> Dict[str, str]:
     """run_race.py's predict_<split>.tsv (`id`, `answer`; ids `<question file>#<index>`) -> {question id: letter}."""
-    from xlnet_tf import finetuning
+    from xlnet_tf.training import finetuning
 
     return {guid.split("#")[0].removesuffix(".json"): letter
             for guid, letter in finetuning.read_predictions_tsv(path).items()}
@@ -135,8 +135,8 @@ def lm_zero_shot(questions: Sequence[Dict], scorer) -> float:
 def load_scorer(checkpoint: str, spiece_model: str, seq_len: int = 256, max_pieces: int = 8):
     """A BlankScorer over the pretrained LM at `checkpoint` (refusals as run/evaluate_lm.py's, except that an MLM
     model is scored as one: the candidate's pieces as masks, read by the content stream)."""
-    from run.evaluate_lm import lm_tokenizer, load_lm
-    from xlnet_tf import blank_scoring
+    from xlnet_tf.inference.pretrained_lm import lm_tokenizer, load_lm
+    from bench import blank_scoring
 
     tokenizer, info = lm_tokenizer(checkpoint, spiece_model, "--lm_spiece_model", objectives=("plm", "mlm"))
     model = load_lm(checkpoint, None, tokenizer, spiece_model, spiece_flag="--lm_spiece_model",
@@ -181,7 +181,7 @@ def main(argv):
 if __name__ == "__main__":
     from absl import app, flags
 
-    flags.DEFINE_string("cloze_dir", None, "tfrecords/cloze.py's --output_dir.")
+    flags.DEFINE_string("cloze_dir", None, "tfrecords/sets/cloze.py's --output_dir.")
     flags.DEFINE_string("corpus_glob", os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))), "shared", "data", "corpus", "train", "*.txt"), "The corpus of the n-gram models.")
     flags.DEFINE_string("lm_checkpoint", None, "A pretrained LM (e.g. ../shared/models/plm_cpu/final): adds the "

@@ -1,5 +1,5 @@
 """How unlike the pretraining corpus is a task's text, to the pretrained model itself: its left-to-right
-language-model loss on each set's text (xlnet_tf/lm_eval.py, the reading of run/evaluate_lm.py), beside the
+language-model loss on each set's text (xlnet_tf/inference/lm_eval.py, the reading of run/evaluate_lm.py), beside the
 tokenizer's pieces per word. A diagnosis for the transfer table's out-of-domain rows (issue 40): where the
 model predicts a text much worse than its held-out corpus text, its features were learned for other text.
 
@@ -40,7 +40,7 @@ def read_documents(path: str) -> List[List[str]]:
             raise SystemExit(f"--sets: {path} has no 'text' column in its header row")
         column = rows[0].index("text")
         return [[row[column]] for row in rows[1:] if len(row) > column and row[column].strip()]
-    from tfrecords import corpus
+    from tfrecords.readers import corpus
 
     lines, _ = corpus.read_text_file(path, source="--sets")  # stripped; a blank line ends a document
     documents: List[List[str]] = [[]]
@@ -93,7 +93,7 @@ def markdown(out: Dict) -> str:
     lines = [f"# Domain shift: the pretrained model's own LM loss on each set's text ({machine['cpu']}, "
              f"{machine['cores']} cores; {machine['vector_extensions']})", "",
              f"Checkpoint `{out['checkpoint']}`; each set's first {out['max_tokens']} tokens (documents joined by "
-             f"<eod>), left to right in segments of {out['seg_len']} (xlnet_tf/lm_eval.py); per token perplexity and "
+             f"<eod>), left to right in segments of {out['seg_len']} (xlnet_tf/inference/lm_eval.py); per token perplexity and "
              "bits per character on the same tokens; `<unk>` pieces: the share of the set's pieces the tokenizer "
              "cannot spell, with the characters most often behind them. Command: `" + out["command"] + "`", "",
              "| set | tokens | pieces / word | `<unk>` pieces | perplexity (no memories) | bits/char (no memories) | "
@@ -123,8 +123,8 @@ def main():
     sets = labelled_paths.parse("sets", args.sets.split(","), exists=os.path.isfile)
 
     from bench import host
-    from run.evaluate_lm import lm_tokenizer, load_lm
-    from xlnet_tf import lm_eval
+    from xlnet_tf.inference.pretrained_lm import lm_tokenizer, load_lm
+    from xlnet_tf.inference import lm_eval
 
     tokenizer, _ = lm_tokenizer(args.checkpoint, args.spiece_model)
     model = load_lm(args.checkpoint, args.model_config_path, tokenizer, args.spiece_model, args.seg_len)

@@ -12,7 +12,7 @@ optimization did not use it); where they do not, the pretrained model has nothin
 weights, a `ckpt-N`, the original release's checkpoint), or `random`: the `--config` model at its initialization,
 one per `--random_seeds` (mean and spread over them). Texts are packed by the model's own preprocessor
 (`XLNetPreprocessor`, the runners' and the export's packing) at `--sequence_length` (the task flag file's
-`--max_seq_length`); the examples are the runners' own (`tfrecords/processors.py`). Features of the last layer,
+`--max_seq_length`); the examples are the runners' own (`tfrecords/readers/processors.py`). Features of the last layer,
 no dropout: `cls`, the state at `<cls>` (last position: what the classifier's `last` summary reads, before its
 projection, which a pretrained model does not have), and `mean`, the mean over the real positions (`mean`).
 Probe: standardized features, scikit-learn `LogisticRegression` (lbfgs), its C chosen on dev from

@@ -87,7 +87,7 @@ def main(argv):
     import numpy as np
 
     from bench import host
-    from xlnet_tf import generation
+    from xlnet_tf.inference import generation
 
     model, tok = load_model(FLAGS.model_dir)
     passages = heldout_passages(tok, FLAGS.heldout, FLAGS.prompt_tokens + FLAGS.continuation_tokens,

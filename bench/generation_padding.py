@@ -45,7 +45,7 @@ def main(argv):
 
     from bench import host
     from bench.generation_layouts import heldout_passages, load_model
-    from xlnet_tf import generation
+    from xlnet_tf.inference import generation
     from xlnet_tf.text.layout import EOD_ID
 
     model, tok = load_model(FLAGS.model_dir)

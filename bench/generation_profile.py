@@ -67,7 +67,7 @@ def main(argv):
 
     from bench import host
     from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.generation import GenerationSettings, generate
+    from xlnet_tf.inference.generation import GenerationSettings, generate
     from xlnet_tf.models import XLNetPretrainer
 
     keras.utils.set_random_seed(0)

@@ -7,9 +7,9 @@ token and against Hugging Face's `generate` (PyTorch, with and without its memor
 For each prompt length, `--batch` copies of a random prompt are continued greedily by `--new_tokens` tokens
 (no stop token) by one model of random weights (speed does not depend on the values; Hugging Face gets the
 same architecture):
-  ours_xla / ours_graph: xlnet_tf.generation.generate, the whole decode loop one `tf.function`, with and
+  ours_xla / ours_graph: xlnet_tf.inference.generation.generate, the whole decode loop one `tf.function`, with and
     without XLA (memory buffer = prompt + new tokens: the whole past, the causal layout);
-  recompute: xlnet_tf.generation_reference.recompute_logits, the whole prefix recomputed for every token (one row; the
+  recompute: bench.generation_reference.recompute_logits, the whole prefix recomputed for every token (one row; the
     vanilla Transformer path, a `tf.function` per prefix bucket of 16);
   hf_mems / hf_no_mems: `XLNetLMHeadModel.generate` eager (its layout: prompt + dummy token; with memories it
     recomputes the last two tokens and the dummy each step), `torch.set_flush_denormal(True)`;
@@ -32,14 +32,14 @@ import numpy as np  # noqa: E402
 
 
 def _ours(model, prompts, new_tokens, jit):
-    from xlnet_tf.generation import GenerationSettings, generate
+    from xlnet_tf.inference.generation import GenerationSettings, generate
 
     settings = GenerationSettings(max_new_tokens=new_tokens, stop_ids=(), jit_compile=jit)
     return lambda: generate(model, prompts, settings)
 
 
 def _recompute(model, prompt, new_tokens):
-    from xlnet_tf.generation_reference import recompute_logits
+    from bench.generation_reference import recompute_logits
 
     return lambda: recompute_logits(model, prompt, max_new_tokens=new_tokens)
 

@@ -7,7 +7,7 @@
   `LogisticRegression` (lbfgs, multinomial), its C chosen on dev from `C_GRID`, then scored on dev and test at
   that C. A pair task (text_b present) gets `[tfidf(a), tfidf(b), tfidf(a) * tfidf(b)]`: the element-wise
   product is what lets a linear model see the n-grams the two texts share.
-Examples are read with the runners' own reader (`tfrecords/processors.py`), so the baseline sees exactly the
+Examples are read with the runners' own reader (`tfrecords/readers/processors.py`), so the baseline sees exactly the
 rows the fine-tuning runs see. Scores are percentages: accuracy, macro F1, and F1 of label "1" for 2-label sets
 whose labels are "0"/"1" (the paraphrase task's f1).
 """
@@ -26,7 +26,7 @@ C_GRID = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
 
 def read_split(data_dir: str, split: str, task: str = "tsv") -> Tuple[List[str], Optional[List[str]], List[str]]:
     """`(texts, texts_b or None, labels)` of one split, read by the classifier runner's processor."""
-    from tfrecords import processors
+    from tfrecords.readers import processors
 
     examples = processors.get_processor(task).get_examples(data_dir, split)
     texts_b = [e.text_b or "" for e in examples] if any(e.text_b for e in examples) else None

@@ -3,7 +3,7 @@
   python bench/lm_eval_speed.py --contexts=128,256,512 --seg_len=64 --output=bench/results/lm_eval_speed_cpu
 
 The same model reads the same token stream in segments of `--seg_len` with `context` tokens of context per
-prediction two ways (xlnet_tf/lm_eval.py): memories of the last `context - seg_len` tokens (each segment is
+prediction two ways (xlnet_tf/inference/lm_eval.py): memories of the last `context - seg_len` tokens (each segment is
 computed once) and the vanilla sliding window (the whole `context`-token window recomputed for every
 segment). Random weights of the CPU pretraining recipe's size (4 x 256) by default: speed does not depend on
 the values. Both ways are timed in the same run, alternating, after a warm-up pass that traces every shape;
@@ -38,7 +38,7 @@ def main():
 
     from bench import host
     from bench.transfer import machine
-    from xlnet_tf import lm_eval
+    from xlnet_tf.inference import lm_eval
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetPretrainer
 

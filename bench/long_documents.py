@@ -78,7 +78,7 @@ def run_arm(args, name: str, extra: List[str], seed: int = 0) -> Dict:
         shutil.rmtree(model_dir)
     t0 = time.time()
     usage = run_runner(args, model_dir, extra, seed, model_dir + ".log")
-    from xlnet_tf import results
+    from xlnet_tf.artifacts import results
 
     last = results.load(model_dir).last("dev")
     history = [json.loads(line) for line in open(os.path.join(model_dir, "train_history.json"), encoding="utf-8")]
@@ -106,14 +106,14 @@ def held_out_predictions(args, name: str, extra: List[str], seed: int, split: st
 
 
 def predictions(model_dir: str, split: str) -> Dict[str, str]:
-    from xlnet_tf import finetuning
+    from xlnet_tf.training import finetuning
 
     return finetuning.read_predictions_tsv(os.path.join(model_dir, f"predict_{split}.tsv"))
 
 
 def read_split(data_dir: str, split: str):
-    """The (id, text, label) rows of `split`.tsv, as tfrecords/brown_genre.py writes them (header checked)."""
-    from tfrecords.brown_genre import read_tsv
+    """The (id, text, label) rows of `split`.tsv, as tfrecords/sets/brown_genre.py writes them (header checked)."""
+    from tfrecords.sets.brown_genre import read_tsv
 
     return read_tsv(os.path.join(data_dir, f"{split}.tsv"))
 

@@ -5,7 +5,7 @@
 Every run is `run/run_race.py` on the transfer recipe `run/flags/transfer_mc_wordnet.flags` (the table's budget:
 80 steps of 16 questions, dropout 0), at each init's rate chosen in the table (scratch 1e-3, PLM 3e-4), seed 0,
 with the training loss logged every 10 steps and every checkpoint scored on dev (`--eval_all_checkpoints`), so
-each run gives a loss curve against log 4 and a dev curve with `run_race.race_metrics`'s loss, logit spread and
+each run gives a loss curve against log 4 and a dev curve with `xlnet_tf.metrics.race.race_metrics`'s loss, logit spread and
 letter collapse. What changes between runs (`RUNS`):
 - `full`: the set as the table trains it;
 - `no_article`: the article removed (question + option only, 64-piece windows): does the model use it?
@@ -14,7 +14,7 @@ letter collapse. What changes between runs (`RUNS`):
   equivariant and this run equals `full` up to float rounding; it checks that, nothing more.)
 - the budget: 80 steps (the table) against 400 (5x, 1.3 epochs of the 5,000 questions), from the PLM.
 Also the answer letters' distribution (a majority-letter baseline), and what the PLM knows before any fine-tuning
-(`zero_shot`, xlnet_tf/blank_scoring.py): its own probability of each option written into a blank after the
+(`zero_shot`, bench/blank_scoring.py): its own probability of each option written into a blank after the
 question, with and without the article, and in a "_ means <definition>." sentence (the cloze task's zero-shot
 reading, where the same model is well above chance).
 Writes `<results_prefix>.{json,md,png}`.
@@ -110,7 +110,7 @@ def run_one(work: str, data_root: str, variant: str, init: str, steps: int) -> D
             cmd.append(f"--init_checkpoint={transfer.pretrained_dir(work, init)}/final")
         transfer._say(f"mc diagnosis: {variant} {init} {steps} steps")
         transfer.run_logged(cmd, out + ".log")
-    from xlnet_tf import results
+    from xlnet_tf.artifacts import results
 
     evals = [{k: e[k] for k in ("step", "accuracy", "loss", "logit_std", "top_letter_share") if k in e}
              for e in results.load(out).evaluations]
@@ -167,7 +167,7 @@ def write_report(runs: List[Dict], letter_counts: Dict, prefix: str, zero: Dict[
                      f"{100 * last['accuracy']:.1f} | {100 * best['accuracy']:.1f} ({best['step']}) | "
                      f"{last.get('loss', float('nan')):.3f} | {last.get('logit_std', float('nan')):.3f} | "
                      f"{last.get('top_letter_share', float('nan')):.2f} |")
-    lines += ["", "What the PLM knows before fine-tuning (zero-shot, xlnet_tf/blank_scoring.py: its own probability "
+    lines += ["", "What the PLM knows before fine-tuning (zero-shot, bench/blank_scoring.py: its own probability "
               "of each option in the blank; dev, chance 25): " + "; ".join(f"`{k}` {v:.1f}" for k, v in zero.items())]
     with open(prefix + ".md", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")

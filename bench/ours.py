@@ -83,7 +83,8 @@ def production_trainer(kind: str, config, batch: int, seq_len: int, model_dir: s
     import keras
 
     from run import common_flags
-    from xlnet_tf import checkpoints, distribute, finetuning, training
+    from xlnet_tf import checkpoints
+    from xlnet_tf.training import distribute, finetuning, loop as training
     from xlnet_tf.models import XLNetPretrainer
 
     # --task names the classifier's head variables only: "hf" is the name Hugging Face's head loads into
@@ -140,7 +141,7 @@ def finetuning_job(kind: str, settings):
         job.build = ClassifierBuild(text, "tsv", {}, int(settings.max_seq_length), 1, False, ("0", "1"))
     elif kind == "tagger":
         from run import run_tagger
-        from tfrecords.brown_pos import UNIVERSAL_TAGS
+        from tfrecords.sets.brown_pos import UNIVERSAL_TAGS
         from tfrecords.tagging_data import TaggingBuild
 
         job = run_tagger.TaggerJob(settings)

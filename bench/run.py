@@ -48,7 +48,7 @@ from bench import host  # noqa: E402
 from bench.host import describe  # noqa: E402
 from bench.ours import PRODUCTION, TrainerStep, Variant, bench_config, production_trainer  # noqa: E402,F401
 from bench.peak_rss import flush_denormals, hf_train_step, inputs, torch_inputs  # noqa: E402 (no TF or torch there)
-from tfrecords.brown_pos import UNIVERSAL_TAGS  # noqa: E402
+from tfrecords.sets.brown_pos import UNIVERSAL_TAGS
 
 tf.get_logger().setLevel("ERROR")  # each A/B variant traces its own functions on purpose
 
@@ -484,7 +484,8 @@ def serving_rows(config, batch: int, seq_len: int, repeats: int, spiece_model: s
                  reference_variants=REFERENCE_VARIANTS):
     """SavedModel `from_ids` (fresh load) vs HF PyTorch inference (no_grad; each of `reference_variants`, the
     fastest is the reference), batch `batch`."""
-    from xlnet_tf import checkpoints, serving
+    from xlnet_tf import checkpoints
+    from xlnet_tf.serving import export as serving
 
     _torch().set_num_threads(os.cpu_count())
     hf = _hf_model(config, "classifier")
@@ -514,7 +515,7 @@ def input_pipeline_rows(config, batch: int, seq_len: int, num_predict: int, repe
                         spiece_model: str, peak: float):
     """The pretraining reader (records -> dense masks) against the rate the production step consumes, and
     the production Trainer's step fed by the reader vs by constant tensors (same shapes, no memories)."""
-    from tfrecords import pretrain_data
+    from tfrecords.pretrain import writer as pretrain_data
 
     work = pretrain_records(corpus, spiece_model, seq_len, num_predict, batch)
     kwargs = dict(seq_len=seq_len, reuse_len=seq_len // 2, num_predict=num_predict, global_batch_size=batch,
@@ -564,7 +565,7 @@ def input_pipeline_rows(config, batch: int, seq_len: int, num_predict: int, repe
 def pretrain_records(corpus: str, spiece_model: str, seq_len: int, num_predict: int, batch: int) -> str:
     """A fresh folder of pretraining records of `corpus` (reuse_len = perm_size = seq_len / 2, one direction,
     global batch `batch`)."""
-    from tfrecords import pretrain_data
+    from tfrecords.pretrain import writer as pretrain_data
 
     work = _scratch("xlnet_bench_records_")
     cfg = pretrain_data.PretrainConfig(seq_len=seq_len, reuse_len=seq_len // 2, num_predict=num_predict,
@@ -639,7 +640,7 @@ def train_loop_rows(n_layer: int, d_model: int, batch: int, seq_len: int, num_pr
     (compilation) is not counted."""
     from bench.ours import runner_settings
     from run import common_flags, pretrain
-    from tfrecords import pretrain_data
+    from tfrecords.pretrain import writer as pretrain_data
     from xlnet_tf.text.tokenization import XLNetTokenizer
 
     records = pretrain_records(corpus, spiece_model, seq_len, num_predict, batch)
@@ -977,7 +978,8 @@ def main(argv=None):
     began = time.time()
     WORK_DIR = tempfile.mkdtemp(prefix="xlnet_bench_")
     atexit.register(shutil.rmtree, WORK_DIR, True)  # also when a suite fails
-    from tfrecords import corpus, spm
+    from tfrecords.readers import corpus
+    from tfrecords import spm
 
     # a small SentencePiece model of the repository's test corpus (as tests/data_fixtures.tiny_spm)
     spiece_model = spm.train_spm(corpus.expand_globs(os.path.join(REPO, "tests", "data", "corpus", "*.txt")),

@@ -8,8 +8,8 @@ of the working tree's while the reference step is built and traced (callers look
 keeps its identity, only its methods change); then everything is restored and the working tree's step is built.
 Both are `bench/ours.py`'s `TrainerStep` of `production_trainer` (what bench/run.py times).
 
-    python bench/step_ab.py --ref=fc495dc --modules=xlnet_tf/training.py,xlnet_tf/layers/attention.py
-    python bench/step_ab.py --ref=fc495dc --modules=xlnet_tf/training.py --kind=classifier
+    python bench/step_ab.py --ref=fc495dc --modules=xlnet_tf/training/loop.py,xlnet_tf/layers/attention.py
+    python bench/step_ab.py --ref=fc495dc --modules=xlnet_tf/training/loop.py --kind=classifier
 
 Prints each side's median and fastest call and the ratio (reference median / working-tree median: > 1 means
 the working tree is faster), and with --output writes <output>.json and .md naming the CPU.
@@ -52,7 +52,7 @@ def define_flags():
 def module_name(path: str) -> str:
     """`xlnet_tf/layers/attention.py` -> `xlnet_tf.layers.attention` (only files of the library)."""
     if not (path.startswith("xlnet_tf/") and path.endswith(".py")):
-        raise ValueError(f"--modules: {path!r} is not a file under xlnet_tf/ (e.g. xlnet_tf/training.py)")
+        raise ValueError(f"--modules: {path!r} is not a file under xlnet_tf/ (e.g. xlnet_tf/training/loop.py)")
     return path[:-3].replace("/", ".")
 
 

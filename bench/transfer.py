@@ -125,7 +125,7 @@ def define_flags():
     flags.DEFINE_list("objectives", ["plm", "mlm"], "Pretraining objectives.")
     flags.DEFINE_integer("vocab_size", 8000, "SentencePiece vocabulary (must equal the recipe's --n_token).")
     flags.DEFINE_string("pos_data_dir", None, "Brown part-of-speech CoNLL split for the pos_brown task "
-                        "(python tfrecords/brown_pos.py --output_dir=DIR; default: <data_root>/labeled/brown_pos).")
+                        "(python tfrecords/sets/brown_pos.py --output_dir=DIR; default: <data_root>/labeled/brown_pos).")
     flags.DEFINE_enum("selection", "last", ["last", "best_checkpoint"], "How a run is scored on dev: its last "
                       "checkpoint (the flag file's budget, the same for every init), or its best of "
                       "--checkpoints_per_run checkpoints over --steps_multiplier times that budget (the number of "
@@ -134,10 +134,10 @@ def define_flags():
                          lower_bound=1)
     flags.DEFINE_integer("checkpoints_per_run", 8, "--selection=best_checkpoint: checkpoints scored on dev.",
                          lower_bound=1)
-    flags.DEFINE_string("ood_data_dir", None, "The out-of-domain sets' folder (python tfrecords/ood_sets.py "
+    flags.DEFINE_string("ood_data_dir", None, "The out-of-domain sets' folder (python tfrecords/sets/ood.py "
                         "--output_dir=DIR; default: <data_root>/labeled/ood), for the tweets and spam tasks.")
     flags.DEFINE_string("cloze_data_dir", None, "The cloze task's RACE folders for the cloze task (python "
-                        "tfrecords/cloze.py --output_dir=DIR ...; default: <data_root>/labeled/cloze).")
+                        "tfrecords/sets/cloze.py --output_dir=DIR ...; default: <data_root>/labeled/cloze).")
     flags.DEFINE_list("tasks", ["topic", "paraphrase", "mc_wordnet", "squad_v1", "squad_v2"], "Tasks.")
     flags.DEFINE_list("inits", list(INITS), "Initialisations: scratch, mlm, plm, and <mlm|plm>@<step> for the "
                       "pretraining run's checkpoint kept at that step (the transfer-against-pretraining-steps "
@@ -241,7 +241,7 @@ def stage_corpus(work: str, data_root: str) -> str:
 def stage_task_corpus(work: str, task: TransferSet) -> str:
     """--corpus_task: <work_dir>/corpus/<task>_train.txt, the task's train texts in the corpus format (one document
     per row, its text on one line, a blank line between); refused when the corpus folder holds other text."""
-    from tfrecords import tables
+    from tfrecords.readers import tables
     from xlnet_tf import files
 
     data_dir = next((a.split("=", 1)[1] for a in task.data_args if a.startswith("--data_dir=")), None)
@@ -267,7 +267,8 @@ def stage_task_corpus(work: str, task: TransferSet) -> str:
 def stage_spm(work: str, vocab_size: int) -> str:
     model = os.path.join(work, "spiece.model")
     if not os.path.exists(model):
-        from tfrecords import corpus, spm
+        from tfrecords.readers import corpus
+        from tfrecords import spm
 
         spm.train_spm(corpus.expand_globs(os.path.join(work, "corpus", "*.txt")), os.path.join(work, "spiece"),
                       vocab_size=vocab_size, num_threads=2)
@@ -276,7 +277,7 @@ def stage_spm(work: str, vocab_size: int) -> str:
 
 
 def stage_records(work: str, data_root: str, recipe: Dict[str, str], objective: str, num_processes: int):
-    from tfrecords import pretrain_data
+    from tfrecords.pretrain import writer as pretrain_data
 
     common = dict(seq_len=int(recipe["seq_len"]), reuse_len=int(recipe["reuse_len"]),
                   num_predict=int(recipe["num_predict"]), perm_size=int(recipe["perm_size"]),
@@ -315,7 +316,7 @@ def init_checkpoint(work: str, init: str) -> Optional[str]:
         return None
     if step is None:
         return os.path.join(pretrained_dir(work, objective), "final")
-    from xlnet_tf import pretrain_info
+    from xlnet_tf.artifacts import pretrain_info
 
     return os.path.join(pretrained_dir(work, objective), pretrain_info.KEPT_DIR, f"ckpt-{step}")
 
@@ -329,7 +330,7 @@ def init_checkpoint_prefix(work: str, init: str) -> Optional[str]:
 
 
 def pretraining_done(work: str, objective: str, train_steps: int) -> bool:
-    from xlnet_tf import results
+    from xlnet_tf.artifacts import results
 
     final = os.path.join(pretrained_dir(work, objective), "final", "xlnet_model.ckpt.index")
     recorded = results.load(pretrained_dir(work, objective))
@@ -386,7 +387,7 @@ def read_score(path: str, task: TransferSet) -> Optional[Dict[str, float]]:
     None for a run that has not finished: no dev evaluation of its final step (`final_step`). The runner scores
     the checkpoints in order and records each at once, so a run killed while scoring them has some, and its best
     so far must not stand for the run's."""
-    from xlnet_tf import results
+    from xlnet_tf.artifacts import results
 
     recorded = results.load(path)
     if recorded is None:
@@ -488,7 +489,7 @@ def most_frequent_tag(pos_dir: str) -> Dict[str, float]:
     frequent tag overall for words never seen in training), on dev and test: what a tagger must beat."""
     import collections
 
-    from tfrecords import conll
+    from tfrecords.readers import conll
 
     by_word, overall = collections.defaultdict(collections.Counter), collections.Counter()
     for sentence in conll.read_conll(os.path.join(pos_dir, "train.txt")):
@@ -537,11 +538,11 @@ def cloze_baseline(cloze_dir: str, corpus: Sequence[str]) -> Dict[str, float]:
 
 
 def cloze_zero_shot(work: str, init: str, cloze_dir: str) -> Optional[Dict[str, float]]:
-    """The pretrained `init`'s zero-shot cloze accuracy (percent; xlnet_tf/blank_scoring.py: its own probability
+    """The pretrained `init`'s zero-shot cloze accuracy (percent; bench/blank_scoring.py: its own probability
     of each candidate in the blank) on dev ("accuracy") and test ("test_accuracy"); None without the model.
     Kept in <work>/zero_shot_cloze_<init>.json, keyed by the model's checkpoint and the cloze set's info."""
     from bench import cloze_baselines
-    from tfrecords import cloze
+    from tfrecords.sets import cloze
     from xlnet_tf import files
 
     checkpoint = init_checkpoint(work, init)
@@ -726,7 +727,7 @@ def launch_code(out: str) -> Optional[str]:
 def keep_in_ledger(work: str, task: TransferSet, init: str, lr: str, seed: str, weights: Optional[str] = None
                    ) -> None:
     """Save a finished run of this work_dir (its eval_results.json) in the ledger, with the code it ran."""
-    from xlnet_tf import results
+    from xlnet_tf.artifacts import results
 
     path = ledger_path()
     out = run_dir(work, task.name, init, lr, seed)
@@ -747,7 +748,8 @@ def sync_ledger(work: str, task_map: Dict[str, TransferSet]) -> None:
     restored when all of the ledger's runs of that init were made from one pretrained checkpoint, whose SHA-256
     then stands for the model's (the rest of the provenance is checked as always); the report says so. Runs of
     two different checkpoints are not restored without the model, which tells which one is meant."""
-    from xlnet_tf import files, results
+    from xlnet_tf import files
+    from xlnet_tf.artifacts import results
 
     path = ledger_path()
     if path is None:
@@ -989,7 +991,7 @@ def carried_grids(path: str, recipe: Dict[str, str], curves: Dict,
 
 
 def pretrain_curves(work: str) -> Dict:
-    from xlnet_tf import results
+    from xlnet_tf.artifacts import results
 
     curves = {}
     for objective in FLAGS.objectives:
@@ -1001,7 +1003,7 @@ def pretrain_curves(work: str) -> Dict:
 
 
 def unigram(work: str, objective: str, vocab_size: int) -> Optional[float]:
-    from tfrecords import pretrain_data
+    from tfrecords.pretrain import writer as pretrain_data
 
     train, heldout = os.path.join(work, f"{objective}_train"), os.path.join(work, f"{objective}_heldout")
     if not os.path.exists(os.path.join(heldout, "manifest.json")):
@@ -1125,7 +1127,7 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
                       "on the test split."]
     zero_shot = [row for row in rows if any(f"{i}_zero_shot" in row for i in INITS)]
     if zero_shot:
-        lines += ["", "Zero-shot, no fine-tuning (xlnet_tf/blank_scoring.py: the pretrained LM's own probability of "
+        lines += ["", "Zero-shot, no fine-tuning (bench/blank_scoring.py: the pretrained LM's own probability of "
                       "each candidate in the blank, both sides of it visible):", "",
                   "| task | metric | MLM | PLM |", "|---|---|---|---|"]
         for row in zero_shot:

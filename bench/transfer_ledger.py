@@ -19,7 +19,7 @@ File (`<results_prefix>_runs.json`, schema `SCHEMA` version `VERSION`):
                                                             run's processes started>",
                                                    "machine": {...}, "saved": "<UTC time>"}}}
 
-`eval_results` is the run's eval_results.json as saved (xlnet_tf/results.py): its `best` of the test split is test's
+`eval_results` is the run's eval_results.json as saved (xlnet_tf/artifacts/results.py): its `best` of the test split is test's
 own best over the checkpoints (an oracle); the dev-chosen step and the test score there are its `selected` (from
 version 3; derived when an older entry is read with `results.EvalResults.from_dict`), which is what the report uses.
 

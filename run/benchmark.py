@@ -77,7 +77,7 @@ def command_for(flagfile: str, output_dir: str, data_root: str, extra: str, quic
 
 
 def summarize(name: str, model_dir: str, wall: float, returncode: int):
-    from xlnet_tf import results
+    from xlnet_tf.artifacts import results
 
     row = {"task": name, "status": "ok" if returncode == 0 else f"failed ({returncode})",
            "wall_s": round(wall, 1)}

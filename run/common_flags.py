@@ -237,7 +237,7 @@ def model_config_from_flags(FLAGS, **runtime) -> XLNetConfig:
 def optimizer_settings(FLAGS):
     """The typed optimizer settings (`optimization.OptimizerSettings`) of the optimizer flags; UserError naming the
     flags when the warm-up would not end within the run."""
-    from xlnet_tf.optimization import OptimizerSettings
+    from xlnet_tf.training.optimization import OptimizerSettings
 
     if FLAGS.warmup_steps > FLAGS.train_steps:
         raise UserError(f"--warmup_steps={FLAGS.warmup_steps} exceeds --train_steps={FLAGS.train_steps}: the warm-up "
@@ -253,7 +253,7 @@ def optimizer_settings(FLAGS):
 def loop_config(FLAGS, seq_len: int):
     """The typed loop settings (`training.TrainLoopConfig`) of the loop flags; `seq_len`: tokens per example
     (for tokens/s in the progress lines)."""
-    from xlnet_tf.training import TrainLoopConfig
+    from xlnet_tf.training.loop import TrainLoopConfig
 
     return TrainLoopConfig(
         model_dir=FLAGS.model_dir, train_steps=FLAGS.train_steps, steps_per_loop=FLAGS.steps_per_loop,
@@ -264,13 +264,13 @@ def loop_config(FLAGS, seq_len: int):
 
 
 def dtype_policy(FLAGS) -> str:
-    from xlnet_tf import training
+    from xlnet_tf.training import loop as training
 
     return training.dtype_policy(FLAGS.mixed_precision)
 
 
 def micro_batch_size(FLAGS, num_replicas: int) -> int:
     """Global micro-batch (`--train_batch_size / --gradient_accumulation_steps`), checked to split evenly."""
-    from xlnet_tf import training
+    from xlnet_tf.training import loop as training
 
     return training.micro_batch_size(FLAGS.train_batch_size, FLAGS.gradient_accumulation_steps, num_replicas)

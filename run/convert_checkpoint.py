@@ -9,7 +9,7 @@
 The other way (`--to_hf`): a model of ours (a fine-tuning run's --model_dir, its latest checkpoint with its
 export_info.json; or a pretraining run's model_dir or final/) becomes `config.json` + `model.safetensors` (+ the
 run's `spiece.model`) that transformers' XLNet class for its head loads and that computes what ours computes
-(xlnet_tf/hf_export.py says which class, and refuses what transformers cannot compute before writing).
+(xlnet_tf/serving/hf_export.py says which class, and refuses what transformers cannot compute before writing).
 
 Writes `<output_dir>/xlnet_model.ckpt.*` (the original release's variable layout, validated against the
 config: every backbone variable present with its shape, head scopes carried over, optimizer slots
@@ -44,7 +44,8 @@ def define_flags(fv: flags.FlagValues = FLAGS):
 
 def convert(output_dir, original_checkpoint=None, config=None, hf_safetensors=None, hf_config=None):
     """Library entry point of the CLI; returns the summary of `checkpoints.convert_checkpoint`."""
-    from xlnet_tf import checkpoints, pretrain_info
+    from xlnet_tf import checkpoints
+    from xlnet_tf.artifacts import pretrain_info
     from xlnet_tf.config import XLNetConfig
 
     from xlnet_tf.errors import UserError
@@ -112,7 +113,9 @@ def check_output_dir(output_dir: str) -> None:
 def to_hf(checkpoint: str, output_dir: str, spiece_model=None) -> str:
     """Library entry point of `--to_hf`; returns `output_dir`. Everything is read and checked (the model built
     and loaded, the names mapped, what transformers cannot compute refused) before the folder is written."""
-    from xlnet_tf import export_info, files, hf_export
+    from xlnet_tf.artifacts import export_info
+    from xlnet_tf import files
+    from xlnet_tf.serving import hf_export
     from xlnet_tf.errors import UserError
 
     if not checkpoint or not output_dir:
@@ -128,7 +131,8 @@ def to_hf(checkpoint: str, output_dir: str, spiece_model=None) -> str:
     directory = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
     recorded = export_info.read_optional(directory)
     if recorded is not None:  # a fine-tuning run: its task model, as the SavedModel exporter builds it
-        from xlnet_tf import checkpoints, finetuning
+        from xlnet_tf import checkpoints
+        from xlnet_tf.training import finetuning
         from xlnet_tf.config import XLNetConfig
         from xlnet_tf.models import model_from_export_info
 

@@ -3,7 +3,7 @@
   python run/evaluate_lm.py --checkpoint=demo_output/model/final --spiece_model=demo_output/spiece.model \
       --input_glob=data/demo/heldout.txt --seg_len=64 --mem_len=256 --output_json=lm_eval.json
 
-Reads the text as one token stream (documents joined by <eod>), segment by segment (xlnet_tf/lm_eval.py):
+Reads the text as one token stream (documents joined by <eod>), segment by segment (xlnet_tf/inference/lm_eval.py):
 with memories of the last `--mem_len` tokens (Transformer-XL's cached evaluation; may exceed the training
 mem_len) and without (each segment alone). Reports perplexity per token and bits per character of both on
 the same tokens.
@@ -48,9 +48,9 @@ def define_flags(fv: flags.FlagValues = FLAGS):
 
 def read_inputs(input_glob: str, tokenizer, skip_invalid_utf8: bool = False):
     """(files, token ids, lines skipped for invalid UTF-8) of `--input_glob`; every bad file is a UserError
-    naming it (tfrecords.corpus.read_text_file)."""
-    from tfrecords import corpus
-    from xlnet_tf import lm_eval
+    naming it (tfrecords.readers.corpus.read_text_file)."""
+    from tfrecords.readers import corpus
+    from xlnet_tf.inference import lm_eval
     from xlnet_tf.text.tokenization import EOD_ID
 
     source = f"--input_glob={input_glob}"
@@ -71,77 +71,15 @@ def read_inputs(input_glob: str, tokenizer, skip_invalid_utf8: bool = False):
     return files, ids, skipped
 
 
-def check_checkpoint(checkpoint: str, spiece_model: str, tokenizer_sha256: str, spiece_flag: str = "--spiece_model",
-                     objectives=("plm",)):
-    """The facts of `--checkpoint` (xlnet_tf.pretrain_info; None when it records none), after refusing what is not
-    a pretrained left-to-right-readable LM: a fine-tuning model_dir, weights without the LM head, another
-    SentencePiece model, a masked-LM (MLM) model (unless `objectives` admits 'mlm': the blank scorer reads an MLM
-    model's masks with the content stream)."""
-    from xlnet_tf import checkpoints, export_info, pretrain_info
-    from xlnet_tf.checkpoints import resolve_weights
-
-    where = f"--checkpoint={checkpoint}"
-    if not os.path.exists(checkpoint) and not os.path.exists(checkpoint + ".index"):
-        raise common_flags.UserError(f"{where} does not exist")
-    directory = checkpoint if os.path.isdir(checkpoint) else os.path.dirname(checkpoint)
-    finetuned = export_info.read_optional(directory)
-    if finetuned is not None:
-        raise common_flags.UserError(
-            f"{where} is a fine-tuning model_dir (export_info.json: task {finetuned.task!r}): its weights have no "
-            "trained LM head; give a pretraining run's model_dir/final, the original release or a Hugging Face "
-            "XLNetLMHeadModel's model.safetensors")
-    info = pretrain_info.check_final(checkpoint, spiece_sha256=tokenizer_sha256, need_heads=(pretrain_info.LM_HEAD,),
-                                     spiece_flag=f"{spiece_flag}={spiece_model}")
-    if info is not None and info.objective not in objectives:
-        raise common_flags.UserError(
-            f"{where} was pretrained with objective {info.objective!r} (pretrained_model.json): a masked LM never "
-            "trained the query stream this left-to-right reading predicts with; evaluate a 'plm' model")
-    heads = checkpoints.head_scopes(checkpoints.variable_names(resolve_weights(checkpoint)))
-    if pretrain_info.LM_HEAD not in heads:
-        raise common_flags.UserError(
-            f"{where} holds no LM head (no model/lm_loss/bias; its heads: {heads or 'none'}): it is not a "
-            "pretrained language model; give a pretraining run's model_dir/final, the original release or a "
-            "Hugging Face XLNetLMHeadModel's model.safetensors")
-    return info
-
-
-def lm_tokenizer(checkpoint: str, spiece_model: str, spiece_flag: str = "--spiece_model", objectives=("plm",)):
-    """`(tokenizer, facts)` of a pretrained LM (`check_checkpoint`'s refusals first): the tokenizer normalizes as
-    the model's records were (a run's facts; the release's default otherwise)."""
-    from xlnet_tf.text.tokenization import XLNetTokenizer, file_sha256
-
-    info = check_checkpoint(checkpoint, spiece_model, file_sha256(spiece_model), spiece_flag, objectives)
-    tokenizer = XLNetTokenizer(spiece_model, uncased=info.text.uncased if info else False,
-                               keep_accents=info.text.keep_accents if info else False)
-    return tokenizer, info
-
-
-def load_lm(checkpoint: str, model_config_path, tokenizer, spiece_model: str, mem_len=None,
-            spiece_flag: str = "--spiece_model", objective: str = "plm"):
-    """The `XLNetPretrainer` (LM head required) of `checkpoint`, read left to right: memories of `mem_len` (None: the
-    caller keeps its own buffer), no pretraining layouts (bi_data is the second half of the rows read backward,
-    same_length a pretraining mask), no dropout; refuses a SentencePiece model of another vocabulary size."""
-    from xlnet_tf.models import XLNetPretrainer
-
-    model = XLNetPretrainer.from_checkpoint(
-        checkpoint, config=model_config_path, require_heads=True, objective=objective,
-        config_overrides={"mem_len": mem_len, "reuse_len": None, "bi_data": False, "same_length": False,
-                          "dropout": 0.0, "dropatt": 0.0})
-    if model.config.n_token != tokenizer.vocab_size:
-        raise common_flags.UserError(f"{spiece_flag}={spiece_model} has {tokenizer.vocab_size} pieces but the "
-                                     f"model n_token={model.config.n_token}: give the model's own SentencePiece model")
-    return model
-
-
 def run():
-    from xlnet_tf import lm_eval
+    from xlnet_tf.inference import lm_eval, pretrained_lm
     from xlnet_tf import files as files_lib
 
     common_flags.require(FLAGS, "checkpoint", "spiece_model", "input_glob")
     common_flags.check_output_file("output_json", FLAGS.output_json)
     if not os.path.isfile(FLAGS.spiece_model):
         raise common_flags.UserError(f"--spiece_model={FLAGS.spiece_model} does not exist")
-    tokenizer, _ = lm_tokenizer(FLAGS.checkpoint, FLAGS.spiece_model)
+    tokenizer, _ = pretrained_lm.lm_tokenizer(FLAGS.checkpoint, FLAGS.spiece_model)
     files, ids, skipped = read_inputs(FLAGS.input_glob, tokenizer, FLAGS.skip_invalid_utf8)
     stream_tokens = len(ids)
     if FLAGS.max_tokens:
@@ -153,7 +91,7 @@ def run():
             f"--input_glob={FLAGS.input_glob} gives {len(ids)} tokens{limit}, fewer than one segment of "
             f"--seg_len={FLAGS.seg_len} for each of --batch_size={FLAGS.batch_size} rows ({needed}): give more text "
             "or a smaller --seg_len / --batch_size")
-    model = load_lm(FLAGS.checkpoint, FLAGS.model_config_path, tokenizer, FLAGS.spiece_model, FLAGS.mem_len)
+    model = pretrained_lm.load_lm(FLAGS.checkpoint, FLAGS.model_config_path, tokenizer, FLAGS.spiece_model, FLAGS.mem_len)
     report = lm_eval.compare(model, ids, FLAGS.seg_len, tokenizer, batch_size=FLAGS.batch_size)
     report.update(checkpoint=FLAGS.checkpoint, files=files, seg_len=FLAGS.seg_len, mem_len=FLAGS.mem_len,
                   batch_size=FLAGS.batch_size, stream_tokens=len(ids), skipped_invalid_utf8_lines=skipped)

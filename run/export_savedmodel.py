@@ -8,12 +8,12 @@
 
 `--task=lm` exports a pretrained permutation-LM (a pretraining run's final/, the original release, a Hugging Face
 XLNetLMHeadModel) with `generate` (= `serving_default`: raw prompts in, continuations out, every decoding value
-a request input within the `--export_max_*` bounds checked in the graph) and `features` (xlnet_tf/serving_lm.py).
+a request input within the `--export_max_*` bounds checked in the graph) and `features` (xlnet_tf/serving/lm.py).
 
 Writes `<export_dir>/<version>/` with the signatures `serving_default` (raw UTF-8 strings, tokenized
 in-graph with the SentencePiece model embedded in the SavedModel), `from_ids`, `features` (per-token states and
 the pooled summary) and, for a tagger, `from_words` (pre-split words), plus
-`assets.extra/tf_serving_warmup_requests` (see xlnet_tf/serving.py for every signature). The task, labels,
+`assets.extra/tf_serving_warmup_requests` (see xlnet_tf/serving/export.py for every signature). The task, labels,
 lengths, a tagger's `doc_stride` and the SentencePiece model come from `<model_dir>/export_info.json`, written by
 the fine-tuning runners; flags override them. A tagger's request may take at most `--export_max_windows`
 windows per sentence.
@@ -45,7 +45,7 @@ def define_flags(fv: flags.FlagValues = FLAGS):
     d.string("export_spiece_model", None, "SentencePiece model (default: export_info.json's).")
     d.integer("export_max_seq_length", None, "Maximum length (default: export_info.json's).", lower_bound=3)
     d.integer("export_max_windows", None, "Tagging: the most windows of max_seq_length tokens one sentence of a "
-              "request may take (a longer one is refused; default xlnet_tf.serving.DEFAULT_MAX_WINDOWS).",
+              "request may take (a longer one is refused; default xlnet_tf.serving.export.DEFAULT_MAX_WINDOWS).",
               lower_bound=1)
     define_lm_flags(fv)
 
@@ -61,7 +61,7 @@ def define_lm_flags(fv: flags.FlagValues = FLAGS):
     d.integer("export_max_top_k", 100, "--task=lm: the largest top_k a request may ask.", lower_bound=1)
     d.integer("export_max_batch_size", 16, "--task=lm: the most prompts of one generate request.", lower_bound=1)
     d.enum("export_layout", "causal", ["causal", "bidirectional_prompt"], "--task=lm: how the prompt's tokens see "
-           "each other (xlnet_tf/generation.py).")
+           "each other (xlnet_tf/inference/generation.py).")
     d.list("export_stop_ids", ["7"], "--task=lm: token ids that end a continuation (default <eod>).")
 
 
@@ -78,9 +78,10 @@ def export_lm(checkpoint, export_dir, version=1, spiece_model=None, model_config
         raise UserError(f"--export_spiece_model={spiece_model} does not exist: give the model's SentencePiece model")
     import numpy as np
 
-    from run.evaluate_lm import lm_tokenizer, load_lm
-    from xlnet_tf import generation, serving
-    from xlnet_tf.serving_lm import GenerationBounds
+    from xlnet_tf.inference.pretrained_lm import lm_tokenizer, load_lm
+    from xlnet_tf.inference import generation
+    from xlnet_tf.serving import export as serving
+    from xlnet_tf.serving.lm import GenerationBounds
 
     tokenizer, info = lm_tokenizer(checkpoint, spiece_model, spiece_flag="--export_spiece_model")
     try:
@@ -115,7 +116,7 @@ def check_destination(export_dir: str, version: int) -> None:
 def check_spiece_model(spiece_model: str, info, weights: str) -> None:
     """The SentencePiece model served with must be the one the weights were trained with: the checksum in
     export_info.json (fine-tuning) or in a pretraining run's facts (`pretrain_info`)."""
-    from xlnet_tf import pretrain_info
+    from xlnet_tf.artifacts import pretrain_info
     from xlnet_tf.text.tokenization import file_sha256
 
     sha = file_sha256(spiece_model)
@@ -131,7 +132,8 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
                           max_seq_length=None, max_windows=None, extra_files=None):
     """Library entry point of the CLI; returns the export path. The flags are checked before TensorFlow and the
     model code are imported."""
-    from xlnet_tf import export_info, files
+    from xlnet_tf.artifacts import export_info
+    from xlnet_tf import files
     from xlnet_tf.artifacts.text_settings import TextSettings
 
     check_destination(export_dir, version)
@@ -152,7 +154,9 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
         raise UserError("--export_max_seq_length is required (no export_info.json)")
     import numpy as np
 
-    from xlnet_tf import checkpoints, finetuning, serving
+    from xlnet_tf import checkpoints
+    from xlnet_tf.training import finetuning
+    from xlnet_tf.serving import export as serving
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import model_from_export_info
 

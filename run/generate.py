@@ -1,4 +1,4 @@
-"""Continue prompts with a pretrained XLNet (xlnet_tf/generation.py), one JSON line per prompt.
+"""Continue prompts with a pretrained XLNet (xlnet_tf/inference/generation.py), one JSON line per prompt.
 
   python run/generate.py --checkpoint=demo_output/model/final --spiece_model=demo_output/spiece.model \
       --prompt="The history of the valley" --prompt="In the spring" --max_new_tokens=40 \
@@ -24,7 +24,7 @@ from absl import flags
 from run import common_flags
 
 FLAGS = flags.FlagValues()
-# xlnet_tf.generation.LAYOUTS (tests/test_generation.py checks), not imported: that loads TensorFlow, and a bad
+# xlnet_tf.inference.generation.LAYOUTS (tests/test_generation.py checks), not imported: that loads TensorFlow, and a bad
 # flag is reported before it is
 LAYOUTS = ("causal", "bidirectional_prompt")
 
@@ -63,7 +63,7 @@ def read_prompts():
     """The prompts of --prompt and --prompts_file, in that order; a UserError when there are none."""
     prompts = list(FLAGS.prompt)
     if FLAGS.prompts_file:
-        from tfrecords import corpus
+        from tfrecords.readers import corpus
 
         if not os.path.isfile(FLAGS.prompts_file):
             raise common_flags.UserError(f"--prompts_file={FLAGS.prompts_file} does not exist")
@@ -80,7 +80,7 @@ def read_prompts():
 def settings_from_flags():
     """`GenerationSettings` of the decoding flags; a bad value is a UserError naming the flag."""
     from xlnet_tf.errors import UserError
-    from xlnet_tf.generation import GenerationSettings
+    from xlnet_tf.inference.generation import GenerationSettings
 
     try:
         stop_ids = tuple(int(i) for i in FLAGS.stop_ids)
@@ -97,9 +97,9 @@ def settings_from_flags():
 
 
 def run():
-    from run.evaluate_lm import lm_tokenizer, load_lm
+    from xlnet_tf.inference.pretrained_lm import lm_tokenizer, load_lm
     from xlnet_tf import files as files_lib
-    from xlnet_tf import generation
+    from xlnet_tf.inference import generation
 
     common_flags.require(FLAGS, "checkpoint", "spiece_model")
     common_flags.check_output_file("output", FLAGS.output)

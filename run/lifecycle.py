@@ -22,7 +22,7 @@ Write (only now, every check passed):
    writes the config and export info and removes stale `ckpt-*_temp`.
 6. `--do_train`: the Trainer (resumes from the model_dir's latest checkpoint; appends train_history.json).
 7. `--do_eval`: the latest (or every) checkpoint on `eval_split`, each evaluation appended to
-   eval_results.json as it is measured (xlnet_tf.results).
+   eval_results.json as it is measured (xlnet_tf.artifacts.results).
 8. `--do_predict`: the predictions file of `predict_split` from the fine-tuned weights (the latest
    checkpoint when not training; an error, not random weights, when there is none and no init checkpoint).
 
@@ -44,7 +44,7 @@ Outputs = Dict[str, Any]  # numpy arrays from finetuning.predict: the model's ou
 class FineTuningJob:
     """One fine-tuning task's definition for the run lifecycle (records -> model_dir -> train -> eval ->
     predict): which records, which Keras task model, which metrics. Subclasses set the class attributes and
-    implement the methods. (The Keras task model itself is `xlnet_tf.task.Task`; the manifest's `task` is the
+    implement the methods. (The Keras task model itself is `xlnet_tf.models.task.Task`; the manifest's `task` is the
     record set's processor, e.g. `mrpc`; export_info's `task` names the task model family.)
 
     Attributes:
@@ -157,8 +157,10 @@ def _run_planned(task: FineTuningJob, plan, config: XLNetConfig, log: Callable[[
 
     from tfrecords import manifest as manifest_lib
     from tfrecords import records as records_lib
-    from xlnet_tf import checkpoints, distribute, finetuning, model_dir, pretrain_info, training
-    from xlnet_tf import results as eval_results
+    from xlnet_tf import checkpoints
+    from xlnet_tf.training import distribute, finetuning, loop as training
+    from xlnet_tf.artifacts import model_dir, pretrain_info
+    from xlnet_tf.artifacts import results as eval_results
 
     s = task.settings
     strategy = distribute.get_strategy(s.strategy, s.tpu, s.num_cpu_replicas)
@@ -211,8 +213,8 @@ def _run_planned(task: FineTuningJob, plan, config: XLNetConfig, log: Callable[[
 
 def _train_evaluate_predict(task: FineTuningJob, strategy, model, micro: int, log: Callable[[str], None]
                             ) -> Dict[str, Any]:
-    from xlnet_tf import finetuning
-    from xlnet_tf import results as eval_results
+    from xlnet_tf.training import finetuning
+    from xlnet_tf.artifacts import results as eval_results
 
     s = task.settings
 
@@ -232,7 +234,7 @@ def _train_evaluate_predict(task: FineTuningJob, strategy, model, micro: int, lo
         trainer.train()
         latest = finetuning.list_checkpoints(s.model_dir)
         if latest:  # what a sidecar evaluator (--mode=continuous_eval) waits for
-            from xlnet_tf import sidecar
+            from xlnet_tf.training import sidecar
 
             sidecar.write_training_done(s.model_dir, finetuning.checkpoint_step(latest[-1]))
 
@@ -282,7 +284,7 @@ def check_pretrained_weights(init_checkpoint: str, text, config: XLNetConfig, re
     the records this run reads (`text`: their TextSettings, read from `records`): the same SentencePiece model,
     casing and accents, and the model's architecture. Weights that record no facts (the original release,
     Hugging Face) are taken as they are."""
-    from xlnet_tf import pretrain_info
+    from xlnet_tf.artifacts import pretrain_info
 
     where = f"the records' SentencePiece model ({records})"
     facts = pretrain_info.check_final(init_checkpoint, spiece_sha256=text.spiece_sha256, spiece_flag=where,

@@ -7,7 +7,7 @@
 The record directory's manifest is validated against these flags (seq_len, reuse_len, num_predict,
 batch size, replicas, SentencePiece model) before anything is built. Resumes from --model_dir, whose
 `pretrain_run.json` keeps the facts of the run (objective, nsp, record layout, records' fingerprint,
-SentencePiece checksum; xlnet_tf/pretrain_info.py): a resume that differs in any of them is refused in one line
+SentencePiece checksum; xlnet_tf/artifacts/pretrain_info.py): a resume that differs in any of them is refused in one line
 listing every difference, before anything is written; `--train_steps`, the optimizer and schedule flags and the
 record directory's path (same fingerprint) may change. The final weights go to `<model_dir>/final/`
 (`xlnet_model.ckpt`, `xlnet_config.json`, and `pretrained_model.json`: the SentencePiece checksum, objective,
@@ -60,8 +60,10 @@ def run():
     import tensorflow as tf
 
     from tfrecords import manifest as manifest_lib
-    from tfrecords import pretrain_data
-    from xlnet_tf import checkpoints, distribute, model_dir, pretrain_info, results, training
+    from tfrecords.pretrain import writer as pretrain_data
+    from xlnet_tf import checkpoints
+    from xlnet_tf.training import distribute, loop as training
+    from xlnet_tf.artifacts import model_dir, pretrain_info, results
     from xlnet_tf.models import XLNetPretrainer
 
     if FLAGS.mode == "continuous_eval":
@@ -158,7 +160,7 @@ def run():
     eval_results = results.load(FLAGS.model_dir).evaluations if eval_dir[0] else []
     if not trainer.chief:
         return {"history": history, "eval": [], "final_checkpoint": None, "unigram_baseline": None}
-    from xlnet_tf import sidecar
+    from xlnet_tf.training import sidecar
 
     sidecar.write_training_done(FLAGS.model_dir, int(trainer.global_step.numpy()))  # what a sidecar evaluator waits for
     final_dir = os.path.join(FLAGS.model_dir, "final")
@@ -188,8 +190,9 @@ def continuous_eval():
 
     from run import sidecar_eval
     from tfrecords import manifest as manifest_lib
-    from tfrecords import pretrain_data
-    from xlnet_tf import distribute, model_dir, pretrain_info, results, sidecar, training
+    from tfrecords.pretrain import writer as pretrain_data
+    from xlnet_tf.training import distribute, sidecar, loop as training
+    from xlnet_tf.artifacts import model_dir, pretrain_info, results
     from xlnet_tf.artifacts import provenance
     from xlnet_tf.artifacts.text_settings import TextSettings
     from xlnet_tf.models import XLNetPretrainer

@@ -98,7 +98,8 @@ class ClassifierJob(lifecycle.FineTuningJob):
         return (self.settings.task or self.build.task or "").lower()
 
     def plan_records(self):
-        from tfrecords import classifier_data, processors, record_inputs
+        from tfrecords import classifier_data, record_inputs
+        from tfrecords.readers import processors
         from xlnet_tf.text import tokenization
 
         s = self.settings
@@ -130,7 +131,8 @@ class ClassifierJob(lifecycle.FineTuningJob):
         return plan
 
     def write_records(self, splits, log):
-        from tfrecords import classifier_data, processors
+        from tfrecords import classifier_data
+        from tfrecords.readers import processors
 
         s, b = self.settings, self.build
         classifier_data.build_classifier_records(
@@ -169,7 +171,7 @@ class ClassifierJob(lifecycle.FineTuningJob):
                                dtype=dtype)
 
     def metrics(self, split, outputs, model_dir):
-        from xlnet_tf import metrics
+        from xlnet_tf.metrics import classification as metrics
 
         labels, weights = outputs["label"], outputs["is_real_example"]
         if self.build.is_regression:
@@ -185,7 +187,7 @@ class ClassifierJob(lifecycle.FineTuningJob):
         import numpy as np
 
         from tfrecords import classifier_data
-        from xlnet_tf import finetuning
+        from xlnet_tf.training import finetuning
 
         labels = self.build.label_list
         path = os.path.join(model_dir, f"predict_{split}.tsv")

@@ -155,7 +155,7 @@ class SquadJob(lifecycle.FineTuningJob):
     def metrics(self, split, outputs, model_dir):
         from tfrecords import manifest as manifest_lib
         from tfrecords import squad_data
-        from xlnet_tf import squad_metrics, squad_postprocess
+        from xlnet_tf.metrics import squad as squad_metrics, squad_postprocess
 
         s, v2 = self.settings, self.v2
         if not v2:  # a v1.1 model has no answer class: null odds are irrelevant

@@ -26,7 +26,7 @@ FLAGS = flags.FlagValues()
 
 
 def define_flags(fv: flags.FlagValues = FLAGS):
-    from xlnet_tf import tagging_metrics
+    from xlnet_tf.metrics import tagging as tagging_metrics
 
     d = common_flags.Definer(fv)
     common_flags.define_strategy_flags(fv)
@@ -98,7 +98,7 @@ class TaggerJob(lifecycle.FineTuningJob):
             keep_accents=b.text.keep_accents, eval_batch_size=s.eval_batch_size, seed=s.seed, log=log)
 
     def check_plan(self):
-        from xlnet_tf import tagging_metrics
+        from xlnet_tf.metrics import tagging as tagging_metrics
 
         s = self.settings
         if (s.do_eval or s.mode == "continuous_eval") and s.metrics == "entities":
@@ -135,7 +135,7 @@ class TaggerJob(lifecycle.FineTuningJob):
 
     def metrics(self, split, outputs, model_dir):
         from tfrecords import tagging_data
-        from xlnet_tf import tagging_metrics
+        from xlnet_tf.metrics import tagging as tagging_metrics
 
         s = self.settings
         sentences = tagging_data.split_sentences(s.record_dir, split)  # read and checked once

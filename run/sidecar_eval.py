@@ -40,8 +40,9 @@ def run(task, plan, config, log: Callable[[str], None]) -> Dict[str, Any]:
 
     from run import export_savedmodel
     from tfrecords import manifest as manifest_lib
-    from xlnet_tf import distribute, finetuning, model_dir, sidecar, training
-    from xlnet_tf import results as eval_results
+    from xlnet_tf.training import distribute, finetuning, sidecar, loop as training
+    from xlnet_tf.artifacts import model_dir
+    from xlnet_tf.artifacts import results as eval_results
 
     s = task.settings
     records = os.path.join(s.record_dir, manifest_lib.MANIFEST_NAME)

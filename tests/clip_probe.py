@@ -20,7 +20,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from xlnet_tf import distribute, training  # noqa: E402
+from xlnet_tf.training import distribute, loop as training
 from xlnet_tf.config import XLNetConfig  # noqa: E402
 from xlnet_tf.models import XLNetPretrainer  # noqa: E402
 

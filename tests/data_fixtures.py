@@ -35,7 +35,8 @@ def tmp_root() -> str:
 @functools.lru_cache(maxsize=None)
 def tiny_spm(uncased: bool = False) -> str:
     """Path of a SentencePiece model trained on the test corpus (cached)."""
-    from tfrecords import corpus, spm
+    from tfrecords.readers import corpus
+    from tfrecords import spm
 
     prefix = os.path.join(_TMP, f"spm_{'uncased' if uncased else 'cased'}", "sp")
     return spm.train_spm(corpus.expand_globs(CORPUS_GLOB), prefix, vocab_size=TINY_VOCAB,
@@ -54,14 +55,14 @@ SMALL = dict(seq_len=64, reuse_len=32, num_predict=10, perm_size=16, global_batc
 
 
 def small_config(**overrides):
-    from tfrecords.pretrain_data import PretrainConfig
+    from tfrecords.pretrain.writer import PretrainConfig
 
     return PretrainConfig(**{**SMALL, **overrides})
 
 
 @functools.lru_cache(maxsize=None)
 def _built(items: tuple, num_processes: int) -> str:
-    from tfrecords import pretrain_data
+    from tfrecords.pretrain import writer as pretrain_data
 
     cfg = small_config(**dict(items))
     out = tempfile.mkdtemp(prefix="records_", dir=_TMP)
@@ -107,7 +108,7 @@ class Killed(Exception):
 def killed_after(step: int):
     """Inside, every `training.Trainer.train` raises `Killed` at the end of the host loop that reaches `step` (after
     that loop's checkpoint is saved), as a run killed there would stop; the Trainer is restored on leaving."""
-    from xlnet_tf import training
+    from xlnet_tf.training import loop as training
 
     original_train = training.Trainer.train
 

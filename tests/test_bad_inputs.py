@@ -62,7 +62,7 @@ def pretrained(tmp_path_factory):
 def test_classifier_rerun_with_other_model_settings_fails_and_writes_nothing(classifier_run, tmp_path, flag,
                                                                             field):
     from run import run_classifier
-    from xlnet_tf.model_dir import ModelDirError
+    from xlnet_tf.artifacts.model_dir import ModelDirError
 
     model = tmp_path / "model"
     shutil.copytree(classifier_run / "model", model)
@@ -146,7 +146,7 @@ def test_export_with_another_sentencepiece_model_is_refused_before_building(clas
     ("tfrecords/spm.py", ["--character_coverage=2"], "flag --character_coverage=2: 2.0 is not a number in the range "
                                                      "[0.0, 1.0]"),
     ("tfrecords/inspect_records.py", ["{tmp}/none"], "record directory does not exist: {tmp}/none"),
-    ("tfrecords/brown_genre.py", ["--slice_dev_per_label=0"], "flag --slice_dev_per_label=0: 0 is not a positive integer"),
+    ("tfrecords/sets/brown_genre.py", ["--slice_dev_per_label=0"], "flag --slice_dev_per_label=0: 0 is not a positive integer"),
     ("run/evaluate_lm.py", ["--seg_len=1"], "flag --seg_len=1: 1 is not integer >= 2"),
     ("run/pretrain.py", ["--mem_len=-1"], "flag --mem_len=-1: -1 is not a non-negative integer"),
     ("run/generate.py", ["--padding_text", "true"], "unexpected arguments ['true']: every option is a flag (--name=value)"),
@@ -236,7 +236,7 @@ def _config(**overrides):
     ('{"n_layer": -1}', "n_layer must be a positive integer"),
 ])
 def test_unusable_config_in_model_dir_is_named(tmp_path, content, message):
-    from xlnet_tf import model_dir
+    from xlnet_tf.artifacts import model_dir
 
     (tmp_path / "xlnet_config.json").write_text(content)
     with pytest.raises(model_dir.ModelDirError, match=rf"xlnet_config.json.*{message}|{message}.*"):
@@ -245,20 +245,20 @@ def test_unusable_config_in_model_dir_is_named(tmp_path, content, message):
 
 
 def _race_info(**changes):
-    from xlnet_tf.export_info import ExportInfo
+    from xlnet_tf.artifacts.export_info import ExportInfo
 
     return ExportInfo(**{**dict(task="race", max_seq_length=64, max_qa_length=16, summary_type="last",
                                 use_summ_proj=True, qa_truncation="tail"), **changes})
 
 
 def _classifier_info(**changes):
-    from xlnet_tf.export_info import ExportInfo
+    from xlnet_tf.artifacts.export_info import ExportInfo
 
     return ExportInfo(**{**dict(task="classifier", max_seq_length=64, labels=["a", "b"], num_labels=2,
                                 text_pair=False, summary_type="last", use_summ_proj=True), **changes})
 
 
-_HEADER = '"schema": "xlnet_tf.export_info", "version": 6, '
+_HEADER = '"schema": "xlnet_tf.artifacts.export_info", "version": 6, '
 _TEXT = '"text": {"spiece_sha256": null, "uncased": false, "keep_accents": false}, '
 
 
@@ -269,11 +269,11 @@ _TEXT = '"text": {"spiece_sha256": null, "uncased": false, "keep_accents": false
     ('{' + _HEADER + '"task": "race", "max_seq_length": 64}', "text required"),
     ('{' + _HEADER + '"text": {"uncased": false}, "task": "race", "max_seq_length": 64}',
      "text must hold spiece_sha256, uncased and keep_accents"),
-    ('{"schema": "xlnet_tf.export_info", "version": 9, "task": "race"}',
-     "xlnet_tf.export_info version 9, this code reads version 6 only \\(written by another version\\); re-run the "
+    ('{"schema": "xlnet_tf.artifacts.export_info", "version": 9, "task": "race"}',
+     "xlnet_tf.artifacts.export_info version 9, this code reads version 6 only \\(written by another version\\); re-run the "
      "fine-tuning into a new --model_dir"),
-    ('{"schema": "xlnet_tf.export_info", "version": 5, "task": "race", "max_seq_length": 64, "max_qa_length": 16,'
-     ' "summary_type": "last", "use_summ_proj": true, "uncased": false}', "xlnet_tf.export_info version 5"),
+    ('{"schema": "xlnet_tf.artifacts.export_info", "version": 5, "task": "race", "max_seq_length": 64, "max_qa_length": 16,'
+     ' "summary_type": "last", "use_summ_proj": true, "uncased": false}', "xlnet_tf.artifacts.export_info version 5"),
     ('{"task": "race", "max_seq_length": 64}', "no schema header \\(written by an earlier version or another tool\\)"),
     ('{' + _HEADER + _TEXT + '"task": "race", "max_seq_length": 64, "max_qa_length": 16, "summary_type": "last", '
      '"use_summ_proj": true, "colour": "red"}', r"unknown field\(s\) \['colour'\]"),
@@ -288,7 +288,7 @@ _TEXT = '"text": {"spiece_sha256": null, "uncased": false, "keep_accents": false
      '"use_summ_proj": true, "split_unknown": false}', "split_unknown is for squad models"),
 ])
 def test_export_info_that_breaks_the_schema_is_named(tmp_path, content, message):
-    from xlnet_tf import model_dir
+    from xlnet_tf.artifacts import model_dir
 
     (tmp_path / "export_info.json").write_text(content)
     with pytest.raises(model_dir.ModelDirError, match=f"export_info.json: {message}"):
@@ -297,7 +297,7 @@ def test_export_info_that_breaks_the_schema_is_named(tmp_path, content, message)
 
 
 def test_export_info_reads_back_what_it_wrote_and_compares_the_text_settings_whole(tmp_path):
-    from xlnet_tf import export_info, model_dir
+    from xlnet_tf.artifacts import export_info, model_dir
     from xlnet_tf.artifacts.text_settings import TextSettings
 
     model_dir.prepare(str(tmp_path), None, _race_info())
@@ -309,7 +309,7 @@ def test_export_info_reads_back_what_it_wrote_and_compares_the_text_settings_who
 
 
 def test_unreadable_export_info_is_named(tmp_path):
-    from xlnet_tf import model_dir
+    from xlnet_tf.artifacts import model_dir
 
     (tmp_path / "export_info.json").write_text("{")
     with pytest.raises(model_dir.ModelDirError, match="export_info.json is unreadable"):
@@ -317,7 +317,7 @@ def test_unreadable_export_info_is_named(tmp_path):
 
 
 def test_model_dir_that_is_a_file(tmp_path):
-    from xlnet_tf import model_dir
+    from xlnet_tf.artifacts import model_dir
 
     path = tmp_path / "file"
     path.write_text("x")
@@ -326,7 +326,7 @@ def test_model_dir_that_is_a_file(tmp_path):
 
 
 def test_every_difference_is_listed_at_once(tmp_path):
-    from xlnet_tf import model_dir
+    from xlnet_tf.artifacts import model_dir
     from xlnet_tf.artifacts.text_settings import TextSettings
 
     model_dir.prepare(str(tmp_path), _config(), _classifier_info(labels=["a", "b"]))
@@ -342,7 +342,7 @@ def test_every_difference_is_listed_at_once(tmp_path):
 
 
 def test_stale_checkpoint_saves_are_removed(tmp_path):
-    from xlnet_tf import model_dir
+    from xlnet_tf.artifacts import model_dir
 
     for stale in ("ckpt-300_temp", os.path.join("kept", "ckpt-900_temp")):
         os.makedirs(tmp_path / stale)
@@ -358,7 +358,7 @@ def test_stale_checkpoint_saves_are_removed(tmp_path):
 def test_config_written_by_an_older_version_compares_with_defaults(tmp_path):
     """An xlnet_config.json without the fields added later (the released file's keys only) equals a config
     whose extra fields are the defaults."""
-    from xlnet_tf import model_dir
+    from xlnet_tf.artifacts import model_dir
 
     _config().to_json_file(str(tmp_path / "xlnet_config.json"), original_only=True)
     model_dir.prepare(str(tmp_path), _config())  # no error
@@ -375,7 +375,7 @@ PRETRAIN = ["--n_layer=1", "--d_model=32", "--n_head=2", "--d_head=16", "--d_inn
 
 
 def _pretrain_records():
-    from tfrecords import pretrain_data
+    from tfrecords.pretrain import writer as pretrain_data
 
     out = os.path.join(data_fixtures.tmp_root(), "bad_inputs_pretrain")
     if not os.path.exists(os.path.join(out, "manifest.json")):
@@ -388,7 +388,7 @@ def _pretrain_records():
 
 def test_pretraining_rerun_with_another_model_fails_and_writes_nothing(tmp_path):
     from run import pretrain
-    from xlnet_tf.model_dir import ModelDirError
+    from xlnet_tf.artifacts.model_dir import ModelDirError
 
     records = _pretrain_records()
     _run(pretrain, PRETRAIN + [f"--record_dir={records}", f"--model_dir={tmp_path}/m"])
@@ -426,7 +426,7 @@ def test_pretraining_records_of_another_vocabulary_are_refused(tmp_path):
      '"evaluations": [{"accuracy": 1}]}', r"evaluations\[0\] has no integer 'step'"),
 ])
 def test_unusable_eval_results_are_named(tmp_path, content, message):
-    from xlnet_tf import results
+    from xlnet_tf.artifacts import results
 
     (tmp_path / "eval_results.json").write_text(content)
     with pytest.raises(results.ResultsError, match=message):
@@ -435,7 +435,7 @@ def test_unusable_eval_results_are_named(tmp_path, content, message):
 
 
 def test_results_of_another_task_are_not_mixed(tmp_path):
-    from xlnet_tf import results
+    from xlnet_tf.artifacts import results
 
     results.record(str(tmp_path), "squad", "f1", 5, {"f1": 10.0})
     with pytest.raises(results.ResultsError, match="holds squad results, this run records race"):
@@ -443,7 +443,7 @@ def test_results_of_another_task_are_not_mixed(tmp_path):
 
 
 def test_reserved_metric_names_are_refused(tmp_path):
-    from xlnet_tf import results
+    from xlnet_tf.artifacts import results
 
     with pytest.raises(ValueError, match=r"metric names \['step'\] are reserved"):
         results.record(str(tmp_path), "race", "accuracy", 5, {"step": 3})
@@ -628,7 +628,7 @@ def test_an_empty_split_is_an_error_and_never_cached(tmp_path):
 
 
 def test_pretraining_fingerprint_covers_file_content_not_size(tmp_path):
-    from tfrecords import pretrain_data
+    from tfrecords.pretrain import writer as pretrain_data
 
     a, b = tmp_path / "a.txt", tmp_path / "b.txt"
     a.write_text("The cat sat on the mat.\nIt was warm.\n\nA new document.\n", encoding="utf-8")
@@ -640,7 +640,7 @@ def test_pretraining_fingerprint_covers_file_content_not_size(tmp_path):
 
 
 def test_changed_pretraining_corpus_is_refused_naming_the_directory(tmp_path):
-    from tfrecords import pretrain_data
+    from tfrecords.pretrain import writer as pretrain_data
 
     corpus = tmp_path / "corpus.txt"
     shutil.copy(os.path.join(data_fixtures.CORPUS_DIR, sorted(os.listdir(data_fixtures.CORPUS_DIR))[0]), corpus)
@@ -724,7 +724,8 @@ def test_a_vocabulary_too_large_for_the_corpus_says_the_largest_size(tmp_path):
 
 
 def test_a_tsv_row_with_an_extra_field_names_file_and_line(tmp_path):
-    from tfrecords import classifier_data, processors
+    from tfrecords import classifier_data
+    from tfrecords.readers import processors
 
     data = _tiny_task(str(tmp_path / "task"), ["History\tOne.", "History\tTwo\twith a tab inside."])
     with pytest.raises(classifier_data.DataError, match=r"dev.tsv:3: 3 fields but the header has 2"):

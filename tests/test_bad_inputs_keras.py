@@ -67,7 +67,7 @@ def _text_classifier(**kwargs):
 def _long_document_run(model_dir, document_summary, summary_type, keep_accents=False):
     """A runner's model_dir of a `--max_segments=3 --mem_len=32` classifier, as the runners write it:
     xlnet_config.json, export_info.json and an object-based checkpoint `ckpt-5`. Returns the model saved."""
-    from xlnet_tf.export_info import ExportInfo
+    from xlnet_tf.artifacts.export_info import ExportInfo
 
     # weights of a wider spread than a fresh 0.02 init, as trained ones: attention that reads its context
     # (at 0.02 the whole text moves the logits by ~1e-5, at 0.3 by ~0.5 of ~1.5)
@@ -92,7 +92,7 @@ def _long_document_run(model_dir, document_summary, summary_type, keep_accents=F
 def _record_features(texts, max_segments, keep_accents=False):
     """The record builder's features for `texts` (tfrecords/classifier_data.py), `[N, S, 16]` or `[N, 16]`."""
     from tfrecords import classifier_data as cd
-    from tfrecords.processors import InputExample
+    from tfrecords.readers.processors import InputExample
     from xlnet_tf.text.tokenization import XLNetTokenizer
 
     examples = [InputExample(str(k), t, None, None) for k, t in enumerate(texts)]

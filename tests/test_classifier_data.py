@@ -11,7 +11,7 @@ import pytest
 from tests import data_fixtures as F
 from tfrecords import classifier_data as cd
 from tfrecords import manifest as manifest_lib
-from tfrecords import processors
+from tfrecords.readers import processors
 from xlnet_tf.text.tokenization import CLS_ID, SEP_ID, XLNetTokenizer
 
 GLUE = os.path.join(F.DATA_DIR, "glue")

@@ -1,4 +1,4 @@
-"""The cloze task (tfrecords/cloze.py): questions, splits by document, the shipped slice, baselines, CLI."""
+"""The cloze task (tfrecords/sets/cloze.py): questions, splits by document, the shipped slice, baselines, CLI."""
 
 import json
 import os
@@ -10,7 +10,7 @@ import pytest
 
 from bench import cloze_baselines as cb
 from tests import data_fixtures as F
-from tfrecords import cloze
+from tfrecords.sets import cloze
 from tfrecords import race_data as rd
 
 SLICE = os.path.join(F.REPO_ROOT, "data", "finetune", "cloze")
@@ -150,7 +150,7 @@ def test_baselines_share_tie_credit_and_score_the_slice(tmp_path):
 
 def test_cli_names_missing_flag_and_bad_corpus_item(tmp_path):
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1")
-    base = [sys.executable, "-m", "tfrecords.cloze", f"--output_dir={tmp_path}/o",
+    base = [sys.executable, "-m", "tfrecords.sets.cloze", f"--output_dir={tmp_path}/o",
             f"--lexicon_conll={POS_SLICE}/train.txt", f"--heldout_corpus={tmp_path}/h.txt",
             f"--heldout_docs={tmp_path}/d.tsv"]
     for extra, pattern in (([], "--train_corpus is required"),

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from tests import data_fixtures
-from tfrecords import pretrain_data
+from tfrecords.pretrain import writer as pretrain_data
 
 REPO = data_fixtures.REPO_ROOT
 FLAGS = ["--n_layer=2", "--d_model=32", "--n_head=2", "--d_head=16", "--d_inner=64",

@@ -72,7 +72,7 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, rng):
     """k micro-batches == one k-times batch, with the step in plain graph mode and as one XLA cluster
     (jit_compile on one replica compiles loss, gradients, clipping and AdamW together), and with every layer
     rematerialized (--remat) in that XLA step."""
-    from xlnet_tf import distribute, finetuning, optimization, training
+    from xlnet_tf.training import distribute, finetuning, optimization, loop as training
 
     features = {"input_ids": rng.randint(0, 50, (8, 10)).astype(np.int32),
                 "segment_ids": np.zeros((8, 10), np.int32), "attention_mask": np.ones((8, 10), np.float32),
@@ -182,7 +182,7 @@ def test_runner_refuses_to_do_nothing_and_missing_records(tmp_path):
 def _first_sentence_baseline(path, v2):
     import re
 
-    from xlnet_tf import squad_metrics
+    from xlnet_tf.metrics import squad as squad_metrics
 
     dataset = json.load(open(path, encoding="utf-8"))
     preds = {q["id"]: re.split(r"(?<=\.)\s", p["context"], maxsplit=1)[0]
@@ -249,7 +249,7 @@ def test_race_runner_beats_chance_on_mc_wordnet(tmp_path):
 
 
 def test_race_metrics_per_level():
-    from run.run_race import race_metrics
+    from xlnet_tf.metrics.race import race_metrics
 
     labels = np.array([0, 1, 2, 3, 0, 1])
     logits = np.eye(4)[[0, 1, 0, 0, 0, 2]]

@@ -1,4 +1,4 @@
-"""Generation with memories (xlnet_tf/generation.py, run/generate.py) on tiny random models: the one-position cached
+"""Generation with memories (xlnet_tf/inference/generation.py, run/generate.py) on tiny random models: the one-position cached
 step equals recomputing the prefix, teacher forcing scores as lm_eval, the first token as Hugging Face, a batch
 row as the row alone; sampling is seeded; bad inputs are one-line errors naming the field or flag."""
 
@@ -39,7 +39,7 @@ def _model(mem_len=None, n_token=53, attn_type="bi", objective="plm"):
 
 
 def _settings(**kw):
-    from xlnet_tf.generation import GenerationSettings
+    from xlnet_tf.inference.generation import GenerationSettings
 
     return GenerationSettings(**{"stop_ids": (), "jit_compile": False, **kw})
 
@@ -63,8 +63,8 @@ def _log_softmax(x):
 def test_causal_cache_equals_recomputing_the_prefix():
     """52 one-position steps under XLA, memory buffer 8 (crossed 7 times), the prompts read in two segments:
     every step's logits equal the whole prefix recomputed with the same window, and the greedy tokens too."""
-    from xlnet_tf.generation import generate
-    from xlnet_tf.generation_reference import recompute_logits
+    from xlnet_tf.inference.generation import generate
+    from bench.generation_reference import recompute_logits
 
     model = _model()
     prompts = [[11, 12, 13, 14, 15], [21, 22]]
@@ -82,8 +82,8 @@ def test_causal_cache_equals_recomputing_the_prefix():
 
 
 def test_bidirectional_prompt_cache_equals_recomputing_the_prefix():
-    from xlnet_tf.generation import generate
-    from xlnet_tf.generation_reference import recompute_logits
+    from xlnet_tf.inference.generation import generate
+    from bench.generation_reference import recompute_logits
 
     model = _model()
     prompt = [31, 9, 40, 12, 17, 25]
@@ -101,8 +101,8 @@ def test_bidirectional_prompt_cache_equals_recomputing_the_prefix():
 def test_teacher_forcing_scores_as_lm_eval(mem_len, seg_len, length):
     """The generation path on a given text gives lm_eval's per-token log-likelihood with the same memory: the
     whole past (mem_len 40, lm_eval in segments of 20), and a window of 3 (lm_eval one token per segment)."""
-    from xlnet_tf import lm_eval
-    from xlnet_tf.generation import teacher_force
+    from xlnet_tf.inference import lm_eval
+    from xlnet_tf.inference.generation import teacher_force
 
     model = _model(mem_len=mem_len)
     text = np.random.default_rng(length).integers(9, 53, length).astype(np.int32)
@@ -118,7 +118,7 @@ def test_first_token_logits_equal_hugging_face():
     import torch
 
     from tests.parity_utils import make_pair
-    from xlnet_tf.generation import generate
+    from xlnet_tf.inference.generation import generate
 
     hf, ours, config = make_pair(seed=8)
     prompt = [int(i) for i in np.random.default_rng(3).integers(9, config.n_token, 7)]
@@ -143,7 +143,7 @@ PROMPTS = [[14, 31, 27], [40, 41, 9, 12, 33, 35, 19, 20, 50], [11, 23, 18, 44, 4
 def test_a_batch_gives_each_row_what_it_gives_alone():
     """Left-padded rows of 3, 9 and 14 tokens, memory 16 (crossed): the tokens and log-probabilities of each
     alone; a stop id ends each row where its own output first has it."""
-    from xlnet_tf.generation import generate
+    from xlnet_tf.inference.generation import generate
 
     model = _model()
     settings = _settings(max_new_tokens=20, mem_len=16, pad_multiple=16)  # one padded length: one trace alone
@@ -166,7 +166,7 @@ def test_a_batch_gives_each_row_what_it_gives_alone():
 
 
 def test_a_prompt_longer_than_the_memory_keeps_its_last_tokens_and_says_so():
-    from xlnet_tf.generation import generate
+    from xlnet_tf.inference.generation import generate
 
     model = _model()
     settings = _settings(max_new_tokens=8, mem_len=6)
@@ -182,7 +182,7 @@ def test_a_prompt_longer_than_the_memory_keeps_its_last_tokens_and_says_so():
 def test_the_serving_function_generates_as_generate():
     import tensorflow as tf
 
-    from xlnet_tf.generation import generate, serving_function
+    from xlnet_tf.inference.generation import generate, serving_function
 
     model = _model()
     settings = _settings(max_new_tokens=20, mem_len=16, pad_multiple=16, temperature=0.9, top_k=20, seed=3)
@@ -206,7 +206,7 @@ def _sampling_scores(prompts, out, settings, keys):
     """`[B, N, V]`: what each sampled token is the argmax of (the sampling logits plus the row's noise)."""
     import tensorflow as tf
 
-    from xlnet_tf import generation
+    from xlnet_tf.inference import generation
 
     structure, values = generation._structure(settings), generation._values(settings)
     scores = []
@@ -221,7 +221,7 @@ def _sampling_scores(prompts, out, settings, keys):
 
 
 def test_sampling_is_seeded_reproducible_and_independent_of_the_batch():
-    from xlnet_tf.generation import generate
+    from xlnet_tf.inference.generation import generate
 
     model = _model()
     settings = _settings(max_new_tokens=20, mem_len=16, temperature=0.9, top_k=20, top_p=0.95,
@@ -243,7 +243,7 @@ def test_sampling_is_seeded_reproducible_and_independent_of_the_batch():
 
 
 def test_top_k_of_one_is_greedy():
-    from xlnet_tf.generation import generate
+    from xlnet_tf.inference.generation import generate
 
     model = _model()
     greedy = generate(model, PROMPTS, _settings(max_new_tokens=20, mem_len=16), return_logits=True)
@@ -260,7 +260,7 @@ def test_top_k_of_one_is_greedy():
 def test_bad_settings_name_the_field(field, value):
     from run import generate as runner
     from xlnet_tf.errors import UserError
-    from xlnet_tf.generation import LAYOUTS, GenerationSettings
+    from xlnet_tf.inference.generation import LAYOUTS, GenerationSettings
 
     assert runner.LAYOUTS == LAYOUTS
 
@@ -272,7 +272,7 @@ def test_bad_settings_name_the_field(field, value):
 def test_bad_prompts_and_models_name_what_is_wrong():
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.errors import UserError
-    from xlnet_tf.generation import generate
+    from xlnet_tf.inference.generation import generate
     from xlnet_tf.models import XLNetClassifier
 
     cases = [
@@ -302,7 +302,7 @@ def test_bad_prompts_and_models_name_what_is_wrong():
 def test_a_memory_longer_than_the_whole_past_changes_nothing():
     """mem_len beyond the padded prompt and the new tokens holds nothing more: the buffer is the whole past, the
     outputs are the same (and no buffer the program cannot allocate is asked for)."""
-    from xlnet_tf.generation import generate
+    from xlnet_tf.inference.generation import generate
 
     model = _model()
     whole = generate(model, PROMPTS, _settings(max_new_tokens=6), return_logits=True)
@@ -364,7 +364,7 @@ def _runner_error(args):
 def test_the_runner_refuses_a_finetuned_model_dir_and_bad_values(pretrained, tmp_path):
     from xlnet_tf import checkpoints
     from xlnet_tf.config import XLNetConfig
-    from xlnet_tf.export_info import ExportInfo
+    from xlnet_tf.artifacts.export_info import ExportInfo
     from xlnet_tf.files import write_json_atomic
     from xlnet_tf.models import XLNetClassifier
 

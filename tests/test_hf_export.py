@@ -1,4 +1,4 @@
-"""Handing a model to Hugging Face: what `xlnet_tf/hf_export.py` (and `run/convert_checkpoint.py --to_hf`) writes is
+"""Handing a model to Hugging Face: what `xlnet_tf/serving/hf_export.py` (and `run/convert_checkpoint.py --to_hf`) writes is
 loaded by transformers' class for the head, computes our outputs to 1e-5, and imports back to the same weights."""
 
 import json
@@ -11,7 +11,8 @@ import transformers
 
 from tests import data_fixtures
 from tests.parity_utils import hf_config, hf_forward, make_pair, max_diff, random_inputs, randomize_
-from xlnet_tf import checkpoints, hf_export
+from xlnet_tf import checkpoints
+from xlnet_tf.serving import hf_export
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import UserError
 from xlnet_tf.models import XLNetClassifier, XLNetForSquad, XLNetMultipleChoice, XLNetPretrainer, XLNetTagger

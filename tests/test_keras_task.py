@@ -14,10 +14,11 @@ import pytest
 import tensorflow as tf
 
 from tests import data_fixtures, tie_safe
-from xlnet_tf import checkpoints, finetuning, optimization, training
+from xlnet_tf import checkpoints
+from xlnet_tf.training import finetuning, optimization, loop as training
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import UserError
-from xlnet_tf.export_info import ExportInfo
+from xlnet_tf.artifacts.export_info import ExportInfo
 from xlnet_tf.models import XLNetClassifier, XLNetForSquad, XLNetMultipleChoice, XLNetPretrainer
 from xlnet_tf.text.preprocessing import XLNetPreprocessor
 
@@ -110,7 +111,7 @@ import numpy as np, tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
-from xlnet_tf import optimization
+from xlnet_tf.training import optimization
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.models import XLNetClassifier
 config = XLNetConfig(n_token=50, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32, dropout=0.0, dropatt=0.0)
@@ -241,7 +242,7 @@ def test_every_task_model_fits_evaluates_and_predicts(rng):
 
 def test_clear_errors():
     config = XLNetConfig(n_token=50, n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32)
-    with pytest.raises(ValueError, match="mem_len=8.*training.Trainer"):
+    with pytest.raises(ValueError, match="mem_len=8.*training.loop.Trainer"):
         XLNetPretrainer(config.replace(mem_len=8)).compile()
     clf = XLNetClassifier(config)
     clf.compile()

@@ -1,4 +1,4 @@
-"""Left-to-right LM evaluation with memories (xlnet_tf/lm_eval.py) on a tiny random model: exact against one
+"""Left-to-right LM evaluation with memories (xlnet_tf/inference/lm_eval.py) on a tiny random model: exact against one
 pass over the whole stream, causal, and different without memories."""
 
 import numpy as np
@@ -24,7 +24,7 @@ def _stream(n, seed=0):
 
 @pytest.mark.parametrize("attn_type", ["bi", "uni"])
 def test_segments_with_memories_equal_one_pass_over_the_stream(attn_type):
-    from xlnet_tf import lm_eval
+    from xlnet_tf.inference import lm_eval
 
     rows = _stream(48)[None]
     model = _model(mem_len=48, attn_type=attn_type)  # memories hold the whole past
@@ -34,7 +34,7 @@ def test_segments_with_memories_equal_one_pass_over_the_stream(attn_type):
 
 
 def test_reading_is_causal_and_memories_matter():
-    from xlnet_tf import lm_eval
+    from xlnet_tf.inference import lm_eval
 
     model = _model(mem_len=16)
     rows = _stream(64)[None]
@@ -50,7 +50,7 @@ def test_reading_is_causal_and_memories_matter():
 
 
 def test_compare_reports_perplexity_and_bits_per_character():
-    from xlnet_tf import lm_eval
+    from xlnet_tf.inference import lm_eval
     from xlnet_tf.text.tokenization import EOD_ID
 
     tok = data_fixtures.tiny_tokenizer()
@@ -65,7 +65,7 @@ def test_compare_reports_perplexity_and_bits_per_character():
 
 
 def test_a_bi_data_config_is_refused():
-    from xlnet_tf import lm_eval
+    from xlnet_tf.inference import lm_eval
 
     model = _model(mem_len=16)
     model.config = model.config.replace(bi_data=True)
@@ -97,7 +97,7 @@ def test_evaluate_lm_runner_on_a_pretrained_checkpoint(tmp_path):
 def test_sliding_window_with_the_whole_past_equals_cached_memories():
     """Recomputing every window of the whole past (context >= stream) reads each token with the same context
     as memories of the whole past do: the same NLL (the vanilla baseline is the same function, only slower)."""
-    from xlnet_tf import lm_eval
+    from xlnet_tf.inference import lm_eval
 
     model = _model(mem_len=64)
     rows = _stream(64)[None]

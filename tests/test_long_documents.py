@@ -161,7 +161,7 @@ def test_document_records_hold_segments_of_the_whole_packed_text(tmp_path):
     from tests import data_fixtures as F
     from tfrecords import classifier_data as cd
     from tfrecords import manifest as manifest_lib
-    from tfrecords import processors
+    from tfrecords.readers import processors
 
     topic = F.DATA_DIR + "/labeled/topic"
     proc = processors.get_processor("tsv")
@@ -202,7 +202,7 @@ def test_long_document_runner_exports_a_model_that_reads_documents_in_graph(tmp_
     from run import export_savedmodel, run_classifier
     from tests import data_fixtures as F
     from tfrecords import classifier_data as cd
-    from tfrecords import processors
+    from tfrecords.readers import processors
 
     source, data = F.REPO_ROOT + "/data/finetune/topic", str(tmp_path / "topic")
     os.makedirs(data)  # the topic slice's first rows: 10 steps of 8 read 80 training texts

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from xlnet_tf import metrics
+from xlnet_tf.metrics import classification as metrics
 
 
 def test_classification_metrics_use_only_real_examples():

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tests import data_fixtures
-from tfrecords import pretrain_data
+from tfrecords.pretrain import writer as pretrain_data
 from tfrecords.manifest import ManifestError, read_manifest
 from xlnet_tf.text.tokenization import CLS_ID, MASK_ID, SEP_ID, SPECIAL_SYMBOLS
 

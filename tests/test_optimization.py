@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from xlnet_tf import checkpoints, optimization
+from xlnet_tf import checkpoints
+from xlnet_tf.training import optimization
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.models import XLNetPretrainer
 

@@ -13,7 +13,7 @@ import tensorflow as tf
 from absl import flags
 
 from tests import data_fixtures
-from tfrecords import pretrain_data
+from tfrecords.pretrain import writer as pretrain_data
 from tfrecords.manifest import ManifestError
 
 REPO = data_fixtures.REPO_ROOT
@@ -96,7 +96,7 @@ def test_mems_flow(records):
     and a training step leaves non-zero memories behind."""
     import keras
 
-    from xlnet_tf import distribute, optimization, training
+    from xlnet_tf.training import distribute, optimization, loop as training
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetPretrainer
 

@@ -58,7 +58,8 @@ def test_plm_pretraining_beats_random_init_on_topic(tmp_path):
     from scipy import stats
 
     from run import pretrain, run_classifier
-    from tfrecords import pretrain_data, spm
+    from tfrecords.pretrain import writer as pretrain_data
+    from tfrecords import spm
 
     corpus = str(tmp_path / "corpus.txt")
     _write_corpus(corpus)

@@ -165,7 +165,8 @@ def _write(path, text):
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     from run import run_classifier, run_tagger
-    from tfrecords import pretrain_data, race_data, squad_data
+    from tfrecords.pretrain import writer as pretrain_data
+    from tfrecords import race_data, squad_data
     from xlnet_tf import checkpoints
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetPretrainer

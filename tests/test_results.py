@@ -1,10 +1,10 @@
-"""eval_results.json (xlnet_tf.results): one versioned shape for every runner, recorded as evaluations happen."""
+"""eval_results.json (xlnet_tf.artifacts.results): one versioned shape for every runner, recorded as evaluations happen."""
 
 import json
 
 import pytest
 
-from xlnet_tf import results
+from xlnet_tf.artifacts import results
 
 
 def test_record_appends_replaces_and_picks_best(tmp_path):

@@ -60,7 +60,8 @@ def classifier_export(tmp_path_factory):
     """A text-pair classifier trained on records built lowercased with accents kept (both facts reach the
     export through export_info.json: serving must tokenize as the builder did), exported as version 3."""
     from run import export_savedmodel, run_classifier
-    from tfrecords import classifier_data, processors
+    from tfrecords import classifier_data
+    from tfrecords.readers import processors
 
     root = tmp_path_factory.mktemp("clf")
     classifier_data.build_classifier_records(processors.get_processor("tsv"), f"{DATA}/paraphrase",
@@ -97,7 +98,8 @@ def _served_tokenizer():
 
 def test_classifier_export_matches_in_process_model(classifier_export, tmp_path):
     from tfrecords import classifier_data
-    from xlnet_tf import checkpoints, finetuning
+    from xlnet_tf import checkpoints
+    from xlnet_tf.training import finetuning
     from xlnet_tf.text import tokenization
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetClassifier
@@ -160,7 +162,7 @@ def test_classifier_export_matches_in_process_model(classifier_export, tmp_path)
 def test_in_graph_packing_equals_the_builder():
     from tfrecords import classifier_data
     from xlnet_tf.text import tokenization
-    from xlnet_tf.serving import ServingModule
+    from xlnet_tf.serving.export import ServingModule
 
     tokenizer = tokenization.XLNetTokenizer(data_fixtures.tiny_spm())
     module = ServingModule.__new__(ServingModule)  # only the encoder and packing are used here
@@ -212,7 +214,7 @@ def test_saved_model_cli_warmup_and_bad_requests(classifier_export, tmp_path):
 
 def test_squad_export_answers_like_the_python_post_processing(tmp_path):
     from run import export_savedmodel, run_squad
-    from xlnet_tf import squad_postprocess
+    from xlnet_tf.metrics import squad_postprocess
 
     root = tmp_path
     for split, per_article in (("train", 100), ("dev", 25)):  # 20 steps of 16 read 320 questions
@@ -256,8 +258,10 @@ def test_served_features_are_the_records_features_for_every_normalization(tmp_pa
     export tokenizes and packs a text as the builder did (export_info.json carries keep_accents, uncased,
     text_pair): the served logits equal the trained model's on the records' features."""
     from run import export_savedmodel, run_classifier
-    from tfrecords import classifier_data, processors
-    from xlnet_tf import checkpoints, finetuning
+    from tfrecords import classifier_data
+    from tfrecords.readers import processors
+    from xlnet_tf import checkpoints
+    from xlnet_tf.training import finetuning
     from xlnet_tf.text import tokenization
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetClassifier
@@ -300,7 +304,7 @@ def test_race_export_serves_raw_text_as_the_builder_packs_it(tmp_path):
     fewer options than the model's 4 gets one score per option it sent. (The raw-text signature could not be
     traced before: a ragged index in the choice text, then an unknown sequence length in the model.)"""
     from tfrecords import race_data
-    from xlnet_tf import serving
+    from xlnet_tf.serving import export as serving
     from xlnet_tf.text import tokenization
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetMultipleChoice
@@ -345,7 +349,7 @@ def test_features_of_a_long_document_model(document_summary, summary_type):
 
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetClassifier
-    from xlnet_tf.serving import ServingModule
+    from xlnet_tf.serving.export import ServingModule
 
     model = XLNetClassifier(XLNetConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64,
                                         n_token=data_fixtures.TINY_VOCAB, initializer_range=0.3),
@@ -373,7 +377,7 @@ def test_features_of_an_embedding_export_are_its_outputs():
 
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetClassifier
-    from xlnet_tf.serving import ServingModule
+    from xlnet_tf.serving.export import ServingModule
 
     model = XLNetClassifier(XLNetConfig(n_layer=1, d_model=32, n_head=2, d_head=16, d_inner=64,
                                         n_token=data_fixtures.TINY_VOCAB, initializer_range=0.3), summary_type="mean")
@@ -389,7 +393,7 @@ def test_features_of_an_embedding_export_are_its_outputs():
 def test_export_traces_each_signature_once(tmp_path, monkeypatch):
     """`tf.saved_model.save` traces the signatures itself: a concrete function traced before the save is traced
     again inside it (the save context is part of the tracing cache key), which doubled every export's time."""
-    from xlnet_tf import serving
+    from xlnet_tf.serving import export as serving
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetClassifier
 

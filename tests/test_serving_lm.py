@@ -1,5 +1,5 @@
-"""The pretrained LM's export (`--task=lm`, xlnet_tf/serving_lm.py): a tiny pretrained model exported, reloaded
-in a fresh process and asked for continuations of raw prompts; they equal xlnet_tf.generation's (greedy and
+"""The pretrained LM's export (`--task=lm`, xlnet_tf/serving/lm.py): a tiny pretrained model exported, reloaded
+in a fresh process and asked for continuations of raw prompts; they equal xlnet_tf.inference.generation's (greedy and
 sampled, a prompt longer than the export keeps its last tokens), `features` equals the backbone, and every bound
 is enforced in the graph with an error naming the input."""
 
@@ -56,9 +56,9 @@ def served(tmp_path_factory):
 
 
 def _reference(model, texts, values):
-    """xlnet_tf.generation on the same prompts, with the export's memory buffer."""
-    from xlnet_tf import generation
-    from xlnet_tf.serving_lm import GenerationBounds
+    """xlnet_tf.inference.generation on the same prompts, with the export's memory buffer."""
+    from xlnet_tf.inference import generation
+    from xlnet_tf.serving.lm import GenerationBounds
     from xlnet_tf.text.tokenization import XLNetTokenizer
 
     bounds = GenerationBounds(**BOUNDS)
@@ -74,7 +74,7 @@ def _reference(model, texts, values):
 
 
 def _check_rows(out, name, tokenizer, ref, n_new):
-    from xlnet_tf.generation import STOP_ID
+    from xlnet_tf.inference.generation import STOP_ID
 
     assert out[f"{name}/token_ids"].shape[1] == n_new
     for b, row in enumerate(ref.rows):

@@ -16,7 +16,7 @@ MAX_WINDOWS = 8  # at most 62 + 7 * 32 = 286 pieces a sentence (the dev slice ne
 MAX_PIECES = LENGTH - 2 + (MAX_WINDOWS - 1) * STRIDE
 
 def _sentences(split="dev"):
-    from tfrecords import conll
+    from tfrecords.readers import conll
 
     return conll.read_conll(os.path.join(DATA, f"{split}.txt"))
 
@@ -95,7 +95,8 @@ def served(tmp_path_factory):
 
 
 def _model(root):
-    from xlnet_tf import checkpoints, finetuning
+    from xlnet_tf import checkpoints
+    from xlnet_tf.training import finetuning
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetTagger
 

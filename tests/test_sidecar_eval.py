@@ -19,7 +19,7 @@ TOPIC = os.path.join(REPO, "data", "finetune", "topic")
 
 
 def test_the_watcher_yields_each_new_checkpoint_once_and_stops_at_the_final_step(tmp_path):
-    from xlnet_tf import sidecar
+    from xlnet_tf.training import sidecar
 
     appearing = [["ckpt-2"], ["ckpt-2"], ["ckpt-2", "ckpt-4", "ckpt-6"], ["ckpt-4", "ckpt-6", "ckpt-8"]]
     calls = {"n": 0}
@@ -53,8 +53,9 @@ def _runner(flags, log):
 
 @pytest.mark.slow  # three processes compile and export (about a minute and a half on two cores)
 def test_trainer_and_sidecar_evaluator_serve_the_best_checkpoint(tmp_path):
-    from tfrecords import classifier_data, processors
-    from xlnet_tf import finetuning, sidecar
+    from tfrecords import classifier_data
+    from tfrecords.readers import processors
+    from xlnet_tf.training import finetuning, sidecar
     from xlnet_tf.models import XLNetClassifier
 
     spm = data_fixtures.tiny_spm()
@@ -119,7 +120,8 @@ def test_a_pretraining_sidecar_scores_each_checkpoint_once(tmp_path, capsys):
     held-out loss of each checkpoint once, and a second evaluator over the same run adds nothing."""
     from run import pretrain
     from tests.test_bad_inputs_pretraining import PRETRAIN, _records
-    from xlnet_tf import results, sidecar
+    from xlnet_tf.artifacts import results
+    from xlnet_tf.training import sidecar
 
     records, model = _records("plm"), str(tmp_path / "m")
     trainer = PRETRAIN + [f"--record_dir={records}", f"--model_dir={model}", f"--spiece_model={data_fixtures.tiny_spm()}",

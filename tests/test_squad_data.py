@@ -1,4 +1,4 @@
-"""SQuAD data: offset alignment (xlnet_tf/text/offsets.py), examples (tfrecords/squad_examples.py), features,
+"""SQuAD data: offset alignment (xlnet_tf/text/offsets.py), examples (tfrecords/readers/squad_examples.py), features,
 records, readers, CLI, bad input (tfrecords/squad_data.py).
 
 The round trips feed the gold answer of every answerable question back as one-hot log-probs at its
@@ -18,9 +18,9 @@ import pytest
 
 from tests import data_fixtures as F
 from tfrecords import squad_data as sd
-from tfrecords import squad_examples as se
+from tfrecords.readers import squad_examples as se
 from tfrecords.manifest import ManifestError
-from xlnet_tf import squad_postprocess as pp
+from xlnet_tf.metrics import squad_postprocess as pp
 from xlnet_tf.text import offsets
 from xlnet_tf.text import tokenization as T
 

@@ -1,5 +1,5 @@
-"""SQuAD evaluation (xlnet_tf/squad_metrics.py) against the official scripts, and post-processing
-(xlnet_tf/squad_postprocess.py).
+"""SQuAD evaluation (xlnet_tf/metrics/squad.py) against the official scripts, and post-processing
+(xlnet_tf/metrics/squad_postprocess.py).
 
 The official v1.1 / v2.0 scripts come from tf-models-official (`official/nlp/tools/
 squad_evaluate_v1_1.py`, `squad_evaluate_v2_0.py`), a test-only dependency installed without its
@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 from tests import data_fixtures as F
-from xlnet_tf import squad_metrics as sm
-from xlnet_tf import squad_postprocess as pp
+from xlnet_tf.metrics import squad as sm
+from xlnet_tf.metrics import squad_postprocess as pp
 
 SQUAD_DIR = os.path.join(F.DATA_DIR, "squad")
 

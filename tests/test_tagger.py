@@ -104,7 +104,7 @@ def test_keras_save_and_load_keeps_the_tags(tmp_path, rng):
 
 
 def _most_frequent_tag_baseline(train, dev):
-    from tfrecords import conll
+    from tfrecords.readers import conll
 
     counts = collections.defaultdict(collections.Counter)
     overall = collections.Counter()
@@ -158,7 +158,7 @@ def test_fit_takes_the_trainers_steps_for_tagging(tmp_path, rng):
     weights, optimizer and batches give the same per-step losses and final weights in Keras fit and the Trainer."""
     import keras
 
-    from xlnet_tf import finetuning, optimization, training
+    from xlnet_tf.training import finetuning, optimization, loop as training
 
     features = {k: np.concatenate([v, v[::-1]]) for k, v in _inputs(rng, batch=6, length=10, num_labels=4).items()}
     features["is_real_example"] = (np.arange(12) % 5 != 4).astype(np.float32)
@@ -188,8 +188,8 @@ def test_keras_fit_and_predict_on_pre_tokenized_sentences(tmp_path):
     `.keras` file (preprocessor and its SentencePiece model inside) predicts the same in a new model."""
     import keras
 
-    from tfrecords import conll
-    from xlnet_tf import optimization
+    from tfrecords.readers import conll
+    from xlnet_tf.training import optimization
     from xlnet_tf.text.tagging_preprocessor import XLNetTaggingPreprocessor
 
     train = conll.read_conll(f"{DATA}/train.txt", label_column=-1)[:96]

@@ -1,5 +1,5 @@
-"""Token classification data: the CoNLL reader and writer (tfrecords/conll.py), the Brown POS corpus script
-(tfrecords/brown_pos.py) on its shipped slice, the word-piece alignment and windows (xlnet_tf/text/tagging.py) and
+"""Token classification data: the CoNLL reader and writer (tfrecords/readers/conll.py), the Brown POS corpus script
+(tfrecords/sets/brown_pos.py) on its shipped slice, the word-piece alignment and windows (xlnet_tf/text/tagging.py) and
 their in-graph twin, and the record builder, reader and CLI (tfrecords/tagging_data.py, build_tagging.py)."""
 
 import collections
@@ -12,7 +12,9 @@ import pytest
 import tensorflow as tf
 
 from tests import data_fixtures as F
-from tfrecords import brown_genre, brown_pos, conll, squad_data, tagging_data
+from tfrecords.sets import brown_genre, brown_pos
+from tfrecords.readers import conll
+from tfrecords import squad_data, tagging_data
 from tfrecords import manifest as manifest_lib
 from tfrecords.records import DataError
 from xlnet_tf.text import preprocessing, tagging

@@ -1,4 +1,4 @@
-"""Tagging metrics (xlnet_tf/tagging_metrics.py): hand-computed values on small examples, conlleval's own figures
+"""Tagging metrics (xlnet_tf/metrics/tagging.py): hand-computed values on small examples, conlleval's own figures
 on the shipped CoNLL-2000 excerpt (data/finetune/conll2000_excerpt), seqeval's scores in both modes, and the POS
 report on the shipped Brown slice."""
 
@@ -8,8 +8,8 @@ import os
 import pytest
 
 from tests.data_fixtures import REPO_ROOT
-from tfrecords import conll
-from xlnet_tf import tagging_metrics as tm
+from tfrecords.readers import conll
+from xlnet_tf.metrics import tagging as tm
 
 EXCERPT = os.path.join(REPO_ROOT, "data", "finetune", "conll2000_excerpt", "ground_truth.txt")
 BROWN = os.path.join(REPO_ROOT, "data", "finetune", "brown_pos")

@@ -14,9 +14,10 @@ import pytest
 import tensorflow as tf
 
 from tests import data_fixtures
-from tfrecords import classifier_data, processors, race_data, squad_data
+from tfrecords import classifier_data, race_data, squad_data
+from tfrecords.readers import processors
 from xlnet_tf.text import preprocessing, tokenization
-from xlnet_tf.serving import ServingModule
+from xlnet_tf.serving.export import ServingModule
 from xlnet_tf.text import layout, packing, packing_tf
 
 DATA = os.path.join(data_fixtures.REPO_ROOT, "data", "finetune")

@@ -1,4 +1,4 @@
-"""tfrecords/permutation.py: factorization orders, span masks, compact encoding, decoding.
+"""tfrecords/pretrain/permutation.py: factorization orders, span masks, compact encoding, decoding.
 
 The reference below is a line-by-line numpy transcription of the original `data_utils`
 parser + `_local_perm` (reference §2.7); the TF decoder must reproduce it exactly.
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests import data_fixtures  # noqa: F401
-from tfrecords import permutation as P
+from tfrecords.pretrain import permutation as P
 from xlnet_tf.text.tokenization import CLS_ID, SEP_ID
 
 

@@ -1,4 +1,4 @@
-"""tfrecords/pretrain_data.py (with pretrain_config, pretrain_rows, pretrain_examples, pretrain_reader) and
+"""tfrecords/pretrain/writer.py (with pretrain_config, pretrain_rows, pretrain_examples, pretrain_reader) and
 manifest.py: builder, stream layout, reader, validation."""
 
 import dataclasses
@@ -11,15 +11,20 @@ import numpy as np
 import pytest
 
 from tests import data_fixtures as F
-from tfrecords import corpus as corpus_lib
+from tfrecords.readers import corpus as corpus_lib
 from tfrecords import inspect_records
 from tfrecords import manifest as manifest_lib
-from tfrecords import pretrain_data as PD
-from tfrecords import pretrain_rows
-from tfrecords.pretrain_config import BuildError, PretrainConfig, record_file_name
-from tfrecords.pretrain_examples import iter_steps
-from tfrecords.pretrain_reader import (COMPACT_NAMES, OUTPUT_NAMES, decode_compact, make_pretrain_dataset_fn,
-                                       pretrain_dataset)
+from tfrecords.pretrain import writer as PD
+from tfrecords.pretrain import rows as pretrain_rows
+from tfrecords.pretrain.config import BuildError, PretrainConfig, record_file_name
+from tfrecords.pretrain.examples import iter_steps
+from tfrecords.pretrain.reader import (
+    COMPACT_NAMES,
+    OUTPUT_NAMES,
+    decode_compact,
+    make_pretrain_dataset_fn,
+    pretrain_dataset,
+)
 from xlnet_tf.text import layout
 from xlnet_tf.text.tokenization import CLS_ID, EOD_ID, SEP_ID
 

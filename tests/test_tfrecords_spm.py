@@ -8,7 +8,7 @@ import pytest
 import sentencepiece as spm
 
 from tests import data_fixtures
-from tfrecords import corpus
+from tfrecords.readers import corpus
 from tfrecords import spm as spm_lib
 from xlnet_tf.text import tokenization as T
 

@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from tests import data_fixtures
-from xlnet_tf import optimization
+from xlnet_tf.training import optimization
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.heads import SequenceSummary
 from xlnet_tf.models import XLNetPretrainer
@@ -237,7 +237,7 @@ def test_recipe_flag_files_state_their_modes():
 def _apply_once(gradient, clip=1.0):
     """training.apply_clipped_gradients on one variable [1, 2] with SGD (rate 1) whose global_clipnorm is `clip`
     -> (the variable after, the optimizer's global_clipnorm while it applied, after it, loss, norm)."""
-    from xlnet_tf import training
+    from xlnet_tf.training import loop as training
 
     variable = tf.Variable([1.0, 2.0])
     optimizer = keras.optimizers.SGD(learning_rate=1.0, global_clipnorm=clip)

@@ -100,7 +100,7 @@ RESTORE_CHECK = r'''
 import os, shutil, sys
 from absl import flags
 from bench import transfer, transfer_ledger
-from xlnet_tf import results
+from xlnet_tf.artifacts import results
 transfer.define_flags()
 root = sys.argv[1]
 def work_dir(name):  # a work_dir with what a run's provenance reads: SentencePiece model, config, PLM weights
@@ -233,7 +233,7 @@ RESUME_CHECK = r'''
 import os, shutil, sys
 from absl import flags
 from bench import transfer, transfer_ledger
-from xlnet_tf import results
+from xlnet_tf.artifacts import results
 transfer.define_flags()
 root = sys.argv[1]
 work = os.path.join(root, "work")

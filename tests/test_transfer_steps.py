@@ -48,7 +48,7 @@ STEPS_CHECK = r'''
 import os, sys
 from absl import flags
 from bench import transfer, transfer_ledger
-from xlnet_tf import results
+from xlnet_tf.artifacts import results
 transfer.define_flags()
 root = sys.argv[1]
 work = os.path.join(root, "work")

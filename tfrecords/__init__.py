@@ -1,9 +1,10 @@
 """Offline record builders and their tf.data readers (the record schema is defined here).
 
-Shared I/O: `records` (staged atomic writes, manifests, reading, splitting), `manifest`, `record_inputs`
-(input fingerprints). Readers and processors: `tables`, `processors`, `corpus`, `conll`, `squad_examples`.
-Builders, one task each: `classifier_data`, `race_data`, `squad_data`, `tagging_data`, and pretraining as
-`pretrain_config` (settings) -> `pretrain_rows` (corpus -> rows) -> `pretrain_examples` (span masks, baked
-factorization orders from `permutation`) -> `pretrain_data` (the writer), read by `pretrain_reader`. Corpus
-scripts: `brown_genre`, `brown_pos`; SentencePiece training: `spm`; Beam pipelines: `beam/`.
+Every builder's I/O: `records` (staged atomic writes, manifests, reading, splitting), `manifest`, `record_inputs`
+(input fingerprints, the plan of which splits to build), `spm` (SentencePiece training).
+`readers/`: raw task files (`tables` TSV/CSV, task `processors`, `corpus`, `conll`, `squad_examples`).
+One builder per task: `classifier_data`, `race_data`, `squad_data`, `tagging_data` (examples -> features ->
+records); `pretrain/`: `config` (settings) -> `rows` (corpus -> rows) -> `examples` (span masks, baked
+factorization orders from `permutation`) -> `writer`, read by `reader` (Beam reuses the chain: `beam/`).
+`sets/`: makers of labelled sets that write TSV/CoNLL/JSON, not records. The CLIs: `build_*.py`, `inspect_records.py`.
 """

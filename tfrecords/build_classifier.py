@@ -18,7 +18,8 @@ import os
 
 from absl import app, flags
 
-from tfrecords import classifier_data, processors
+from tfrecords import classifier_data
+from tfrecords.readers import processors
 from xlnet_tf import cli
 
 FLAGS = flags.FLAGS

@@ -7,7 +7,7 @@
 
 Also `python -m tfrecords.build_pretrain`. Many machines: the same command with
 `--num_tasks=N --task_id=i` on each; the last one to finish writes manifest.json.
-A rerun skips finished shards. See `tfrecords/pretrain_data.py` for the layout.
+A rerun skips finished shards. See `tfrecords/pretrain/writer.py` for the layout.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import os
 
 from absl import app, flags
 
-from tfrecords import pretrain_data
-from tfrecords.pretrain_config import PretrainConfig
+from tfrecords.pretrain import writer as pretrain_data
+from tfrecords.pretrain.config import PretrainConfig
 from xlnet_tf import cli
 
 FLAGS = flags.FLAGS

@@ -48,7 +48,7 @@ import numpy as np
 from tfrecords import manifest as manifest_lib
 from tfrecords import record_inputs
 from tfrecords import records as records_lib
-from tfrecords.processors import InputExample, Processor, label_ids
+from tfrecords.readers.processors import InputExample, Processor, label_ids
 from tfrecords.records import DataError  # raised here; also caught as classifier_data.DataError
 from xlnet_tf.artifacts.text_settings import TextSettings
 from xlnet_tf.text import tokenization

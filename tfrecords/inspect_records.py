@@ -18,7 +18,7 @@ import numpy as np
 from absl import app, flags
 
 from tfrecords import manifest as manifest_lib
-from tfrecords import permutation
+from tfrecords.pretrain import permutation
 from xlnet_tf import cli
 from xlnet_tf.text import tokenization
 
@@ -30,7 +30,7 @@ def iter_records(paths, seq_len: int, num_predict: int, limit: Optional[int] = N
     """Raw records as numpy dicts (int64, `perm_rank` -1 for context as in memory), in stream order."""
     import tensorflow as tf
 
-    from tfrecords import pretrain_data
+    from tfrecords.pretrain import writer as pretrain_data
 
     ds = tf.data.TFRecordDataset(paths)
     if limit is not None:

@@ -171,7 +171,7 @@ def validate_pretrain_manifest(manifest: Dict[str, Any], *, seq_len: int, reuse_
     without NSP); with `bi_data` records the replica count must equal the build's (each replica's rows are
     [forward half; backward half]); otherwise it only has to divide the global batch.
     """
-    from tfrecords.pretrain_config import PretrainConfig
+    from tfrecords.pretrain.config import PretrainConfig
     from xlnet_tf.artifacts import provenance
 
     p = manifest["params"]

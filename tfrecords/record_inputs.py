@@ -8,7 +8,7 @@ other files), when it holds no examples, or when it predates these fingerprints;
 evaluates on records of other data. (Rebuilding, rather than stopping, because the records are a cache of
 the data the user named: the build options, which the user chose, must still match or the build stops
 naming the option.) Pretraining records carry one fingerprint over all input files' contents
-(tfrecords/pretrain_data.py); a shard is reused on resume only when it matches.
+(tfrecords/pretrain/writer.py); a shard is reused on resume only when it matches.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import os
 import re
 from typing import Iterator, Sequence
 
-from tfrecords import corpus
+from tfrecords.readers import corpus
 from xlnet_tf import cli
 from xlnet_tf.text import tokenization
 from xlnet_tf.errors import UserError

@@ -52,8 +52,13 @@ import numpy as np
 from tfrecords import manifest as manifest_lib
 from tfrecords import records as records_lib
 from tfrecords.records import DataError
-from tfrecords.squad_examples import (SplitStats, SquadExample, detect_version_2, load_squad_json,
-                                      read_squad_examples)
+from tfrecords.readers.squad_examples import (
+    SplitStats,
+    SquadExample,
+    detect_version_2,
+    load_squad_json,
+    read_squad_examples,
+)
 from xlnet_tf import files as files_lib
 from xlnet_tf.artifacts.text_settings import TextSettings
 from xlnet_tf.text import packing, tokenization

@@ -1,6 +1,6 @@
 """Token classification (POS tagging, chunking, NER): CoNLL files -> windows -> records, and their reader.
 
-Input: `<data_dir>/<split>.txt`, CoNLL files (tfrecords/conll.py: one token a line, the label in `label_column`,
+Input: `<data_dir>/<split>.txt`, CoNLL files (tfrecords/readers/conll.py: one token a line, the label in `label_column`,
 default the last; a blank line between sentences; `-DOCSTART-` lines skipped; a file of one column is unlabeled).
 The label list is given (`labels`, or `labels_file`: one a line, in id order) or is the sorted set of labels of
 `<data_dir>/train.txt` (read even when the train split is not built). A label outside it is a DataError naming
@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tfrecords import conll
+from tfrecords.readers import conll
 from tfrecords import manifest as manifest_lib
 from tfrecords import record_inputs
 from tfrecords import records as records_lib

@@ -8,7 +8,7 @@ from typing import Optional, Union
 import keras
 import tensorflow as tf
 
-from xlnet_tf import initializers
+from xlnet_tf.layers import initializers
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.layers.attention import gather_rows
 from xlnet_tf.layers.block import XLNetLayer

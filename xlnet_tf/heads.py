@@ -7,7 +7,7 @@ import functools
 import keras
 import tensorflow as tf
 
-from xlnet_tf import initializers
+from xlnet_tf.layers import initializers
 from xlnet_tf.layers import column_pieces
 
 

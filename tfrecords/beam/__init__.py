@@ -2,7 +2,7 @@
 
 Modules (they import `apache_beam`; install `requirements-beam.txt`):
   pretrain_pipeline   the pretraining builder; same records and manifest.json, byte for
-                      byte, as `tfrecords.pretrain_data.build_pretrain_records`
+                      byte, as `tfrecords.pretrain.writer.build_pretrain_records`
   build_pretrain      its CLI: the flags of `tfrecords/build_pretrain.py`, `--runner`, and
                       Beam pipeline options after `--`
   downstream_pipeline the classification / SQuAD / RACE builders, one build per task

@@ -1,7 +1,7 @@
 """Paths for the Beam builders: local paths, or any scheme Beam's `FileSystems` knows
 (`gs://`, `s3://`, `hdfs://`, ...).
 
-The shared builder functions (`tfrecords.pretrain_data`, `tfrecords.corpus`) read and write
+The shared builder functions (`tfrecords.pretrain.writer`, `tfrecords.readers.corpus`) read and write
 local files. Local paths are handed to them unchanged (the DirectRunner, or a filesystem
 mounted at the same path on every worker); other paths go through a worker-local temporary
 directory: inputs are read with `open_read` (downloaded for the index scan, read once in
@@ -47,7 +47,7 @@ def expand_globs(input_glob: str) -> Tuple[List[str], List[int]]:
     All-local globs give exactly `corpus.expand_globs` (absolute paths); others are matched
     with `FileSystems.match`. Raises `corpus.CorpusError` if nothing matches.
     """
-    from tfrecords import corpus as corpus_lib
+    from tfrecords.readers import corpus as corpus_lib
 
     patterns = [p.strip() for p in input_glob.split(",") if p.strip()]
     if all(is_local(p) for p in patterns):

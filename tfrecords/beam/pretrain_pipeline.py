@@ -1,4 +1,4 @@
-"""The pretraining record builder (`tfrecords.pretrain_data`) as an Apache Beam pipeline.
+"""The pretraining record builder (`tfrecords.pretrain.writer`) as an Apache Beam pipeline.
 
 Same records, byte for byte, as `pretrain_data.build_pretrain_records` for the same
 parameters, because every step calls the local builder's own functions and the unit of
@@ -52,11 +52,11 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import (DirectOptions, PipelineOptions,
                                                   StandardOptions, WorkerOptions)
 
-from tfrecords import corpus as corpus_lib
+from tfrecords.readers import corpus as corpus_lib
 from tfrecords import manifest as manifest_lib
-from tfrecords import pretrain_data as PD  # the builder's steps, called as PD.build_shard (tests patch it)
-from tfrecords.pretrain_config import BuildError, PretrainConfig, record_file_name
-from tfrecords.pretrain_rows import ShardTask, plan_pass, shard_task
+from tfrecords.pretrain import writer as PD
+from tfrecords.pretrain.config import BuildError, PretrainConfig, record_file_name
+from tfrecords.pretrain.rows import ShardTask, plan_pass, shard_task
 from tfrecords import record_inputs
 from tfrecords.beam import fs
 from xlnet_tf.text import tokenization

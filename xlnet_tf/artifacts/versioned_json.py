@@ -17,7 +17,7 @@ from xlnet_tf.errors import UserError
 
 @dataclasses.dataclass(frozen=True)
 class VersionedJson:
-    """schema: the kind's name (`xlnet_tf.export_info`); version: the one this code writes and reads; rerun: what
+    """schema: the kind's name (`xlnet_tf.artifacts.export_info`); version: the one this code writes and reads; rerun: what
     makes a file of this version again (said when an older or newer one is found); error: the UserError raised."""
 
     schema: str

@@ -7,7 +7,7 @@ import functools
 import keras
 import tensorflow as tf
 
-from xlnet_tf import initializers
+from xlnet_tf.layers import initializers
 from xlnet_tf.layers import column_pieces, seeded_dropout
 
 # Added to blocked scores. Scores are always float32 when masked (softmax runs in float32), so this

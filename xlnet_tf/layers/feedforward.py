@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from xlnet_tf import initializers
+from xlnet_tf.layers import initializers
 from xlnet_tf.layers import column_pieces, seeded_dropout
 
 ACTIVATIONS = ("gelu", "gelu_exact", "relu")

@@ -10,7 +10,7 @@ from xlnet_tf.backbone import XLNetBackbone, cache_mems
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import UserError
 from xlnet_tf.heads import DOCUMENT_SUMMARIES, SequenceSummary
-from xlnet_tf.task import Task
+from xlnet_tf.models.task import Task
 
 
 def masked_mean(values, weights):

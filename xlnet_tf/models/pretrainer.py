@@ -7,12 +7,12 @@ from typing import Union
 import keras
 import tensorflow as tf
 
-from xlnet_tf import initializers
+from xlnet_tf.layers import initializers
 from xlnet_tf.backbone import XLNetBackbone
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.heads import LMHead, SequenceSummary
 from xlnet_tf.models.common import masked_mean, summary_variables, token_ids
-from xlnet_tf.task import Task, combine_weights, global_weighted_mean
+from xlnet_tf.models.task import Task, combine_weights, global_weighted_mean
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -120,7 +120,7 @@ class XLNetPretrainer(Task):
         if self.config.mem_len:
             raise ValueError(f"XLNetPretrainer.compile: config.mem_len={self.config.mem_len}, but Keras fit/evaluate "
                              f"do not carry Transformer-XL memories across batches; build the model with "
-                             f"mem_len=None for Keras, or train with xlnet_tf.training.Trainer (run/pretrain.py)")
+                             f"mem_len=None for Keras, or train with xlnet_tf.training.loop.Trainer (run/pretrain.py)")
         super().compile(*args, **kwargs)
 
     def plm_metrics(self, features, outputs):
@@ -130,14 +130,6 @@ class XLNetPretrainer(Task):
                                    tf.cast(features["target_ids"], tf.int32)), tf.float32)
         return (masked_mean(self.per_token_loss(features, outputs), mask), masked_mean(correct, mask),
                 tf.reduce_sum(mask))
-
-    def generate(self, prompts, settings=None, **kwargs):
-        """Continuations of token-id prompts with Transformer-XL memories, one position per new token, one
-        compiled loop (`xlnet_tf.generation.generate`; `settings` a `generation.GenerationSettings`, default
-        greedy; kwargs: row_keys, forced_ids, return_logits)."""
-        from xlnet_tf import generation
-
-        return generation.generate(self, prompts, settings or generation.GenerationSettings(), **kwargs)
 
     def get_build_config(self):
         return None  # variables are created in __init__

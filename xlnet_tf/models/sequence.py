@@ -6,9 +6,9 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from xlnet_tf import initializers
+from xlnet_tf.layers import initializers
 from xlnet_tf.models.common import FineTuningModel, check_document_preprocessor, summary_variables, token_ids
-from xlnet_tf.task import combine_weights, global_weighted_mean
+from xlnet_tf.models.task import combine_weights, global_weighted_mean
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")

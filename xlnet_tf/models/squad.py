@@ -8,7 +8,7 @@ import tensorflow as tf
 from xlnet_tf.backbone import XLNetBackbone
 from xlnet_tf.heads import SquadHead
 from xlnet_tf.models.common import finetuning_config, token_ids
-from xlnet_tf.task import Task, combine_weights, global_weighted_mean
+from xlnet_tf.models.task import Task, combine_weights, global_weighted_mean
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")

@@ -16,10 +16,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from xlnet_tf import initializers
+from xlnet_tf.layers import initializers
 from xlnet_tf.backbone import XLNetBackbone
 from xlnet_tf.models.common import finetuning_config, token_ids
-from xlnet_tf.task import Task, combine_weights, global_weighted_mean
+from xlnet_tf.models.task import Task, combine_weights, global_weighted_mean
 from xlnet_tf.text.tagging import IGNORE_LABEL
 
 # original-layout scope of the output layer (the original release has no tagging head; the name follows its

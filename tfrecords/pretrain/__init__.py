@@ -1,0 +1,1 @@
+"""Pretraining records: config -> rows -> examples (span masks, baked factorization orders) -> writer; reader."""

@@ -1,0 +1,1 @@
+"""Inference: cached generation and held-out language-model evaluation."""

@@ -1,0 +1,1 @@
+"""Task metrics: classification, SQuAD (with its post-processing), tagging, RACE."""

@@ -1,0 +1,1 @@
+"""TF Serving export: one serving module per task over a shared base."""

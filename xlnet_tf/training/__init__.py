@@ -1,0 +1,1 @@
+"""The training loop, optimizers, strategies and what the fine-tuning runners share."""
