@@ -149,8 +149,8 @@ def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_
     non-finite norm) and the division by the replica count are one scalar factor on the summed gradients,
     which XLA fuses into the optimizer's update; the norm is one reduction per gradient; and the optimizer's
     own global-norm clip (Keras's, on gradients already clipped here: a second pass over every gradient
-    that changes nothing) is switched off while it applies them (`_own_clipping_off`). Together 1.04x the
-    pretraining step of the CPU benchmark (bench/run.py), the same update to float32 rounding.
+    that changes nothing) is switched off while it applies them (`_own_clipping_off`): a faster step (the speed
+    harness, bench/speed/), the same update to float32 rounding.
     Returns `(global loss, unscaled gradient norm)` (per_replica: the norm of this replica's share).
     """
     loss_scaling = hasattr(optimizer, "inner_optimizer")
@@ -253,8 +253,8 @@ class Trainer:
         # apply_clipped_gradients)
         self.loss_scaling = hasattr(self.optimizer, "inner_optimizer")
         # With one replica (no all-reduce, no cross-replica optimizer update) and no loss scaling, the
-        # whole step - loss, gradients, clipping and the AdamW update - is one XLA cluster: the gradients-
-        # only cluster is 0.80-0.85x as fast (bench/run.py "AdamW outside the XLA cluster").
+        # whole step - loss, gradients, clipping and the AdamW update - is one XLA cluster: faster than a
+        # gradients-only cluster (the speed harness's "AdamW outside the XLA cluster" variant, bench/speed/).
         self.fused_step = (config.jit_compile and self.num_replicas == 1
                            and not isinstance(strategy, tf.distribute.TPUStrategy)
                            and not self.loss_scaling)
