@@ -194,7 +194,11 @@ def _run_planned(task: FineTuningJob, plan, config: XLNetConfig, log: Callable[[
     with strategy.scope():
         model = task.build_model(config, training.dtype_policy(s.mixed_precision))
         model.backbone.remat = bool(getattr(s, "remat", False))
-        if s.init_checkpoint:
+        scored = [] if s.do_train else finetuning.list_checkpoints(s.model_dir)
+        if s.init_checkpoint and scored:  # the fine-tuned weights replace the pretrained ones before anything runs
+            log(f"Not loading --init_checkpoint={s.init_checkpoint}: --do_train is off, so the checkpoints of "
+                f"--model_dir={s.model_dir} are scored (latest: {os.path.basename(scored[-1])})")
+        elif s.init_checkpoint:
             report = checkpoints.load_init_checkpoint(model, s.init_checkpoint)
             log(f"Initialized {len(report['loaded'])} variables from {s.init_checkpoint}; "
                 f"fresh: {report['missing_heads']}")

@@ -102,7 +102,7 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, rng):
             np.testing.assert_allclose(a, b, atol=1e-5, err_msg=str(key))
 
 
-def test_a_killed_run_resumes_exactly_and_named_checkpoints_are_scored_alone(tmp_path):
+def test_a_killed_run_resumes_exactly_and_named_checkpoints_are_scored_alone(tmp_path, capsys):
     """run_classifier.py killed after step 4 of 6 and started again with the same flags ends with the weights and
     dev score of the run that was never killed: the same shuffled batches (skipped on resume), dropout draws and
     optimizer state (bench/transfer.py resumes its killed runs on this). Then --eval_checkpoint_steps on the
@@ -152,6 +152,20 @@ def test_a_killed_run_resumes_exactly_and_named_checkpoints_are_scored_alone(tmp
     _run(run_classifier, evaluate + ["--eval_checkpoint_steps=4"])
     scored = sorted((e["split"], e["step"]) for e in json.load(open(results_file))["evaluations"])
     assert scored == [("dev", 4), ("dev", 6)], scored  # step 2 not scored
+
+    # scoring a fine-tuned run does not load (nor say it loaded) the pretrained weights it started from
+    from xlnet_tf import checkpoints
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.models import XLNetPretrainer
+
+    pretrained = XLNetPretrainer(XLNetConfig(n_token=data_fixtures.TINY_VOCAB, n_layer=1, d_model=32, n_head=2,
+                                             d_head=16, d_inner=64))
+    checkpoints.save_original_checkpoint(pretrained, str(tmp_path / "pretrained" / "xlnet_model.ckpt"))
+    capsys.readouterr()
+    again = _run(run_classifier, evaluate + [f"--init_checkpoint={tmp_path}/pretrained"])
+    logged = capsys.readouterr().out
+    assert "Initialized" not in logged and "Not loading --init_checkpoint=" in logged, logged
+    assert again["eval"]["evaluations"][-1]["accuracy"] == scores[0]["accuracy"]  # the step-6 weights again
     with pytest.raises(UserError, match="--eval_checkpoint_steps scores kept checkpoints of a trained run"):
         _run(run_classifier, flags + [f"--model_dir={tmp_path}/other", "--eval_checkpoint_steps=6"])
     assert not os.path.exists(tmp_path / "other")
