@@ -14,8 +14,13 @@ fi
 # the packages themselves (pyproject.toml), editable, if this environment lacks them
 "$PY" -I -c "import xlnet_tf, tfrecords, run" 2>/dev/null || "$PY" -m pip install -q --no-deps -e .
 export TF_CPP_MIN_LOG_LEVEL=2
+# Progress reaches a log file as it happens: Python writes unbuffered into the filter's pipe, and the filter
+# passes each line on at once (grep block-buffers when its output is not a terminal).
+export PYTHONUNBUFFERED=1
 # TensorFlow prints start-up noise (CUDA probing, oneDNN) before its log level applies; drop it.
-quiet() { "$@" 2>&1 | { grep -v -E "^(I|W|E)[0-9]{4} |^WARNING: All log messages|rebuild TensorFlow" || true; }; }
+quiet() {
+  "$@" 2>&1 | { grep --line-buffered -v -E "^(I|W|E)[0-9]{4} |^WARNING: All log messages|rebuild TensorFlow" || true; }
+}
 mkdir -p "$DEMO_DIR"
 DATA="--seq_len=128 --reuse_len=64 --num_predict=21 --perm_size=32 --bi_data=true --global_batch_size=8 --num_replicas=1"
 quiet "$PY" tfrecords/spm.py --input_glob=data/demo/train.txt --model_prefix="$DEMO_DIR/spiece" --vocab_size=4000
