@@ -208,7 +208,7 @@ def _sampling_scores(prompts, out, settings, keys):
 
     from xlnet_tf.inference import generation
 
-    structure, values = generation._structure(settings), generation._values(settings)
+    structure, values = generation.program_structure(settings), generation.program_values(settings)
     scores = []
     for k in range(out.logits.shape[1]):
         seen = np.zeros(out.logits.shape[::2], bool)

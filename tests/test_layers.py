@@ -159,16 +159,17 @@ def test_column_pieces_give_the_whole_products(pieces, rng):
     ff.build()
     ff.layer_1.bias.assign(rng.normal(size=10))
     ff.layer_2.bias.assign(rng.normal(size=6))
-    np.testing.assert_allclose(ff(x, kernel_pieces=ff.kernel_pieces(pieces)), ff(x), atol=1e-5)
+    np.testing.assert_allclose(ff.apply_kernel_pieces(x, ff.kernel_pieces(pieces)), ff(x), atol=1e-5)
 
     att = RelativeAttention(d_model=6, n_head=2, d_head=3)
     att.build((None, None, 6))
+    kernels = att.decoding_kernels(tf.constant(rng.normal(size=(1, 4, 6)), tf.float32), pieces)
     vec = tf.constant(rng.normal(size=(3, 2, 2, 3)), tf.float32)
-    np.testing.assert_allclose(att._post_attention(x, vec, False, output_pieces=att._output_pieces(pieces)),
-                               att._post_attention(x, vec, False), atol=1e-5)
-    qkv = tf.reshape(column_pieces.product(x, att._projection_pieces("qkv", pieces)), [3, 2, 3, 2, 3])
+    np.testing.assert_allclose(column_pieces.product(tf.reshape(vec, [3, 2, 6]), kernels.output),
+                               tf.einsum("bind,hnd->bih", vec, att.o), atol=1e-5)
+    qkv = tf.reshape(column_pieces.product(x, kernels.qkv), [3, 2, 3, 2, 3])
     for i, kernel in enumerate((att.q, att.k, att.v)):
-        np.testing.assert_allclose(qkv[:, :, i], att._project(x, kernel), atol=1e-6)
+        np.testing.assert_allclose(qkv[:, :, i], tf.einsum("bld,dnh->blnh", x, kernel), atol=1e-6)
 
     head = LMHead(n_token=11)
     head.build((None, None, 6))
@@ -177,6 +178,40 @@ def test_column_pieces_give_the_whole_products(pieces, rng):
     np.testing.assert_allclose(
         head.transposed_logits(x[:, 0], column_pieces.split_columns(tf.transpose(embedding), pieces)),
         head(x[:, :1], embedding)[:, 0], atol=1e-5)
+
+
+@pytest.mark.parametrize("pieces", [1, 2])
+def test_a_decoding_step_gives_the_layer_call_on_one_new_position(pieces, rng):
+    """`XLNetLayer.decode_step` over a key/value cache (the memory's keys and values, one empty slot) gives what
+    `call` gives on `[mems; token]`: the token's content row, the next position's query row (which does not see
+    the memory's first position, as a decoding window of M positions), and the token's key and value in its
+    slot."""
+    batch, mlen, d_model = 2, 5, 8
+    layer = XLNetLayer(d_model=d_model, n_head=2, d_head=4, d_inner=12, initializer_range=0.5)
+    layer.build()
+    for weight in layer.weights:  # random biases and LayerNorm parameters too
+        weight.assign(rng.normal(scale=0.5, size=weight.shape))
+    mems = tf.constant(rng.normal(size=(batch, mlen, d_model)), tf.float32)
+    token = tf.constant(rng.normal(size=(batch, 1, d_model)), tf.float32)
+    query = tf.constant(rng.normal(size=(batch, 1, d_model)), tf.float32)
+    pos_emb = RelativePositionalEncoding(d_model)(qlen=1, klen=mlen + 1)  # distances M + 1 .. 0
+    slots = mlen + 1
+    first = np.arange(slots) == 0  # the memory's first position, out of the next position's window
+    content, next_query = layer(token, query, pos_emb=pos_emb, mems=mems, seg_diff=tf.zeros([batch, 1, slots], bool),
+                                query_mask=tf.constant(np.tile(first, (batch, 1, 1))),
+                                query_seg_diff=tf.zeros([batch, 1, slots], bool), query_pos=tf.fill([batch, 1], 1))
+
+    keys, values = layer.rel_attn.project_keys_values(mems)  # [B, M, H, Dh]; slot j holds position j, t = M
+    cache = [tf.transpose(tf.concat([x, tf.zeros_like(x[:, :1])], 1), [0, 2, 1, 3]) for x in (keys, values)]
+    streams, keys, values = layer.decode_step(
+        tf.concat([token, query], 1), *cache, tf.constant(mlen), layer.decoding_kernels(pos_emb, pieces),
+        distance_columns=tf.range(slots) + 1,  # distance M - j to slot j, in column M + 1 - (M - j)
+        content_blocked=tf.zeros([batch, slots], bool), query_blocked=tf.constant(np.tile(first, (batch, 1))))
+    np.testing.assert_allclose(streams[:, 0], content[:, 0], atol=1e-5)
+    np.testing.assert_allclose(streams[:, 1], next_query[:, 0], atol=1e-5)
+    want_keys, want_values = layer.rel_attn.project_keys_values(token, mems)
+    np.testing.assert_allclose(keys, tf.transpose(want_keys, [0, 2, 1, 3]), atol=1e-6)
+    np.testing.assert_allclose(values, tf.transpose(want_values, [0, 2, 1, 3]), atol=1e-6)
 
 
 def _memory_attention_gradients(mems_take_gradient: bool, rng):

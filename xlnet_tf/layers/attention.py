@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 
 import keras
@@ -52,6 +53,13 @@ def gather_shift(scores, query_pos, qlen: int, klen: int):
     return tf.gather(scores, idx, batch_dims=3)
 
 
+# What `RelativeAttention.decode_step` reads unchanged from step to step, arranged once before a decoding loop
+# (`RelativeAttention.decoding_kernels`): `position_keys [H, Dh, P]` the projected relative encoding, heads first;
+# `qkv` the q, k and v projections side by side `[D, 3 * H * Dh]` and `output` the output projection `[H * Dh, D]`,
+# both cut by `column_pieces.split_columns`; all in the compute dtype.
+DecodingKernels = collections.namedtuple("DecodingKernels", "position_keys qkv output")
+
+
 def gather_rows(x, positions, shape):
     """Rows `positions` `[B, R]` of a per-query tensor `x` (a mask or segment matrix `[B|1, L|1, K]`, broadcast
     to `shape` `[B, L, K]` first) -> `[B, R, K]`; None stays None."""
@@ -94,6 +102,9 @@ class RelativeAttention(keras.layers.Layer):
         last layer (a sequence summary at `<cls>`).
 
     Returns: `(content_out [B, L, D] (or [B, R, D]), query_out [B, K, D] or None)`.
+
+    Decoding one position at a time over a key/value cache (inference, no dropout): `project_keys_values` fills
+    the cache, `decoding_kernels` arranges the weights once, `decode_step` computes both streams at a new position.
     """
 
     def __init__(self, d_model: int, n_head: int, d_head: int, dropout: float = 0.0,
@@ -191,7 +202,7 @@ class RelativeAttention(keras.layers.Layer):
         return tf.einsum("bnij,bjnd->bind", prob, v_head)
 
     def _output_pieces(self, pieces: int = column_pieces.PIECES):
-        """The output projection arranged `[H * Dh, D]` in the compute dtype, cut for `_post_attention`."""
+        """The output projection arranged `[H * Dh, D]` in the compute dtype, cut by columns (`decode_step`'s)."""
         kernel = tf.reshape(tf.transpose(self._w(self.o), [1, 2, 0]), [self.n_head * self.d_head, -1])
         return column_pieces.split_columns(kernel, pieces)
 
@@ -201,28 +212,26 @@ class RelativeAttention(keras.layers.Layer):
         kernels = [tf.reshape(self._w(getattr(self, name)), [-1, self.n_head * self.d_head]) for name in names]
         return column_pieces.split_columns(tf.concat(kernels, 1), pieces)
 
-    def _post_attention(self, residual, attn_vec, training, dropout_seed=None, site=1, output_pieces=None):
-        """Output projection, dropout, residual and LayerNorm. `output_pieces`: the projection already arranged
-        as `[H * Dh, D]` and cut by `column_pieces.split_columns` (a decoding loop arranges it once, outside the
-        loop); None = `o` as stored."""
-        if output_pieces is None:
-            out = tf.einsum("bind,hnd->bih", attn_vec, self._w(self.o))
-        else:
-            shape = tf.shape(attn_vec)
-            out = column_pieces.product(tf.reshape(attn_vec, [shape[0], shape[1], self.n_head * self.d_head]),
-                                        output_pieces)
+    def _post_attention(self, residual, attn_vec, training, dropout_seed=None, site=1):
+        """Output projection, dropout, residual and LayerNorm."""
+        out = tf.einsum("bind,hnd->bih", attn_vec, self._w(self.o))
         out = seeded_dropout.apply(self.output_dropout, out, training, dropout_seed, site)
         return self.layer_norm(out + residual)
+
+    def _biases(self, biases):
+        """`biases` as given, or this layer's own when None (`own_biases=True`)."""
+        if biases is not None:
+            return biases
+        if not self.own_biases:
+            raise ValueError(f"{self.name}: biases must be passed when own_biases=False")
+        return self.r_w_bias, self.r_r_bias, self.r_s_bias
 
     # --------------------------------------------------------------------------------------------- call
     def call(self, content, query=None, *, pos_emb, per_example_positions=False, mems=None,
              content_mask=None, seg_diff=None, query_mask=None, query_seg_diff=None, query_pos=None,
              query_weight=None, target_mapping=None, biases=None, content_pos=None, training=False,
              dropout_seed=None):
-        if biases is None:
-            if not self.own_biases:
-                raise ValueError(f"{self.name}: biases must be passed when own_biases=False")
-            biases = (self.r_w_bias, self.r_r_bias, self.r_s_bias)
+        biases = self._biases(biases)
         qlen = tf.shape(content)[1]
         k_head, v_head = self._project_keys_values(content, mems)
         k_r = self._project_positions(pos_emb, tf.shape(content)[0], per_example_positions)
@@ -251,6 +260,80 @@ class RelativeAttention(keras.layers.Layer):
             if query_weight is not None:
                 vec *= tf.cast(query_weight, vec.dtype)[:, :, None, None]
         return content_out, self._post_attention(query, vec, training, dropout_seed, 3)
+
+    # ------------------------------------------------------------------ one-position decoding (inference)
+    def project_keys_values(self, content, mems=None):
+        """The keys and values `call` attends over, for a decoding loop to cache: `content [B, L, D]` and `mems`
+        `[B, M, D]` or None -> `(keys, values)`, each `[B, M+L, H, Dh]` (memory rows first), compute dtype."""
+        return self._project_keys_values(content, mems)
+
+    def decoding_kernels(self, pos_emb, pieces: int = column_pieces.PIECES) -> DecodingKernels:
+        """The weights `decode_step` reads, arranged once before a decoding loop in the layout its products read
+        (inside a compiled loop XLA would otherwise copy a transpose of each into every step), the position-wise
+        ones cut into `pieces` column blocks (`layers/column_pieces.py`: the few-row products of a step run side
+        by side).
+
+        Args:
+          pos_emb: `[1, P, D]` the forward relative encoding (`RelativePositionalEncoding`), row `p` encoding
+            the distance `klen - p`; it must hold every distance a step will read.
+          pieces: column blocks per kernel.
+
+        Returns: `DecodingKernels(position_keys [H, Dh, P], qkv, output)` in the compute dtype.
+        """
+        return DecodingKernels(position_keys=tf.transpose(self._project_positions(pos_emb, 1)[0], [1, 2, 0]),
+                               qkv=self._projection_pieces("qkv", pieces), output=self._output_pieces(pieces))
+
+    def decode_step(self, streams, keys, values, slot, kernels: DecodingKernels, distance_columns,
+                    content_blocked, query_blocked, biases=None):
+        """Both streams at one new position over a key/value cache, without dropout (inference): what `call` gives
+        for that position's content row and the next position's query row, with one position projected.
+
+        Args:
+          streams: `[B, 2, D]`; row 0 the content stream of the new position t, row 1 the query stream of
+            position t + 1 (it predicts the token there).
+          keys, values: `[B, H, R, Dh]` the cache's R slots (`project_keys_values` of earlier positions, heads
+            before slots). The content row's key and value are written into slot `slot` (int32 scalar) first.
+          kernels: `decoding_kernels(...)`.
+          distance_columns: `[R]` int32, per slot the column of `kernels.position_keys` that encodes the distance
+            from position t to the slot's position; the query row, one position later, reads the column before
+            (one farther). Columns of blocked slots are read and masked away.
+          content_blocked, query_blocked: `[B, R]` bool, **True = may NOT attend**: empty and padded slots and
+            the slots outside each row's window; the content row must see slot `slot` (itself).
+          biases: `(r_w_bias, r_r_bias, r_s_bias)` when `own_biases=False`, as `call`'s.
+        Every key is in the query's segment (the segment term's "same" row).
+
+        Returns: `(streams [B, 2, D], keys, values)`: the sub-layer's output for both rows (output projection,
+        residual, LayerNorm) and the cache with slot `slot` written.
+        """
+        biases = self._biases(biases)
+        batch, width = tf.shape(streams)[0], self.n_head * self.d_head
+        # q, k and v of both rows in one product (the content row's key and value alone: a one-row product that
+        # XLA runs as a slow loop)
+        q, k_new, v_new = tf.unstack(  # each [B, 2, H, Dh]
+            tf.reshape(column_pieces.product(streams, kernels.qkv), [batch, 2, 3, self.n_head, self.d_head]), axis=2)
+        where = tf.stack([tf.repeat(tf.range(batch), self.n_head), tf.tile(tf.range(self.n_head), [batch]),
+                          tf.fill([batch * self.n_head], slot)], 1)
+        keys = tf.tensor_scatter_nd_update(keys, where, tf.reshape(k_new[:, 0], [-1, self.d_head]))
+        values = tf.tensor_scatter_nd_update(values, where, tf.reshape(v_new[:, 0], [-1, self.d_head]))
+        content = self._attend_one_row(q[:, 0], keys, values, kernels.position_keys, biases, distance_columns,
+                                       content_blocked)
+        query = self._attend_one_row(q[:, 1], keys, values, kernels.position_keys, biases, distance_columns - 1,
+                                     query_blocked)
+        out = column_pieces.product(tf.reshape(tf.stack([content, query], 1), [batch, 2, width]), kernels.output)
+        return self.layer_norm(out + streams), keys, values
+
+    def _attend_one_row(self, q, keys, values, position_keys, biases, columns, blocked):
+        """`_core` for one query row `q [B, H, Dh]` over cache slots (`keys`, `values` `[B, H, R, Dh]`): content
+        + position (`position_keys [H, Dh, P]` read at `columns [R]`) + segment ("same") scores, `blocked [B, R]`
+        (True = may NOT attend) -> `[B, H, Dh]`. One row per call: XLA runs one-row products as fast loops, two
+        rows as slower batched matrix products."""
+        r_w, r_r, r_s = (self._w(b) for b in biases)
+        ac = tf.einsum("bnd,bnjd->bnj", q + r_w, keys)
+        bd = tf.gather(tf.einsum("bnd,ndp->bnp", q + r_r, position_keys), columns, axis=2)
+        ef = tf.einsum("bnd,nd->bn", q + r_s, self._w(self.seg_embed)[0])[:, :, None]
+        score = tf.cast(ac + bd + ef, tf.float32) * self.scale
+        score = tf.where(blocked[:, None, :], tf.constant(MASK_VALUE, tf.float32), score)
+        return tf.einsum("bnj,bnjd->bnd", tf.cast(tf.nn.softmax(score, -1), self.compute_dtype), values)
 
     def get_config(self):
         config = super().get_config()

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import collections
+
 import keras
 
+from xlnet_tf.layers import column_pieces
 from xlnet_tf.layers.attention import RelativeAttention
 from xlnet_tf.layers.feedforward import PositionwiseFeedForward
+
+# What `XLNetLayer.decode_step` reads unchanged from step to step (`XLNetLayer.decoding_kernels`): the attention's
+# `DecodingKernels` and the feed-forward's `kernel_pieces()`.
+LayerDecodingKernels = collections.namedtuple("LayerDecodingKernels", "attention feed_forward")
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -16,7 +23,8 @@ class XLNetLayer(keras.layers.Layer):
 
     Call: `layer(content [B, L, D], query [B, K, D] or None, **attention_kwargs)` ->
     `(content [B, L, D], query [B, K, D] or None)`; see `RelativeAttention` for the keyword inputs and
-    mask polarity (True = may NOT attend).
+    mask polarity (True = may NOT attend). `decoding_kernels` and `decode_step`: one new position at a time over
+    a key/value cache (inference).
     """
 
     def __init__(self, d_model: int, n_head: int, d_head: int, d_inner: int, ff_activation: str = "gelu",
@@ -58,6 +66,25 @@ class XLNetLayer(keras.layers.Layer):
         if query is not None:
             query = self.ff(query, training=training, dropout_seed=dropout_seed, site=6)
         return content, query
+
+    # ------------------------------------------------------------------ one-position decoding (inference)
+    def decoding_kernels(self, pos_emb, pieces: int = column_pieces.PIECES) -> LayerDecodingKernels:
+        """The weights `decode_step` reads, arranged once before a decoding loop: `pos_emb [1, P, D]` as
+        `RelativeAttention.decoding_kernels`'s; `pieces` column blocks per position-wise kernel."""
+        return LayerDecodingKernels(attention=self.rel_attn.decoding_kernels(pos_emb, pieces),
+                                    feed_forward=self.ff.kernel_pieces(pieces))
+
+    def decode_step(self, streams, keys, values, slot, kernels: LayerDecodingKernels, distance_columns,
+                    content_blocked, query_blocked, biases=None):
+        """The layer at one new position, without dropout (inference): `RelativeAttention.decode_step` (its
+        arguments, mask polarity **True = may NOT attend**) then the feed-forward sub-layer on both rows.
+
+        streams `[B, 2, D]` (row 0: the content stream at t, row 1: the query stream at t + 1), keys and values
+        `[B, H, R, Dh]` (the cache; slot `slot` receives position t's) -> `(streams [B, 2, D], keys, values)`.
+        """
+        streams, keys, values = self.rel_attn.decode_step(streams, keys, values, slot, kernels.attention,
+                                                          distance_columns, content_blocked, query_blocked, biases)
+        return self.ff.apply_kernel_pieces(streams, kernels.feed_forward), keys, values
 
     def get_config(self):
         config = super().get_config()

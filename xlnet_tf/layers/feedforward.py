@@ -60,28 +60,33 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.layer_norm.build((None, None, self.d_model))
         super().build(input_shape)
 
-    def call(self, x, training=False, dropout_seed=None, site=0, kernel_pieces=None):
-        """`dropout_seed`: see `seeded_dropout` (sites `site` and `site + 1`). `kernel_pieces`: both kernels cut
-        by `column_pieces.split_columns`, `(layer_1's, layer_2's)` (a decoding loop cuts them once, outside the
-        loop); None = the Dense layers as stored."""
-        if kernel_pieces is None:
-            y = self.layer_1(x)
-        else:
-            y = self.layer_1.activation(self._product(x, kernel_pieces[0], self.layer_1))
+    def call(self, x, training=False, dropout_seed=None, site=0):
+        """`dropout_seed`: see `seeded_dropout` (sites `site` and `site + 1`)."""
+        y = self.layer_1(x)
         y = seeded_dropout.apply(self.drop, y, training, dropout_seed, site)
-        y = self.layer_2(y) if kernel_pieces is None else self._product(y, kernel_pieces[1], self.layer_2)
+        y = self.layer_2(y)
         y = seeded_dropout.apply(self.drop, y, training, dropout_seed, site + 1)
+        return self.layer_norm(y + x)
+
+    # ------------------------------------------------------------------ one-position decoding (inference)
+    def kernel_pieces(self, pieces: int = column_pieces.PIECES):
+        """Both kernels in the compute dtype, each cut into `pieces` column blocks by
+        `column_pieces.split_columns`: `(layer_1's [D, d_inner] blocks, layer_2's [d_inner, D] blocks)`, for
+        `apply_kernel_pieces` (a decoding loop cuts them once, outside the loop)."""
+        return tuple(column_pieces.split_columns(tf.cast(dense.kernel, self.compute_dtype), pieces)
+                     for dense in (self.layer_1, self.layer_2))
+
+    def apply_kernel_pieces(self, x, kernel_pieces):
+        """`call` without dropout (inference) on kernels cut by `kernel_pieces()`: `x [..., D]` -> `[..., D]`; the
+        products of a few rows with each kernel's column blocks run side by side."""
+        y = self.layer_1.activation(self._product(x, kernel_pieces[0], self.layer_1))
+        y = self._product(y, kernel_pieces[1], self.layer_2)
         return self.layer_norm(y + x)
 
     @staticmethod
     def _product(x, pieces, dense):
         """`dense` (its kernel cut into `pieces`) without its activation."""
         return column_pieces.product(x, pieces) + tf.cast(dense.bias, x.dtype)
-
-    def kernel_pieces(self, pieces: int = column_pieces.PIECES):
-        """Both kernels in the compute dtype, cut for `call(kernel_pieces=...)`."""
-        return tuple(column_pieces.split_columns(tf.cast(dense.kernel, self.compute_dtype), pieces)
-                     for dense in (self.layer_1, self.layer_2))
 
     def get_config(self):
         config = super().get_config()
