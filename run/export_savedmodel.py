@@ -13,10 +13,10 @@ a request input within the `--export_max_*` bounds checked in the graph) and `fe
 Writes `<export_dir>/<version>/` with the signatures `serving_default` (raw UTF-8 strings, tokenized
 in-graph with the SentencePiece model embedded in the SavedModel), `from_ids`, `features` (per-token states and
 the pooled summary) and, for a tagger, `from_words` (pre-split words), plus
-`assets.extra/tf_serving_warmup_requests` (see xlnet_tf/serving/export.py for every signature). The task, labels,
-lengths, a tagger's `doc_stride` and the SentencePiece model come from `<model_dir>/export_info.json`, written by
-the fine-tuning runners; flags override them. A tagger's request may take at most `--export_max_windows`
-windows per sentence.
+`assets.extra/tf_serving_warmup_requests` (each task's module in xlnet_tf/serving/ describes its signatures).
+The task, labels, lengths, a tagger's `doc_stride` and the SentencePiece model come from
+`<model_dir>/export_info.json`, written by the fine-tuning runners; flags override them. A tagger's request may
+take at most `--export_max_windows` windows per sentence.
 Query it: `saved_model_cli show --dir serving/mrpc/1 --all`, or from Python (import tensorflow_text first):
 `tf.saved_model.load(path).signatures["serving_default"](text=tf.constant(["..."]), ...)`.
 """
@@ -45,7 +45,7 @@ def define_flags(fv: flags.FlagValues = FLAGS):
     d.string("export_spiece_model", None, "SentencePiece model (default: export_info.json's).")
     d.integer("export_max_seq_length", None, "Maximum length (default: export_info.json's).", lower_bound=3)
     d.integer("export_max_windows", None, "Tagging: the most windows of max_seq_length tokens one sentence of a "
-              "request may take (a longer one is refused; default xlnet_tf.serving.export.DEFAULT_MAX_WINDOWS).",
+              "request may take (a longer one is refused; default xlnet_tf.serving.tagging.DEFAULT_MAX_WINDOWS).",
               lower_bound=1)
     define_lm_flags(fv)
 
@@ -67,7 +67,7 @@ def define_lm_flags(fv: flags.FlagValues = FLAGS):
 
 def export_lm(checkpoint, export_dir, version=1, spiece_model=None, model_config_path=None, max_seq_length=None,
               **bounds):
-    """A pretrained LM's export (`generate`, `features`); `bounds`: `serving_lm.GenerationBounds` fields.
+    """A pretrained LM's export (`generate`, `features`); `bounds`: `xlnet_tf.serving.lm.GenerationBounds` fields.
     Refuses, before building anything, what `run/generate.py` refuses (a fine-tuning directory, weights without
     the LM head, a masked LM, another SentencePiece model) and bounds out of range."""
     check_destination(export_dir, version)
@@ -79,8 +79,8 @@ def export_lm(checkpoint, export_dir, version=1, spiece_model=None, model_config
     import numpy as np
 
     from xlnet_tf.inference.pretrained_lm import lm_tokenizer, load_lm
+    from xlnet_tf import serving
     from xlnet_tf.inference import generation
-    from xlnet_tf.serving import export as serving
     from xlnet_tf.serving.lm import GenerationBounds
 
     tokenizer, info = lm_tokenizer(checkpoint, spiece_model, spiece_flag="--export_spiece_model")
@@ -155,10 +155,11 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
     import numpy as np
 
     from xlnet_tf import checkpoints
-    from xlnet_tf.training import finetuning
-    from xlnet_tf.serving import export as serving
+    from xlnet_tf import serving
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import model_from_export_info
+    from xlnet_tf.serving.tagging import DEFAULT_MAX_WINDOWS
+    from xlnet_tf.training import finetuning
 
     config = XLNetConfig.from_json_file(os.path.join(model_dir, "xlnet_config.json"), dropout=0.0, dropatt=0.0)
     # the task model as the export info describes it (the mapping `Task.from_checkpoint` uses too); the head
@@ -183,7 +184,7 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
         if not info.get("doc_stride"):
             raise UserError(f"export_info.json of --model_dir={model_dir} has no doc_stride (a tagging run's "
                             "windows): export from the tagging run's model_dir")
-        options.update(doc_stride=info["doc_stride"], max_windows=max_windows or serving.DEFAULT_MAX_WINDOWS)
+        options.update(doc_stride=info["doc_stride"], max_windows=max_windows or DEFAULT_MAX_WINDOWS)
     sample = "XLNet warm-up request for TF Serving."
     warmup = {"squad": {"question": np.array([b"What is warmed up?"]), "context": np.array([sample.encode()])},
               "race": {"article": np.array([sample.encode()]), "question": np.array([b"What is it?"]),

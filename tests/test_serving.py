@@ -162,16 +162,16 @@ def test_classifier_export_matches_in_process_model(classifier_export, tmp_path)
 def test_in_graph_packing_equals_the_builder():
     from tfrecords import classifier_data
     from xlnet_tf.text import tokenization
-    from xlnet_tf.serving.export import ServingModule
+    from xlnet_tf.serving.sequence import ClassifierServing
 
     tokenizer = tokenization.XLNetTokenizer(data_fixtures.tiny_spm())
-    module = ServingModule.__new__(ServingModule)  # only the encoder and packing are used here
+    module = ClassifierServing.__new__(ClassifierServing)  # only the encoder and packing are used here
     from xlnet_tf.text.preprocessing import XLNetTextEncoder
 
     module.encoder = XLNetTextEncoder(open(data_fixtures.tiny_spm(), "rb").read())
     module.max_seq_length, module.max_segments = 64, 1
     texts, texts_b = _pairs()
-    ids, segs, mask = module._pack_texts(tf.constant(texts), tf.constant(texts_b))
+    ids, segs, mask = module.pack_texts(tf.constant(texts), tf.constant(texts_b))
     for k, (a, b) in enumerate(zip(texts, texts_b)):
         want = classifier_data.pack_example(tokenizer, a, b, 64)
         np.testing.assert_array_equal(ids.numpy()[k], want["input_ids"])
@@ -304,7 +304,7 @@ def test_race_export_serves_raw_text_as_the_builder_packs_it(tmp_path):
     fewer options than the model's 4 gets one score per option it sent. (The raw-text signature could not be
     traced before: a ragged index in the choice text, then an unknown sequence length in the model.)"""
     from tfrecords import race_data
-    from xlnet_tf.serving import export as serving
+    from xlnet_tf import serving
     from xlnet_tf.text import tokenization
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetMultipleChoice
@@ -349,19 +349,21 @@ def test_features_of_a_long_document_model(document_summary, summary_type):
 
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetClassifier
-    from xlnet_tf.serving.export import ServingModule
+    from xlnet_tf.artifacts.export_info import ExportInfo
+    from xlnet_tf.serving.sequence import ClassifierServing
 
     model = XLNetClassifier(XLNetConfig(n_layer=2, d_model=32, n_head=2, d_head=16, d_inner=64,
                                         n_token=data_fixtures.TINY_VOCAB, initializer_range=0.3),
                             num_labels=3, mem_len=16, summary_type=summary_type, document_summary=document_summary)
-    module = ServingModule(model, "classifier", open(data_fixtures.tiny_spm(), "rb").read(), 16, max_segments=3)
+    module = ClassifierServing(model, ExportInfo("classifier", 16, max_segments=3),
+                               open(data_fixtures.tiny_spm(), "rb").read())
     module.signatures()
     texts = tf.constant(["A short one.", _pairs()[0][0] * 2, _pairs()[0][-1]])
     out = module.serve_features(texts)
     logits = module.serve_text(texts)["logits"].numpy()
     assert out["token_states"].shape == (3, 48, 32) and out["attention_mask"].shape == (3, 48)
     np.testing.assert_allclose(model.logit(out["pooled"]).numpy(), logits, atol=1e-5)
-    ids, segs, mask = module._pack_texts(texts)
+    ids, segs, mask = module.pack_texts(texts)
     np.testing.assert_array_equal(out["input_ids"].numpy(), tf.reshape(ids, [3, 48]).numpy())
     np.testing.assert_allclose(out["pooled"].numpy(), model.pooled(ids, segs, mask, False).numpy(), atol=1e-5)
     # the last segment's rows are what a one-segment reading with the memories gives: same summary
@@ -377,11 +379,12 @@ def test_features_of_an_embedding_export_are_its_outputs():
 
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetClassifier
-    from xlnet_tf.serving.export import ServingModule
+    from xlnet_tf.artifacts.export_info import ExportInfo
+    from xlnet_tf.serving.sequence import EmbeddingServing
 
     model = XLNetClassifier(XLNetConfig(n_layer=1, d_model=32, n_head=2, d_head=16, d_inner=64,
                                         n_token=data_fixtures.TINY_VOCAB, initializer_range=0.3), summary_type="mean")
-    module = ServingModule(model, "embedding", open(data_fixtures.tiny_spm(), "rb").read(), 32)
+    module = EmbeddingServing(model, ExportInfo("embedding", 32), open(data_fixtures.tiny_spm(), "rb").read())
     module.signatures()
     texts = tf.constant(_pairs(4)[0])
     out, served = module.serve_features(texts), module.serve_text(texts)
@@ -393,13 +396,14 @@ def test_features_of_an_embedding_export_are_its_outputs():
 def test_export_traces_each_signature_once(tmp_path, monkeypatch):
     """`tf.saved_model.save` traces the signatures itself: a concrete function traced before the save is traced
     again inside it (the save context is part of the tracing cache key), which doubled every export's time."""
-    from xlnet_tf.serving import export as serving
+    from xlnet_tf import serving
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetClassifier
+    from xlnet_tf.serving.base import ServingModule
 
     modules = []
-    signatures = serving.ServingModule.signatures
-    monkeypatch.setattr(serving.ServingModule, "signatures", lambda self: modules.append(self) or signatures(self))
+    signatures = ServingModule.signatures
+    monkeypatch.setattr(ServingModule, "signatures", lambda self: modules.append(self) or signatures(self))
     model = XLNetClassifier(XLNetConfig(n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32,
                                         n_token=data_fixtures.TINY_VOCAB), num_labels=2)
     serving.export(model, "classifier", data_fixtures.tiny_spm(), str(tmp_path), 1, 16)

@@ -17,7 +17,9 @@ from tests import data_fixtures
 from tfrecords import classifier_data, race_data, squad_data
 from tfrecords.readers import processors
 from xlnet_tf.text import preprocessing, tokenization
-from xlnet_tf.serving.export import ServingModule
+from xlnet_tf.serving.race import RaceServing
+from xlnet_tf.serving.sequence import ClassifierServing
+from xlnet_tf.serving.squad import SquadServing
 from xlnet_tf.text import layout, packing, packing_tf
 
 DATA = os.path.join(data_fixtures.REPO_ROOT, "data", "finetune")
@@ -180,8 +182,8 @@ def _read(dataset):
     return {k: v[out["is_real_example"] > 0][order] for k, v in out.items()}
 
 
-def _serving(encoder, **attributes):
-    module = ServingModule.__new__(ServingModule)  # the text packing reads only the encoder and these
+def _serving(module_class, encoder, **attributes):
+    module = module_class.__new__(module_class)  # the text packing reads only the encoder and these
     module.encoder = encoder
     module.qa_truncation, module.split_unknown = "tail", True  # the builders' defaults
     for key, value in attributes.items():
@@ -203,7 +205,8 @@ def test_classifier_records_equal_the_preprocessor_and_serving(spm, encoder, tmp
     texts_b = tf.constant([ex.text_b or "" for ex in examples]) if pair else None
     layer = preprocessing.XLNetPreprocessor(spm, sequence_length=length, max_segments=segments)
     _assert_same(layer((texts, texts_b) if pair else texts), records, what=f"{task} preprocessor")
-    served = _serving(encoder, max_seq_length=length, max_segments=segments)._pack_texts(texts, texts_b)
+    module = _serving(ClassifierServing, encoder, max_seq_length=length, max_segments=segments)
+    served = module.pack_texts(texts, texts_b)
     _assert_same(dict(zip(KEYS, served)), records, what=f"{task} serving")
     full = records["attention_mask"].reshape(len(examples), -1).min(1) > 0
     assert full.any() and (segments > 1 or not full.all())  # some texts cut, some padded (every document is cut)
@@ -223,11 +226,11 @@ def test_multiple_choice_records_equal_serving(spm, encoder, tmp_path):
         questions.append(article["questions"][int(index)])
         options.append(article["options"][int(index)])
     assert len(examples) == len(records["input_ids"]) >= 100
-    module = _serving(encoder, max_seq_length=length, max_qa_length=max_qa_length)
+    module = _serving(RaceServing, encoder, max_seq_length=length, max_qa_length=max_qa_length)
     # traced as serving_default traces it (the earlier choice text, `parts[:, 0]` of a ragged split, did not trace)
-    race_pack = tf.function(module._race_pack, input_signature=[tf.TensorSpec([None], tf.string),
-                                                                tf.TensorSpec([None], tf.string),
-                                                                tf.TensorSpec([None, None], tf.string)])
+    race_pack = tf.function(module.pack_choices, input_signature=[tf.TensorSpec([None], tf.string),
+                                                                  tf.TensorSpec([None], tf.string),
+                                                                  tf.TensorSpec([None, None], tf.string)])
     served = race_pack(tf.constant([ex.context for ex in examples]), tf.constant(questions), tf.constant(options))
     _assert_same(dict(zip(KEYS, served)), records, what="mc_wordnet serving")
     assert records["attention_mask"].min(2).max() == 1  # some articles fill the window
@@ -243,8 +246,9 @@ def _squad_first_windows_equal_serving(spm, encoder, out, json_file, length=96, 
     examples = json.load(open(out / "dev.examples.json"))["examples"]
     first = side["doc_span_index"] == 0
     assert first.sum() == len(examples)
-    module = _serving(encoder, max_seq_length=length, max_query_length=query, split_unknown=split_unknown)
-    features, spans = module._squad_pack(tf.constant([ex["question"] for ex in examples]),
+    module = _serving(SquadServing, encoder, max_seq_length=length, max_query_length=query,
+                      split_unknown=split_unknown)
+    features, spans = module.pack_first_window(tf.constant([ex["question"] for ex in examples]),
                                          tf.constant([ex["context"] for ex in examples]))
     order = np.argsort(side["example_index"][first])
     want = {k: v[first][order] for k, v in records.items()}

@@ -34,12 +34,19 @@ from typing import Dict, Tuple
 
 import tensorflow as tf
 
-from xlnet_tf.inference import generation
+from xlnet_tf.artifacts.export_info import ExportInfo
 from xlnet_tf.errors import UserError
+from xlnet_tf.inference import generation
+from xlnet_tf.serving.base import ServingModule
+from xlnet_tf.serving.checks import signature_function, string_spec, valid_utf8
 from xlnet_tf.text import packing_tf, preprocessing
 from xlnet_tf.text.layout import EOD_ID
 
 SIGNATURE = "generate"
+
+
+def _round_up(n: int, k: int) -> int:
+    return -(-n // k) * k
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,76 +78,92 @@ class GenerationBounds:
     @property
     def prompt_len(self) -> int:
         """The prompt buffer: `max_prompt_tokens` rounded up to a multiple of 8, then of the segment."""
-        length = generation._round_up(self.max_prompt_tokens, 8)
-        return generation._round_up(length, min(self.segment_len, length))
+        length = _round_up(self.max_prompt_tokens, 8)
+        return _round_up(length, min(self.segment_len, length))
 
     def to_dict(self) -> Dict:
         return {**dataclasses.asdict(self), "stop_ids": list(self.stop_ids)}
 
 
-def generate_function(module, bounds: GenerationBounds):
-    """The `generate` tf.function of a `ServingModule` of task `lm` (module docstring)."""
-    from xlnet_tf.serving.checks import _valid_utf8, signature_function
+class LanguageModelServing(ServingModule):
+    """`lm`: a pretrained permutation LM's `generate` (= `serving_default`) and `features`.
 
-    model, encoder = module.model, module.encoder
-    program = generation.request_program(model, bounds.layout, bounds.max_new_tokens, bounds.max_top_k,
-                                            bounds.stop_ids, bounds.prompt_len, bounds.segment_len)
-    S = tf.TensorSpec
-    sig = SIGNATURE
+    Args (beyond `ServingModule`'s; `info` gives `max_seq_length`, the `features` input's length, and the text
+    normalization):
+      generation: the request bounds, `GenerationBounds` (or a dict of its fields).
+    """
 
-    def generate(prompt, max_new_tokens, temperature, top_k, top_p, repetition_penalty, seed):
-        batch = tf.shape(prompt)[0]
-        checks = [
-            tf.debugging.Assert((batch >= 1) & (batch <= bounds.max_batch_size),
-                                [f"{sig}: prompt must hold 1 to {bounds.max_batch_size} prompts (the exported "
-                                 "max_batch_size); split the request"]),
-            tf.debugging.Assert((max_new_tokens >= 1) & (max_new_tokens <= bounds.max_new_tokens),
-                                [f"{sig}: max_new_tokens must be in [1, {bounds.max_new_tokens}] (the exported bound)"]),
-            tf.debugging.Assert(tf.math.is_finite(temperature) & (temperature >= 0.0),
-                                [f"{sig}: temperature must be >= 0 (0 = greedy)"]),
-            tf.debugging.Assert((top_k >= 0) & (top_k <= bounds.max_top_k),
-                                [f"{sig}: top_k must be in [0, {bounds.max_top_k}] (0 = off; the exported bound)"]),
-            tf.debugging.Assert((top_p > 0.0) & (top_p <= 1.0), [f"{sig}: top_p must be in (0, 1] (1 = off)"]),
-            tf.debugging.Assert(tf.math.is_finite(repetition_penalty) & (repetition_penalty > 0.0),
-                                [f"{sig}: repetition_penalty must be > 0 (1 = off)"]),
-        ]
-        with tf.control_dependencies(checks):
-            ids = encoder.encode(_valid_utf8("prompt", prompt, signature=sig))
-        n = ids.row_lengths()
-        empty = tf.debugging.Assert(tf.reduce_all(n > 0), [
-            f"{sig}: every prompt needs at least one token; an empty or whitespace-only prompt was given"])
-        keep = tf.minimum(n, bounds.max_prompt_tokens)
-        with tf.control_dependencies([empty]):
-            tail = packing_tf.tail(ids, keep)
-            packed = packing_tf.pad(tail, tf.zeros_like(tail), bounds.prompt_len, side=packing_tf.LEFT)
-        values = {"seed": tf.cast(seed, tf.uint32), "temperature": temperature, "top_k": top_k, "top_p": top_p,
-                  "penalty": repetition_penalty, "max_new_tokens": max_new_tokens}
-        keys = tf.cast(tf.range(batch), tf.uint32)
-        out = program(packed["input_ids"], packed["attention_mask"] > 0, keys, values)
-        token_ids = out["ids"][:, :max_new_tokens]
-        lengths, stopped = out["lengths"], out["stopped"]
-        body = tf.RaggedTensor.from_tensor(token_ids, lengths=lengths - tf.cast(stopped, tf.int32))
-        return {"text": encoder.tokenizer.detokenize(body), "token_ids": token_ids,
-                "log_probs": out["log_probs"][:, :max_new_tokens],
-                "sampling_log_probs": out["sampling_log_probs"][:, :max_new_tokens],
-                "lengths": lengths, "stopped": stopped, "prompt_tokens": tf.cast(keep, tf.int32),
-                "prompt_truncated": n > bounds.max_prompt_tokens}
+    TASKS = ("lm",)
 
-    return signature_function(generate, [
-        S([None], tf.string, name="prompt"), S([], tf.int32, name="max_new_tokens"),
-        S([], tf.float32, name="temperature"), S([], tf.int32, name="top_k"), S([], tf.float32, name="top_p"),
-        S([], tf.float32, name="repetition_penalty"), S([], tf.int32, name="seed")])
+    def __init__(self, model, info: ExportInfo, spiece_proto: bytes, generation=None):
+        super().__init__(model, info, spiece_proto)
+        generation = GenerationBounds(**generation) if isinstance(generation, dict) else generation
+        if not isinstance(generation, GenerationBounds):
+            raise ValueError("an lm export needs generation bounds (xlnet_tf.serving.lm.GenerationBounds)")
+        self.generation = generation
 
+    def signatures(self):
+        """`generate` (also `serving_default`) and `features` (module docstring)."""
+        self.serve_generate = self.generate_signature()
+        self.serve_features = self.text_signature(self.text_features, "features")
+        return {"serving_default": self.serve_generate, SIGNATURE: self.serve_generate,
+                "features": self.serve_features}
 
-def features_function(module):
-    """The `features` tf.function of a `ServingModule` of task `lm` (module docstring)."""
-    from xlnet_tf.serving.checks import _valid_utf8, signature_function
+    def generate_signature(self):
+        """The `generate` signature function (module docstring)."""
+        bounds, model, encoder = self.generation, self.model, self.encoder
+        program = generation.request_program(model, bounds.layout, bounds.max_new_tokens, bounds.max_top_k,
+                                             bounds.stop_ids, bounds.prompt_len, bounds.segment_len)
+        S = tf.TensorSpec
+        sig = SIGNATURE
 
-    def features(text):
-        f = preprocessing.encode_and_pack(module.encoder, _valid_utf8("text", text, signature="features"), None,
-                                          module.max_seq_length)
-        content, out = module._states(f["input_ids"], f["segment_ids"], f["attention_mask"])
+        def generate(prompt, max_new_tokens, temperature, top_k, top_p, repetition_penalty, seed):
+            batch = tf.shape(prompt)[0]
+            checks = [
+                tf.debugging.Assert((batch >= 1) & (batch <= bounds.max_batch_size),
+                                    [f"{sig}: prompt must hold 1 to {bounds.max_batch_size} prompts (the exported "
+                                     "max_batch_size); split the request"]),
+                tf.debugging.Assert((max_new_tokens >= 1) & (max_new_tokens <= bounds.max_new_tokens),
+                                    [f"{sig}: max_new_tokens must be in [1, {bounds.max_new_tokens}] (the exported "
+                                     "bound)"]),
+                tf.debugging.Assert(tf.math.is_finite(temperature) & (temperature >= 0.0),
+                                    [f"{sig}: temperature must be >= 0 (0 = greedy)"]),
+                tf.debugging.Assert((top_k >= 0) & (top_k <= bounds.max_top_k),
+                                    [f"{sig}: top_k must be in [0, {bounds.max_top_k}] (0 = off; the exported "
+                                     "bound)"]),
+                tf.debugging.Assert((top_p > 0.0) & (top_p <= 1.0), [f"{sig}: top_p must be in (0, 1] (1 = off)"]),
+                tf.debugging.Assert(tf.math.is_finite(repetition_penalty) & (repetition_penalty > 0.0),
+                                    [f"{sig}: repetition_penalty must be > 0 (1 = off)"]),
+            ]
+            with tf.control_dependencies(checks):
+                ids = encoder.encode(valid_utf8("prompt", prompt, signature=sig))
+            n = ids.row_lengths()
+            empty = tf.debugging.Assert(tf.reduce_all(n > 0), [
+                f"{sig}: every prompt needs at least one token; an empty or whitespace-only prompt was given"])
+            keep = tf.minimum(n, bounds.max_prompt_tokens)
+            with tf.control_dependencies([empty]):
+                tail = packing_tf.tail(ids, keep)
+                packed = packing_tf.pad(tail, tf.zeros_like(tail), bounds.prompt_len, side=packing_tf.LEFT)
+            values = {"seed": tf.cast(seed, tf.uint32), "temperature": temperature, "top_k": top_k, "top_p": top_p,
+                      "penalty": repetition_penalty, "max_new_tokens": max_new_tokens}
+            keys = tf.cast(tf.range(batch), tf.uint32)
+            out = program(packed["input_ids"], packed["attention_mask"] > 0, keys, values)
+            token_ids = out["ids"][:, :max_new_tokens]
+            lengths, stopped = out["lengths"], out["stopped"]
+            body = tf.RaggedTensor.from_tensor(token_ids, lengths=lengths - tf.cast(stopped, tf.int32))
+            return {"text": encoder.tokenizer.detokenize(body), "token_ids": token_ids,
+                    "log_probs": out["log_probs"][:, :max_new_tokens],
+                    "sampling_log_probs": out["sampling_log_probs"][:, :max_new_tokens],
+                    "lengths": lengths, "stopped": stopped, "prompt_tokens": tf.cast(keep, tf.int32),
+                    "prompt_truncated": n > bounds.max_prompt_tokens}
+
+        return signature_function(generate, [
+            string_spec("prompt"), S([], tf.int32, name="max_new_tokens"), S([], tf.float32, name="temperature"),
+            S([], tf.int32, name="top_k"), S([], tf.float32, name="top_p"),
+            S([], tf.float32, name="repetition_penalty"), S([], tf.int32, name="seed")])
+
+    def text_features(self, text):
+        f = preprocessing.encode_and_pack(self.encoder, text, None, self.max_seq_length)
+        content, out = self.content_states(f["input_ids"], f["segment_ids"], f["attention_mask"])
         content = tf.cast(content, tf.float32)
         return {**out, "token_states": content, "pooled": content[:, -1]}  # <cls> ends each packed text
-
-    return signature_function(features, [tf.TensorSpec([None], tf.string, name="text")])
