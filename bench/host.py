@@ -1,10 +1,12 @@
-"""What the benchmarks say about the run: the host CPU's model name and its vector extensions, and the command
-that reproduces the report (no TensorFlow or PyTorch here, so every report describes both the same way)."""
+"""What the benchmarks say about the machine they ran on: the host CPU's model name and its vector extensions, the
+platform, and the command that reproduces the report; the one description every report of bench/ uses (no
+TensorFlow or PyTorch here, so every report describes both the same way)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import platform
 import shlex
 import sys
 
@@ -47,16 +49,36 @@ def describe() -> dict:
             "cpu_kind": cpu_kind(extensions), "native_bfloat16": native_bfloat16(extensions)}
 
 
+def platform_description() -> dict:
+    """`describe()` with the platform, the memory (GiB) and the Python version: the head of a speed report."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2 ** 30
+    return {"platform": platform.platform(), **describe(), "memory_gib": round(memory, 1),
+            "python": platform.python_version()}
+
+
+def summary() -> dict:
+    """The CPU, its cores and vector extensions as strings: what a study's report and the transfer ledger's
+    entries record of the machine."""
+    m = describe()
+    return {"cpu": m["cpu"], "cores": str(m["cores"]), "vector_extensions": m["vector_extensions"]}
+
+
+def one_line() -> str:
+    """`<cpu>, <cores> cores, <vector extensions>`."""
+    return "{cpu}, {cores} cores, {vector_extensions}".format(**describe())
+
+
 def native_bfloat16(extensions: str) -> bool:
     """Whether the CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX-BF16); without, bfloat16 matmuls are
     emulated (converted to float32), so a bfloat16 timing says nothing about bfloat16 hardware."""
     return bool({"avx512_bf16", "amx_bf16"} & set(extensions.split()))
 
 
-def command_line(script: str, args: argparse.Namespace) -> str:
-    """`python <script>` and every parsed argument that is set, as a command a shell runs again: a true boolean
-    as its bare flag (`--torch_compile`), false and None left out, the rest `--name=value` (quoted where needed)."""
-    parts = ["python", script]
+def command_line(module: str, args: argparse.Namespace) -> str:
+    """`python -m <module>` and every parsed argument that is set, as a command a shell runs again from the
+    repository root: a true boolean as its bare flag (`--torch_compile`), false and None left out, the rest
+    `--name=value` (quoted where needed)."""
+    parts = ["python", "-m", module]
     for name, value in vars(args).items():
         if value is None or value is False:
             continue
@@ -64,7 +86,7 @@ def command_line(script: str, args: argparse.Namespace) -> str:
     return shlex.join(parts)
 
 
-def invocation(script: str) -> str:
-    """`python <script>` and this process's own arguments as given: the command line of a benchmark whose flags
+def invocation(module: str) -> str:
+    """`python -m <module>` and this process's own arguments as given: the command line of a benchmark whose flags
     have a `--no-` form (argparse's BooleanOptionalAction), where a parsed False does not say which was typed."""
-    return shlex.join(["python", script, *sys.argv[1:]])
+    return shlex.join(["python", "-m", module, *sys.argv[1:]])

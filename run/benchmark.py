@@ -7,7 +7,8 @@
 
 With `--quick`, each flag file only trains, for `QUICK_FLAGS`' two host loops of 5 steps (no warm-up, no
 evaluation or prediction): the runners' examples/s in minutes, without metrics. The headline speed comparison
-with Hugging Face is bench/run.py (`--quick` there too).
+with Hugging Face is the speed harness, `python -m bench.speed.harness` (`--quick` there too; run/ imports
+nothing of bench/).
 
 Each flag file runs in its own process (one tf.distribute strategy per process) with
 `--model_dir=<results_dir>/<name>` and `--record_dir=<results_dir>/<name>/records`; `--data_dir` is

@@ -9,7 +9,8 @@
 Long documents: `--max_segments=S` (> 1) builds and reads documents of up to S segments of
 `--max_seq_length` tokens and reads them segment by segment inside the compiled step, with Transformer-XL
 memories of `--mem_len` positions (no gradient through them), classifying from the last segment
-(run/flags/brown_genre_long.flags). `--max_segments=1` (default) is the usual one-segment run.
+(bench/studies/long_documents/flags/brown_genre_long.flags). `--max_segments=1` (default) is the usual
+one-segment run.
 
 With `--data_dir` and `--task`, missing records are built into `--record_dir` first. Writes
 `eval_results.json` (accuracy; F1 for MRPC/QQP; Matthews correlation for CoLA; Pearson/Spearman for

@@ -264,7 +264,7 @@ def test_a_masked_lm_model_is_refused(pretrained, tmp_path, capsys):
     message = _user_error(evaluate_lm, _lm_args(final), capsys)
     assert message.startswith(f"--checkpoint={final} was pretrained with objective 'mlm'"), message
     # the blank scorer (zero-shot cloze) takes it, and reads its candidates as masks as an MLM model is trained
-    from bench import cloze_baselines
+    from bench.studies.cloze import cloze_baselines
 
     scorers = {name: cloze_baselines.load_scorer(str(path), data_fixtures.tiny_spm(), seq_len=32, max_pieces=3)
                for name, path in (("mlm", final), ("plm", pretrained / "m" / "final"))}

@@ -1,4 +1,4 @@
-"""bench/run.py end to end at a tiny size: every row of the report is produced and well formed; the step it
+"""bench/speed/harness.py end to end at a tiny size: every row of the report is produced and well formed; the step it
 times is the production Trainer's; quick mode's settings and report.
 
 Speed itself is never asserted (see bench/); this only keeps the harness runnable. torch.compile takes about a
@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 from tests import data_fixtures
-from bench import variants
+from bench.speed import variants
 
 
 def _run(tmp_path, *flags):
-    cmd = [sys.executable, os.path.join(data_fixtures.REPO_ROOT, "bench", "run.py"), "--n_layer=1", "--d_model=64",
+    cmd = [sys.executable, "-m", "bench.speed.harness", "--n_layer=1", "--d_model=64",
            "--batch=2", "--seq_lens=16", "--repeats=1", "--no-base_config", "--peak_sizes=64,128",
            f"--output_dir={tmp_path}", *flags]
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1200)
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1200, cwd=data_fixtures.REPO_ROOT)
     return json.load(open(tmp_path / "report.json")), open(tmp_path / "report.md").read()
 
 
@@ -89,7 +89,7 @@ def test_harness_writes_report(tmp_path):
 def test_reference_is_the_fastest_variant(monkeypatch):
     """The fastest working variant is the reference; failures are recorded, not fatal. Timed on a virtual
     clock (each callable advances it by its own cost), so the verdict never depends on the machine's load."""
-    from bench import run
+    from bench.speed import harness as run
 
     clock = [0.0]
     monkeypatch.setattr(run.time, "perf_counter", lambda: clock[0])
@@ -121,8 +121,8 @@ def test_reference_is_the_fastest_variant(monkeypatch):
 
 
 def _tiny_trainer(tmp_path, kind="plm", **variant):
-    from bench import ours
-    from bench.peak_rss import inputs
+    from bench.speed import ours
+    from bench.speed.peak_rss import inputs
 
     import tensorflow as tf
 
@@ -171,7 +171,7 @@ def test_tagging_row_times_the_taggers_own_step(tmp_path, monkeypatch):
     import torch
     import transformers
 
-    from bench import ours, run
+    from bench.speed import harness as run, ours
     from xlnet_tf.training import finetuning
     from xlnet_tf.models import XLNetTagger
 
@@ -244,7 +244,7 @@ def test_tagging_row_times_the_taggers_own_step(tmp_path, monkeypatch):
 
 
 def test_runner_settings_are_the_recipes(tmp_path):
-    from bench import ours
+    from bench.speed import ours
     from run import common_flags
 
     for kind, lr, wd, eps in (("plm", 5e-4, 0.01, 1e-6), ("classifier", 2e-5, 0.01, 1e-6),
@@ -258,7 +258,7 @@ def test_runner_settings_are_the_recipes(tmp_path):
 def test_host_loop_row_on_a_virtual_clock(monkeypatch):
     """HF's side of the train_loop row (examples/s per loop, memories carried) and the row: steady rates
     exclude the first loop, the fastest variant is the reference, ratio = ours / reference examples/s."""
-    from bench import run
+    from bench.speed import harness as run
 
     clock = [0.0]
     monkeypatch.setattr(run.time, "perf_counter", lambda: clock[0])
@@ -285,7 +285,7 @@ def test_host_loop_row_on_a_virtual_clock(monkeypatch):
 def test_quick_mode_settings():
     """--quick fills every setting left unset with its quick value and lists what that skips; a flag given
     wins; the emulated mixed_bfloat16 A/B variants stay out on a CPU without bfloat16 arithmetic."""
-    from bench import run
+    from bench.speed import harness as run
 
     _, args = run.parse_args(["--quick"])
     skipped = run.resolve_settings(args, native_bfloat16=False)
@@ -318,7 +318,7 @@ def test_quick_mode_settings():
 
 
 def test_quick_report_names_what_it_skipped_and_the_cpu(tmp_path):
-    from bench import run
+    from bench.speed import harness as run
 
     machine = {"cpu": "AMD EPYC", "cpu_kind": "AVX2", "vector_extensions": "avx avx2 fma", "native_bfloat16": False,
                "cores": 2, "memory_gib": 8.0, "platform": "Linux", "python": "3.11", "tensorflow": "2.21",
@@ -330,10 +330,10 @@ def test_quick_report_names_what_it_skipped_and_the_cpu(tmp_path):
                               "d_model": 64}, 4, [1.0, 40.0], {"hf_eager": [1.0, 10.0]}, {})
     report = {"machine": machine, "reference": {"variants": ["hf_eager"], "flush_denormal": True, "compile": None},
               "quick": skipped, "peak_gflops": peak, "rows": [row], "wall_s": 60.0,
-              "command": "python bench/run.py --quick --no-ab"}
+              "command": "python -m bench.speed.harness --quick --no-ab"}
     md = run.write_report(report, str(tmp_path))
     assert "(AVX2; vector extensions: avx avx2 fma; bfloat16 emulated" in md
-    assert "Command: `python bench/run.py --quick --no-ab`" in md
+    assert "Command: `python -m bench.speed.harness --quick --no-ab`" in md
     assert "Quick mode (--quick)" in md and all(s in md for s in skipped)
     assert "train_loop: examples/s of a real short run" in md and md.count("\n| train_loop |") == 1
     assert json.load(open(tmp_path / "report.json"))["quick"] == skipped
@@ -355,7 +355,7 @@ def test_vector_extensions_and_cpu_kind():
 
 def test_report_command_runs_again(monkeypatch):
     """A report's command parses back to the same arguments (a true boolean as a bare flag: `--x=True` is refused
-    by argparse's store_true, which is how bench/generation_speed.py's reports once read)."""
+    by argparse's store_true, which is how bench/speed/generation_speed.py's reports once read)."""
     import argparse
     import shlex
 
@@ -368,21 +368,22 @@ def test_report_command_runs_again(monkeypatch):
     p.add_argument("--output", default=None)
     p.add_argument("--label", default="a b")
     args = p.parse_args(["--torch_compile", "--ways=ours_xla"])
-    line = host.command_line("bench/generation_speed.py", args)
-    assert line == "python bench/generation_speed.py --torch_compile --ways=ours_xla '--label=a b'"
-    assert p.parse_args(shlex.split(line)[2:]) == args
-    monkeypatch.setattr(sys, "argv", ["bench/run.py", "--quick", "--no-ab", "--output_dir=out dir"])
-    assert host.invocation("bench/run.py") == "python bench/run.py --quick --no-ab '--output_dir=out dir'"
+    line = host.command_line("bench.speed.generation_speed", args)
+    assert line == "python -m bench.speed.generation_speed --torch_compile --ways=ours_xla '--label=a b'"
+    assert p.parse_args(shlex.split(line)[3:]) == args
+    monkeypatch.setattr(sys, "argv", ["harness.py", "--quick", "--no-ab", "--output_dir=out dir"])
+    line = "python -m bench.speed.harness --quick --no-ab '--output_dir=out dir'"
+    assert host.invocation("bench.speed.harness") == line
 
 
 @pytest.mark.slow  # the benchmark CLI; the default run keeps test_benchmark_times_the_trainers_own_step
 def test_quick_mode_end_to_end(tmp_path):
     """--quick at a tiny size: the headline rows (pretraining step, fine-tuning and tagging steps, host loop)
     and a report that says what quick mode skipped."""
-    cmd = [sys.executable, os.path.join(data_fixtures.REPO_ROOT, "bench", "run.py"), "--quick", "--n_layer=1",
+    cmd = [sys.executable, "-m", "bench.speed.harness", "--quick", "--n_layer=1",
            "--d_model=64", "--batch=2", "--seq_lens=16", "--peak_sizes=64,128", "--reference_variants=eager",
            f"--output_dir={tmp_path}"]
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1200)
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1200, cwd=data_fixtures.REPO_ROOT)
     report, md = json.load(open(tmp_path / "report.json")), open(tmp_path / "report.md").read()
     assert [r["suite"] for r in report["rows"]] == ["pretrain_step", "finetune_step", "tagging_step", "train_loop"]
     for r in report["rows"]:
@@ -418,9 +419,9 @@ ENTRY %main {
 
 
 def test_step_profile_sums_thunks_by_kind_and_rates_dots():
-    """bench/step_profile.py's arithmetic: thunk kinds from the HLO opcodes (wrapped single-op fusions by their
+    """bench/speed/step_profile.py's arithmetic: thunk kinds from the HLO opcodes (wrapped single-op fusions by their
     operation), dot FLOPs from shapes and contracting dims (batch dims counted once), rates per dot."""
-    from bench import step_profile
+    from bench.speed import step_profile
 
     flops = step_profile.dot_flops(STEP_HLO)
     assert flops == {"dot.55": 2 * 160 * 768 * 32000, "dot.11": 2 * 12 * 1024 * 320 * 64}
@@ -434,13 +435,13 @@ def test_step_profile_sums_thunks_by_kind_and_rates_dots():
 
 
 def test_generation_profile_reports_a_real_calls_thunks(tmp_path):
-    """bench/generation_profile.py end to end on a tiny model: the profiled call's thunks are found on the
+    """bench/speed/generation_profile.py end to end on a tiny model: the profiled call's thunks are found on the
     intra-op threads and matched to the optimized HLO of the generation program (its while loop's dots)."""
     out = str(tmp_path / "profile")
-    cmd = [sys.executable, os.path.join(data_fixtures.REPO_ROOT, "bench", "generation_profile.py"), "--n_layer=1",
+    cmd = [sys.executable, "-m", "bench.speed.generation_profile", "--n_layer=1",
            "--d_model=64", "--n_token=100", "--prompt_len=8", "--new_tokens=4", "--repeats=1", "--top=5",
            f"--output={out}"]
-    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600)
+    subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600, cwd=data_fixtures.REPO_ROOT)
     with open(out + ".json", encoding="utf-8") as f:
         report = json.load(f)
     s = report["summary"]
@@ -451,12 +452,12 @@ def test_generation_profile_reports_a_real_calls_thunks(tmp_path):
 
 
 def test_step_ab_puts_the_reference_methods_in_place_and_restores_them(tmp_path):
-    """bench/step_ab.py's patcher: functions and methods whose source differs take the reference's (a method's
+    """bench/speed/step_ab.py's patcher: functions and methods whose source differs take the reference's (a method's
     zero-argument super() still works on the working tree's class), identical ones stay, and all is restored."""
     import importlib.util
     import sys
 
-    from bench import step_ab
+    from bench.speed import step_ab
 
     def load(name, text):
         path = tmp_path / f"{name}.py"
@@ -478,5 +479,5 @@ def test_step_ab_puts_the_reference_methods_in_place_and_restores_them(tmp_path)
         assert current.A().f() == 12 and current.h() == "old" and current.A.g is g
     assert current.A().f() == 11 and current.h() == "new"
     with pytest.raises(ValueError, match="not a file under xlnet_tf/"):
-        step_ab.module_name("bench/run.py")
+        step_ab.module_name("bench/speed/harness.py")
     assert step_ab.module_name("xlnet_tf/layers/attention.py") == "xlnet_tf.layers.attention"

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from bench import variants
+from bench.speed import variants
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.models import XLNetPretrainer
 

@@ -47,18 +47,25 @@ def _runner_of(flagfile_name):
 
 
 def test_flag_files_parse_with_their_runners():
+    """The fine-tuning flag files of run/flags/ (the recipes) and of the studies (bench/studies/*/flags/: the
+    transfer tasks' budgets, the long-document and multiple-choice recipes) parse with their runners."""
+    import glob
+
     from run import common_flags
 
-    flag_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "run", "flags")
-    names = [n for n in os.listdir(flag_dir)
-             if n.endswith(".flags") and not n.startswith(("pretrain", "demo", "transfer_cpu"))]
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    paths = [p for p in glob.glob(os.path.join(repo, "run", "flags", "*.flags"))
+             + glob.glob(os.path.join(repo, "bench", "studies", "*", "flags", "*.flags"))
+             if not os.path.basename(p).startswith(("pretrain", "demo", "transfer_cpu"))]
+    names = {os.path.basename(p) for p in paths}
     assert {"mnli.flags", "qqp.flags", "sst2.flags", "cola.flags", "stsb.flags", "mrpc.flags", "rte.flags",
-            "race.flags", "squad_v1.flags", "squad_v2.flags"} <= set(names)
-    for name in names:
-        runner = _runner_of(name)
-        fv = common_flags.parse(runner.FLAGS, runner.define_flags, ["x", f"--flagfile={os.path.join(flag_dir, name)}"])
+            "race.flags", "squad_v1.flags", "squad_v2.flags", "transfer_topic.flags", "transfer_cloze.flags",
+            "transfer_mc_wordnet.flags", "brown_genre_long.flags", "race_mc_wordnet_tiny.flags"} <= names
+    for path in paths:
+        runner = _runner_of(os.path.basename(path))
+        fv = common_flags.parse(runner.FLAGS, runner.define_flags, ["x", f"--flagfile={path}"])
         try:
-            assert fv.train_steps > 0 and fv.learning_rate > 0, name
+            assert fv.train_steps > 0 and fv.learning_rate > 0, path
         finally:
             fv.unparse_flags()
 
@@ -93,7 +100,7 @@ def test_runners_keep_their_own_defaults_and_define_nothing_at_import():
 
 
 def test_transfer_flag_file_parses_and_names_real_tasks():
-    """bench/transfer.py's own flag file (the transfer table's command) and the task flag files it runs."""
+    """The transfer study's own flag files (the transfer table's commands) and the task flag files they run."""
     import subprocess
     import sys
 
@@ -106,8 +113,9 @@ def test_transfer_flag_file_parses_and_names_real_tasks():
                      "transfer_cpu_ood_steps_3x.flags", "transfer_cpu_topic_steps.flags",
                      "transfer_cpu_topic_steps_3x.flags", *variants):
         extra = ["--dropout=0.1", "--dropatt=0.1", variants[flagfile]] if flagfile in variants else None
-        code = (f"import sys; sys.argv=['transfer', '--flagfile=run/flags/{flagfile}']; "
-                "from bench import transfer; from absl import flags; transfer.define_flags(); flags.FLAGS(sys.argv); "
+        code = (f"import sys; sys.argv=['transfer', '--flagfile=bench/studies/transfer/flags/{flagfile}']; "
+                "from bench.studies.transfer import transfer; from absl import flags; transfer.define_flags(); "
+                "flags.FLAGS(sys.argv); "
                 "F = flags.FLAGS; tasks = transfer.tasks('labeled'); "
                 "assert set(F.tasks) <= set(tasks) and all(transfer.parse_init(i) for i in F.inits), F.tasks; "
                 "assert all(__import__('os').path.exists(tasks[t].flagfile) for t in F.tasks); "
@@ -115,7 +123,8 @@ def test_transfer_flag_file_parses_and_names_real_tasks():
                 f"assert set(F.stages) <= set(transfer.STAGES) and F.extra_finetune_flags.split() in "
                 f"([], ['--dropout=0.1', '--dropatt=0.1'], {extra}); "
                 f"assert {extra is None} or (F.work_dir, F.results_prefix) != "
-                "('bench_out/transfer_ood', 'bench/results/transfer_ood_cpu'), (F.work_dir, F.results_prefix); "
+                "('bench_out/transfer_ood', 'bench/studies/transfer/results/transfer_ood_cpu'), "
+                "(F.work_dir, F.results_prefix); "
                 "print(repr(F.extra_finetune_flags.split())); print('ok')")
         out = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=300)
         assert out.stdout.strip().endswith("ok"), (flagfile, out.stderr[-2000:])
@@ -123,7 +132,8 @@ def test_transfer_flag_file_parses_and_names_real_tasks():
             from run import common_flags, run_classifier
 
             fv = common_flags.parse(run_classifier.FLAGS, run_classifier.define_flags,
-                                    ["x", f"--flagfile={repo}/run/flags/transfer_tweets.flags", *extra])
+                                    ["x", f"--flagfile={repo}/bench/studies/transfer/flags/transfer_tweets.flags",
+                                     *extra])
             try:
                 assert fv.dropout == 0.1 and (fv.lr_layer_decay_rate, fv.summary_type) != (1.0, "last"), flagfile
             finally:
@@ -133,7 +143,7 @@ def test_transfer_flag_file_parses_and_names_real_tasks():
 CARRY_CHECK = r'''
 import json, os, sys
 from absl import flags
-from bench import transfer
+from bench.studies.transfer import transfer
 from xlnet_tf.artifacts import results
 transfer.define_flags()
 work = os.path.dirname(sys.argv[1])
@@ -168,7 +178,7 @@ assert acc["scratch_best_lr"] == "3e-4" and acc["scratch_seeds"] == 1 and acc["s
 assert "mlm" not in acc, acc
 assert 9 < acc["majority"] < 30 < acc["baseline"] <= 100, acc  # 11 topics; TF-IDF + logistic regression learns
 ran = []
-def fake_finetune(work, task, init, lr, seed, extra):  # bench/transfer.finetune without the training
+def fake_finetune(work, task, init, lr, seed, extra):  # transfer.finetune without the training
     done = transfer.read_score(transfer.run_dir(work, task.name, init, lr, seed), task)
     if done is None:
         ran.append((init, lr, seed))
@@ -202,7 +212,7 @@ assert transfer.final_step(spam) == 480
 assert transfer.read_score(out, spam) is None  # killed while scoring its checkpoints: 4 of 8 scored, not a result
 scored((300, 360, 420, 480), (0.6, 0.4, 0.5, 0.6), (0.9, 0.9, 0.9, 0.9))
 score = transfer.read_score(out, spam)
-assert score == {"accuracy": 70.0, "step": 120, "test_accuracy": 60.0}, score  # accuracy only (bench/transfer.tasks)
+assert score == {"accuracy": 70.0, "step": 120, "test_accuracy": 60.0}, score  # accuracy only (transfer.tasks)
 spam.selection = "last"
 assert transfer.budget_flags(spam) == [] and transfer.final_step(spam) == 120
 assert transfer.read_score(out, spam)["step"] == 480
@@ -222,7 +232,7 @@ print("ok")
 '''
 
 
-@pytest.mark.slow  # bench/transfer.py's bookkeeping (a subprocess over every transfer task); a benchmark tool
+@pytest.mark.slow  # the transfer study's bookkeeping (a subprocess over every transfer task); a benchmark tool
 def test_transfer_carries_over_only_seed0_runs_of_the_same_pretrained_model(tmp_path):
     import subprocess
     import sys
@@ -234,7 +244,7 @@ def test_transfer_carries_over_only_seed0_runs_of_the_same_pretrained_model(tmp_
 
 
 def test_linear_baseline_reads_the_runners_rows_and_sees_shared_ngrams_of_pairs(tmp_path):
-    from bench import linear_baseline as lb
+    from bench.studies.baselines import linear_baseline as lb
 
     rows = ["label\tsentence1\tsentence2"]
     words = ["red apple pie", "blue river boat", "green tree house", "old stone wall", "tall grass field",
@@ -257,7 +267,7 @@ def test_linear_baseline_reads_the_runners_rows_and_sees_shared_ngrams_of_pairs(
 def test_mc_diagnosis_variants_keep_each_answer_and_drop_the_article(tmp_path):
     import json
 
-    from bench import mc_diagnosis
+    from bench.studies.diagnostics import mc_diagnosis
 
     source = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "finetune",
                           "mc_wordnet")
@@ -286,7 +296,7 @@ def test_mc_diagnosis_variants_keep_each_answer_and_drop_the_article(tmp_path):
 CARRY_SETTINGS_CHECK = r'''
 import json, os, sys
 from absl import flags
-from bench import transfer
+from bench.studies.transfer import transfer
 transfer.define_flags()
 root = sys.argv[1]
 flags.FLAGS(["transfer", "--tasks=topic", f"--work_dir={root}", "--objectives=plm", "--inits=scratch,plm"])

@@ -1,4 +1,4 @@
-"""Zero-shot fill-in-the-blank scoring (bench/blank_scoring.py) on a tiny random model: the candidate's
+"""Zero-shot fill-in-the-blank scoring (bench/studies/cloze/blank_scoring.py) on a tiny random model: the candidate's
 pieces are where fill() says, the answer cannot leak into its own prediction, left padding and batching change
 nothing, and the shipped cloze slice scores end to end."""
 
@@ -21,7 +21,7 @@ def _model(objective="plm"):
 
 
 def _piece_log_probs(model, rows, seq_len=48, max_pieces=4, mlm=False):
-    from bench import blank_scoring
+    from bench.studies.cloze import blank_scoring
 
     batch = blank_scoring.features(rows, seq_len, max_pieces, mlm)
     logits = model({k: tf.constant(v) for k, v in batch.items()}, training=False)["logits"]
@@ -30,7 +30,7 @@ def _piece_log_probs(model, rows, seq_len=48, max_pieces=4, mlm=False):
 
 
 def test_fill_marks_the_candidate_pieces_and_cuts_the_passage_from_the_left():
-    from bench import blank_scoring
+    from bench.studies.cloze import blank_scoring
     from xlnet_tf.text.layout import CLS_ID, SEP_ID
 
     tok = data_fixtures.tiny_tokenizer()
@@ -49,7 +49,7 @@ def test_fill_marks_the_candidate_pieces_and_cuts_the_passage_from_the_left():
 
 
 def test_the_answer_cannot_leak_into_its_own_prediction():
-    from bench import blank_scoring
+    from bench.studies.cloze import blank_scoring
 
     model = _model()
     rng = np.random.default_rng(0)
@@ -73,7 +73,7 @@ def test_the_answer_cannot_leak_into_its_own_prediction():
 
 
 def test_left_padding_and_batching_change_no_score():
-    from bench import blank_scoring
+    from bench.studies.cloze import blank_scoring
 
     tok = data_fixtures.tiny_tokenizer()
     words = ["fox", "extraordinary", "barn", "a"]
@@ -88,7 +88,7 @@ def test_left_padding_and_batching_change_no_score():
 
 
 def test_mlm_models_read_the_candidate_as_masks():
-    from bench import blank_scoring
+    from bench.studies.cloze import blank_scoring
     from xlnet_tf.text.layout import MASK_ID
 
     row = blank_scoring.FilledRow(list(range(10, 40)), [0] * 30, [5, 6])
@@ -104,9 +104,9 @@ def test_mlm_models_read_the_candidate_as_masks():
 def test_shipped_cloze_slice_scores_end_to_end():
     import os
 
-    from bench import cloze_baselines
+    from bench.studies.cloze import cloze_baselines
     from tfrecords.sets import cloze
-    from bench import blank_scoring
+    from bench.studies.cloze import blank_scoring
 
     questions = cloze.read_questions(os.path.join(data_fixtures.REPO_ROOT, "data", "finetune", "cloze", "dev"))[:6]
     scorer = blank_scoring.BlankScorer(_model(), data_fixtures.tiny_tokenizer(), seq_len=96, batch_size=8)

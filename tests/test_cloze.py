@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from bench import cloze_baselines as cb
+from bench.studies.cloze import cloze_baselines as cb
 from tests import data_fixtures as F
 from tfrecords.sets import cloze
 from tfrecords import race_data as rd
@@ -161,7 +161,7 @@ def test_cli_names_missing_flag_and_bad_corpus_item(tmp_path):
 
 
 def test_agreement_of_predictions_with_the_answer_and_each_baseline(tmp_path):
-    """bench/cloze_baselines.py --predictions: a model that picks each baseline's choice agrees with it 100%
+    """cloze_baselines.py --predictions: a model that picks each baseline's choice agrees with it 100%
     (up to that baseline's ties) and scores that baseline's accuracy; the ids of run_race.py's predictions file
     are read; a question without a prediction is named."""
     corpus = tmp_path / "c.txt"

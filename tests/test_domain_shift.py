@@ -1,6 +1,6 @@
-"""bench/domain_shift.py's reading of a set's text (the runners' TSV rows, evaluate_lm's paragraphs)."""
+"""bench.studies.transfer.domain_shift's reading of a set's text (the runners' TSV rows, evaluate_lm's paragraphs)."""
 
-from bench import domain_shift
+from bench.studies.transfer import domain_shift
 from tests import data_fixtures
 
 
@@ -47,7 +47,7 @@ def test_the_report_table_reads_rows_made_before_the_unknown_count():
            "without_memories_bits_per_character": 3.5, "with_memories_perplexity": 400.0,
            "with_memories_bits_per_character": 3.3}
     out = {"machine": {"cpu": "x", "cores": 2, "vector_extensions": "avx2"}, "checkpoint": "c", "max_tokens": 100,
-           "seg_len": 8, "command": "python bench/domain_shift.py", "rows": [
+           "seg_len": 8, "command": "python -m bench.studies.transfer.domain_shift", "rows": [
                row, dict(row, set="spam", unknown_piece_share=0.03, unknown_characters="|@")]}
     md = domain_shift.markdown(out)
     assert "| tweets | 100 | 2.00 | - | 500.0 | 3.500 |" in md

@@ -1,8 +1,8 @@
-"""bench/dot_probe.py at tiny sizes: both probes run, and the report names the CPU and every program."""
+"""bench/speed/dot_probe.py at tiny sizes: both probes run, and the report names the CPU and every program."""
 
 import json
 
-from bench import dot_probe
+from bench.speed import dot_probe
 
 
 def test_dot_probe_reports_every_program(tmp_path):

@@ -1,4 +1,5 @@
-"""bench/feature_probe.py: a linear probe of a model's frozen features, random init against checkpoints."""
+"""bench.studies.transfer.feature_probe: a linear probe of a model's frozen features, random init against
+checkpoints."""
 
 import json
 import os
@@ -6,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from bench import feature_probe
+from bench.studies.transfer import feature_probe
 from tests import data_fixtures
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -105,7 +105,7 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, rng):
 def test_a_killed_run_resumes_exactly_and_named_checkpoints_are_scored_alone(tmp_path, capsys):
     """run_classifier.py killed after step 4 of 6 and started again with the same flags ends with the weights and
     dev score of the run that was never killed: the same shuffled batches (skipped on resume), dropout draws and
-    optimizer state (bench/transfer.py resumes its killed runs on this). Then --eval_checkpoint_steps on the
+    optimizer state (the transfer study resumes its killed runs on this). Then --eval_checkpoint_steps on the
     finished run: only the named kept checkpoints are scored, a step not kept is refused before anything is
     written."""
     from run import run_classifier
@@ -136,7 +136,7 @@ def test_a_killed_run_resumes_exactly_and_named_checkpoints_are_scored_alone(tmp
     # the same weights to 1e-6: the dev accuracy may differ only by an argmax tie flipping (one example at most)
     assert abs(scores[0]["accuracy"] - scores[1]["accuracy"]) <= 1 / scores[0]["num_examples"] + 1e-12, scores
 
-    # --eval_checkpoint_steps scores only the kept checkpoints named (bench/transfer.py: the dev-chosen one on test)
+    # --eval_checkpoint_steps scores only the kept checkpoints named (the transfer study: the dev-chosen one on test)
     from xlnet_tf.errors import UserError
 
     evaluate = flags + [f"--model_dir={tmp_path}/straight", "--do_train=false"]
@@ -253,7 +253,8 @@ def test_race_runner_beats_chance_on_mc_wordnet(tmp_path):
     from run import run_race
 
     _run(run_race, [
-        f"--flagfile={REPO}/run/flags/race_mc_wordnet_tiny.flags", f"--data_dir={DATA}/mc_wordnet",
+        f"--flagfile={REPO}/bench/studies/diagnostics/flags/race_mc_wordnet_tiny.flags",
+        f"--data_dir={DATA}/mc_wordnet",
         f"--n_token={data_fixtures.TINY_VOCAB}", f"--spiece_model_file={data_fixtures.tiny_spm()}",
         f"--record_dir={tmp_path}/records", f"--model_dir={tmp_path}/m"])
     result = json.load(open(tmp_path / "m" / "eval_results.json"))["last"]["dev"]

@@ -64,7 +64,7 @@ def test_causal_cache_equals_recomputing_the_prefix():
     """52 one-position steps under XLA, memory buffer 8 (crossed 7 times), the prompts read in two segments:
     every step's logits equal the whole prefix recomputed with the same window, and the greedy tokens too."""
     from xlnet_tf.inference.generation import generate
-    from bench.generation_reference import recompute_logits
+    from bench.speed.generation_reference import recompute_logits
 
     model = _model()
     prompts = [[11, 12, 13, 14, 15], [21, 22]]
@@ -83,7 +83,7 @@ def test_causal_cache_equals_recomputing_the_prefix():
 
 def test_bidirectional_prompt_cache_equals_recomputing_the_prefix():
     from xlnet_tf.inference.generation import generate
-    from bench.generation_reference import recompute_logits
+    from bench.speed.generation_reference import recompute_logits
 
     model = _model()
     prompt = [31, 9, 40, 12, 17, 25]

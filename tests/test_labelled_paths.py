@@ -2,7 +2,8 @@
 
 import pytest
 
-from bench import domain_shift, labelled_paths
+from bench import labelled_paths
+from bench.studies.transfer import domain_shift
 
 
 def test_entries_are_read_in_order_and_a_kept_word_is_its_own_path(tmp_path):

@@ -217,7 +217,7 @@ def test_a_decoding_step_gives_the_layer_call_on_one_new_position(pieces, rng):
 def _memory_attention_gradients(mems_take_gradient: bool, rng):
     """A small attention layer over [mems; content]: its output and the gradients of a loss of it (weights,
     content, and mems when `mems_take_gradient`), and the dot FLOPs of that compiled gradient."""
-    from bench.step_profile import dot_flops
+    from bench.speed.step_profile import dot_flops
 
     layer = RelativeAttention(d_model=32, n_head=2, d_head=16)
     content = tf.constant(rng.randn(2, 6, 32), tf.float32)
@@ -252,8 +252,8 @@ def test_memory_rows_take_no_input_gradient_they_do_not_need():
     # the input gradient of the key and value projections over the memory rows, and nothing else
     assert flops_watched - flops_constant == 2 * (2 * batch * mlen * inner * d_model)
 
-    # the same numbers as one projection of the concatenation (the reference formulation, bench/variants.py's)
-    from bench import variants
+    # the same numbers as one projection of the concatenation (the reference formulation, bench/speed/variants.py's)
+    from bench.speed import variants
 
     with tf.GradientTape() as tape:
         tape.watch([content, mems])

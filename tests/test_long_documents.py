@@ -248,9 +248,9 @@ def test_long_document_runner_exports_a_model_that_reads_documents_in_graph(tmp_
 
 
 def test_benchmark_sign_test_counts_documents_across_seeds():
-    """bench/long_documents.py's statistics: one seed per arm is McNemar's exact test; over seeds, a document
+    """The long-document study's statistics: one seed per arm is McNemar's exact test; over seeds, a document
     favours the arm that gets it right in more seeds (ties drop out); predictions must cover the documents."""
-    from bench.long_documents import mcnemar, sign_test
+    from bench.studies.long_documents.long_documents import mcnemar, sign_test
 
     labels = {"a": "x", "b": "y", "c": "x", "d": "y"}
     whole = [{"a": "x", "b": "y", "c": "y", "d": "x"}, {"a": "x", "b": "x", "c": "x", "d": "x"}]
@@ -270,7 +270,7 @@ def test_benchmark_sign_test_counts_documents_across_seeds():
 def test_benchmark_rate_choice_breaks_accuracy_ties_by_macro_f1():
     """The first-segment arm's dev grid picks the rate of both arms: best accuracy, a tie to the better macro F1
     (measured: 1e-4 and 3e-4 both 66% on dev with the bptt recipe; macro F1 0.616 vs 0.629)."""
-    from bench.long_documents import best_rate
+    from bench.studies.long_documents.long_documents import best_rate
 
     assert best_rate({"1e-4": 0.66, "3e-4": 0.66, "1e-3": 0.58}, {"1e-4": 0.616, "3e-4": 0.629, "1e-3": 0.7}) == "3e-4"
     assert best_rate({"1e-4": 0.62, "3e-4": 0.58}, {"1e-4": 0.5, "3e-4": 0.9}) == "1e-4"
@@ -286,8 +286,8 @@ def test_reading_whole_brown_texts_beats_their_first_segment(tmp_path):
     At this size the sign test is not significant: measured 55.5% vs 44.0% mean (every seed favours the
     whole text), 20 texts better vs 9 worse, exact two-sided p = 0.061; the test asserts the direction and
     the p-value bound it met (< 0.1), not significance. Issue 17's significance criterion is the benchmark's
-    (bench/long_documents.py, pretrained model, 100 dev + 100 test texts): met by the gradient-through-all-
-    segments recipe at 300 steps (run/flags/brown_genre_long_bptt_300.flags, declared before its run): three
+    (bench/studies/long_documents/, pretrained model, 100 dev + 100 test texts): met by the gradient-through-all-
+    segments recipe at 300 steps (the study's brown_genre_long_bptt_300.flags, declared before its run): three
     seeds, 27 dev texts better vs 9 worse, p = 0.0039; test 24 vs 7. Not by the earlier recipes (last-segment,
     one seed: p = 0.12 dev; mean of the document, three seeds: p = 0.53; gradient through all segments at 150
     steps: three seeds 26 vs 13, p = 0.053; five seeds 28 vs 19, p = 0.24).

@@ -1,5 +1,5 @@
-"""bench/transfer_ledger.py and bench/transfer.py's use of it: a finished run's scores outlive the work_dir, and
-are restored only for a run of the same provenance."""
+"""The transfer study's run ledger (transfer_ledger.py) and transfer.py's use of it: a finished run's scores outlive
+the work_dir, and are restored only for a run of the same provenance."""
 
 import json
 import os
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from bench import transfer_ledger as ledger
+from bench.studies.transfer import transfer_ledger as ledger
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,7 +49,7 @@ def test_ledger_returns_a_run_only_for_the_same_provenance(tmp_path):
 
 
 def test_a_run_keeps_the_code_each_of_its_processes_started_from(tmp_path, monkeypatch):
-    from bench import transfer
+    from bench.studies.transfer import transfer
 
     out = str(tmp_path / "finetune" / "topic" / "plm" / "lr3e-4-seed0")
     assert transfer.launch_code(out) is None  # a run made before launches were noted
@@ -99,7 +99,7 @@ def test_fingerprints_change_with_any_file_of_a_folder_or_checkpoint(tmp_path):
 RESTORE_CHECK = r'''
 import os, shutil, sys
 from absl import flags
-from bench import transfer, transfer_ledger
+from bench.studies.transfer import transfer, transfer_ledger
 from xlnet_tf.artifacts import results
 transfer.define_flags()
 root = sys.argv[1]
@@ -232,7 +232,7 @@ def test_transfer_keeps_runs_in_the_ledger_and_restores_those_of_the_same_proven
 RESUME_CHECK = r'''
 import os, shutil, sys
 from absl import flags
-from bench import transfer, transfer_ledger
+from bench.studies.transfer import transfer, transfer_ledger
 from xlnet_tf.artifacts import results
 transfer.define_flags()
 root = sys.argv[1]
@@ -339,7 +339,7 @@ print("ok")
 
 
 def test_a_killed_fine_tuning_run_is_resumed_only_when_nothing_that_shapes_it_changed(tmp_path):
-    """bench/transfer.py's chain is killed with its session: a run killed while training or while scoring its
+    """The transfer study's chain is killed with its session: a run killed while training or while scoring its
     checkpoints is no result (its best so far is not its best); the next launch resumes it when its command and
     the runner's code are the same (the training loop resumes exactly: tests/test_finetune_runners.py), and starts
     it again otherwise. A finished run is this table's only when this table's command made it."""

@@ -1,4 +1,4 @@
-"""bench/transfer.py's transfer-against-pretraining-steps curve: `<objective>@<step>` inits fine-tune from the
+"""The transfer study's transfer-against-pretraining-steps curve: `<objective>@<step>` inits fine-tune from the
 pretraining run's kept checkpoints, and the report gains their table and plot."""
 
 import os
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from bench import transfer
+from bench.studies.transfer import transfer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -37,7 +37,7 @@ def test_the_longer_recipes_are_the_recipe_with_its_steps_changed(name, factor):
     """pretrain_cpu_{3,10}x.flags name pretrain_cpu.flags (`--flagfile=`, read in place) and override the steps:
     the transfer stages read the same model, data layout and optimizer as the shipped recipe's."""
     base = transfer.read_flagfile(os.path.join(REPO, "run", "flags", "pretrain_cpu.flags"))
-    longer = transfer.read_flagfile(os.path.join(REPO, "run", "flags", name))
+    longer = transfer.read_flagfile(os.path.join(transfer.FLAGS_DIR, name))
     assert int(longer["train_steps"]) == factor * int(base["train_steps"])
     assert {k: v for k, v in longer.items() if k not in ("train_steps", "keep_checkpoint_steps")} == \
         {k: v for k, v in base.items() if k not in ("train_steps", "keep_checkpoint_steps")}
@@ -47,7 +47,7 @@ def test_the_longer_recipes_are_the_recipe_with_its_steps_changed(name, factor):
 STEPS_CHECK = r'''
 import os, sys
 from absl import flags
-from bench import transfer, transfer_ledger
+from bench.studies.transfer import transfer, transfer_ledger
 from xlnet_tf.artifacts import results
 transfer.define_flags()
 root = sys.argv[1]
@@ -99,9 +99,9 @@ def test_the_report_tables_and_plots_the_score_against_pretraining_steps(tmp_pat
 
 
 def test_an_unknown_init_is_a_one_line_usage_error(tmp_path):
-    out = subprocess.run([sys.executable, "bench/transfer.py", f"--work_dir={tmp_path}/w", "--inits=plm@first",
-                          "--stages=report", "--runs_ledger=none"], cwd=REPO, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run([sys.executable, "-m", "bench.studies.transfer.transfer", f"--work_dir={tmp_path}/w",
+                          "--inits=plm@first", "--stages=report", "--runs_ledger=none"], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
     assert out.returncode == 1 and "--inits: init 'plm@first': expected one of" in out.stderr, out.stderr[-2000:]
     assert not os.path.exists(tmp_path / "w")
 

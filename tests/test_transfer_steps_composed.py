@@ -1,4 +1,5 @@
-"""bench/transfer_steps.py: the transfer gain against pretraining steps, composed from transfer reports."""
+"""bench.studies.transfer.transfer_steps: the transfer gain against pretraining steps, composed from transfer
+reports."""
 
 import json
 import math
@@ -44,7 +45,8 @@ def run(tmp_path, adapted=None, screens=None, **reports):
             entries.append(f"{label}={path}")
         labelled[flag] = ",".join(entries)  # empty: none (the defaults name the committed reports)
     prefix = str(tmp_path / "out")
-    proc = subprocess.run([sys.executable, "bench/transfer_steps.py", *(f"--{k}_report={v}" for k, v in paths.items()),
+    proc = subprocess.run([sys.executable, "-m", "bench.studies.transfer.transfer_steps",
+                           *(f"--{k}_report={v}" for k, v in paths.items()),
                            *(f"--{k}={v}" for k, v in labelled.items()), f"--output_prefix={prefix}"],
                           cwd=REPO, capture_output=True, text=True)
     return proc, prefix
@@ -127,7 +129,7 @@ def test_without_either_base_report_it_is_a_one_line_usage_error(tmp_path):
 def test_a_file_that_is_not_a_report_is_named(tmp_path):
     proc, _ = run(tmp_path, ood={"runs": {}})
     assert proc.returncode != 0
-    assert "ood.json: not a bench/transfer.py report" in proc.stderr
+    assert "ood.json: not a report of bench.studies.transfer.transfer" in proc.stderr
 
 
 def shift_report(bits):
@@ -145,7 +147,8 @@ def test_domain_shift_reports_add_each_sets_lm_loss_by_step(tmp_path):
         paths.append(f"{label}={path}")
     proc, prefix = run(tmp_path, ood=ood)
     assert proc.returncode == 0, proc.stderr
-    proc = subprocess.run([sys.executable, "bench/transfer_steps.py", f"--ood_report={tmp_path / 'ood.json'}",
+    proc = subprocess.run([sys.executable, "-m", "bench.studies.transfer.transfer_steps",
+                           f"--ood_report={tmp_path / 'ood.json'}",
                            f"--indomain_report={tmp_path / 'none.json'}", "--domain_shift=" + ",".join(paths),
                            "--adapted_reports=", "--screen_reports=",
                            f"--output_prefix={prefix}"], cwd=REPO, capture_output=True, text=True)
@@ -169,7 +172,8 @@ def test_domain_shift_reports_add_each_sets_lm_loss_by_step(tmp_path):
 def test_a_bad_domain_shift_entry_is_named(tmp_path, entry, message):
     ood = report([row("tweets", "test_accuracy", scratch=[80, 82], plm=[81, 82])], [(3000, 4.7)])
     (tmp_path / "ood.json").write_text(json.dumps(ood))
-    proc = subprocess.run([sys.executable, "bench/transfer_steps.py", f"--ood_report={tmp_path / 'ood.json'}",
+    proc = subprocess.run([sys.executable, "-m", "bench.studies.transfer.transfer_steps",
+                           f"--ood_report={tmp_path / 'ood.json'}",
                            f"--domain_shift={entry}", f"--output_prefix={tmp_path / 'out'}"],
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode != 0 and message in proc.stderr
@@ -242,7 +246,8 @@ def test_a_task_adaptive_table_without_its_pretraining_steps_is_named(tmp_path):
 def test_a_labelled_entry_without_a_path_is_named(tmp_path):
     ood = report([row("tweets", "test_accuracy", scratch=[80, 82], plm=[81, 82])], [(3000, 4.7)])
     (tmp_path / "ood.json").write_text(json.dumps(ood))
-    proc = subprocess.run([sys.executable, "bench/transfer_steps.py", f"--ood_report={tmp_path / 'ood.json'}",
+    proc = subprocess.run([sys.executable, "-m", "bench.studies.transfer.transfer_steps",
+                           f"--ood_report={tmp_path / 'ood.json'}",
                            "--screen_reports=mean", f"--output_prefix={tmp_path / 'out'}"],
                           cwd=REPO, capture_output=True, text=True)
     assert proc.returncode != 0 and "--screen_reports: 'mean' is not LABEL=PATH" in proc.stderr

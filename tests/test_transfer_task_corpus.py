@@ -1,5 +1,5 @@
-"""bench/transfer.py --corpus_task: a classification task's train texts (labels dropped) as the pretraining corpus of
-task-adaptive pretraining (run/flags/pretrain_cpu_tapt.flags)."""
+"""bench/studies/transfer/transfer.py --corpus_task: a classification task's train texts (labels dropped) as the
+pretraining corpus of task-adaptive pretraining (the transfer study's pretrain_cpu_tapt.flags)."""
 
 import os
 import subprocess
@@ -8,7 +8,7 @@ import sys
 import pytest
 from absl import app
 
-from bench import transfer
+from bench.studies.transfer import transfer
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,22 +48,21 @@ def test_only_a_classification_task_can_be_a_corpus(tmp_path):
 
 
 def test_an_unknown_corpus_task_is_a_one_line_usage_error(tmp_path):
-    proc = subprocess.run([sys.executable, "bench/transfer.py", f"--work_dir={tmp_path / 'w'}", "--corpus_task=nope",
-                           "--stages=corpus"], cwd=REPO, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "bench.studies.transfer.transfer", f"--work_dir={tmp_path / 'w'}",
+                           "--corpus_task=nope", "--stages=corpus"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode != 0
     assert "--corpus_task=nope: unknown task" in proc.stderr
     assert not os.path.exists(tmp_path / "w")
 
 
 def test_the_task_only_control_is_the_adapted_recipe_without_the_corpus_model():
-    """run/flags/pretrain_cpu_task_only.flags: as many steps on the task's text as the adapted model gets, from
-    random weights at the recipe's own rate (the recipe's model is what task-adaptive pretraining starts from)."""
-    from bench import transfer
+    """The transfer study's pretrain_cpu_task_only.flags: as many steps on the task's text as the adapted model gets,
+    from random weights at the recipe's own rate (the recipe's model is what task-adaptive pretraining starts from)."""
+    from bench.studies.transfer import transfer
 
-    flags_dir = os.path.join(REPO, "run", "flags")
-    recipe = transfer.read_flagfile(os.path.join(flags_dir, "pretrain_cpu.flags"))
-    adapted = transfer.read_flagfile(os.path.join(flags_dir, "pretrain_cpu_tapt.flags"))
-    control = transfer.read_flagfile(os.path.join(flags_dir, "pretrain_cpu_task_only.flags"))
+    recipe = transfer.read_flagfile(os.path.join(REPO, "run", "flags", "pretrain_cpu.flags"))
+    adapted = transfer.read_flagfile(os.path.join(transfer.FLAGS_DIR, "pretrain_cpu_tapt.flags"))
+    control = transfer.read_flagfile(os.path.join(transfer.FLAGS_DIR, "pretrain_cpu_task_only.flags"))
     assert adapted["init_checkpoint"].endswith("plm_cpu/final") and "init_checkpoint" not in control
     assert control["train_steps"] == adapted["train_steps"] == "1000"
     assert (control["learning_rate"], control["warmup_steps"]) == (recipe["learning_rate"], recipe["warmup_steps"])

@@ -1,0 +1,220 @@
+"""Generation speed: our cached one-position steps (XLA and plain graph) against recomputing the prefix for every
+token and against Hugging Face's `generate` (PyTorch, with and without its memories), tokens per second.
+
+  python -m bench.speed.generation_speed --prompt_lens=16,128 --new_tokens=64 \
+      --output=bench/speed/results/generation_speed_cpu
+  python -m bench.speed.generation_speed --quick
+
+For each prompt length, `--batch` copies of a random prompt are continued greedily by `--new_tokens` tokens
+(no stop token) by one model of random weights (speed does not depend on the values; Hugging Face gets the
+same architecture):
+  ours_xla / ours_graph: xlnet_tf.inference.generation.generate, the whole decode loop one `tf.function`, with and
+    without XLA (memory buffer = prompt + new tokens: the whole past, the causal layout);
+  recompute: bench.generation_reference.recompute_logits, the whole prefix recomputed for every token (one row; the
+    vanilla Transformer path, a `tf.function` per prefix bucket of 16);
+  hf_mems / hf_no_mems: `XLNetLMHeadModel.generate` eager (its layout: prompt + dummy token; with memories it
+    recomputes the last two tokens and the dummy each step), `torch.set_flush_denormal(True)`;
+  hf_compiled (with --torch_compile): the same with `torch.compile`d forward, where it compiles.
+Tokens/s counts new tokens of all rows; time to first token is a run with one new token. Every way is warmed up
+first (traces, compilations: reported as `warmup_s`), then timed `--repeats` times (best kept), alternating.
+The report (JSON + markdown) names the CPU and its vector extensions (bench/host.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+
+def _ours(model, prompts, new_tokens, jit):
+    from xlnet_tf.inference.generation import GenerationSettings, generate
+
+    settings = GenerationSettings(max_new_tokens=new_tokens, stop_ids=(), jit_compile=jit)
+    return lambda: generate(model, prompts, settings)
+
+
+def _recompute(model, prompt, new_tokens):
+    from bench.speed.generation_reference import recompute_logits
+
+    return lambda: recompute_logits(model, prompt, max_new_tokens=new_tokens)
+
+
+def _hf(hf, prompts, new_tokens, use_mems):
+    import torch
+
+    ids = torch.tensor(prompts)
+
+    def run():
+        with torch.no_grad():
+            return hf.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                               use_mems=use_mems, pad_token_id=5, eos_token_id=None)
+    return run
+
+
+SLOW_WAYS = ("recompute", "hf_no_mems")  # every token recomputes the whole prefix
+
+
+def _time(run, repeats):
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--prompt_lens", default="16,128")
+    p.add_argument("--new_tokens", type=int, default=64)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--n_layer", type=int, default=4)
+    p.add_argument("--d_model", type=int, default=256)
+    p.add_argument("--n_token", type=int, default=8000)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--slow_new_tokens", type=int, default=0,
+                   help="new tokens of the ways that recompute the prefix (recompute, hf_no_mems; 0: --new_tokens): "
+                   "their tokens/s at fewer tokens is an upper bound (a shorter prefix on average), so the ratio "
+                   "against them stays a lower bound")
+    p.add_argument("--threads", type=int, default=0, help="intra-op threads of both frameworks (0 = the cores; "
+                   "on a loaded machine use 1: PyTorch's OpenMP threads spin against other work)")
+    p.add_argument("--ways", default="ours_xla,ours_graph,recompute,hf_mems,hf_no_mems")
+    p.add_argument("--torch_compile", action="store_true", help="also time hf_compiled (slow to compile)")
+    p.add_argument("--quick", action="store_true", help="a 2 x 128 model, prompts of 8 and 32, 16 new tokens")
+    p.add_argument("--output", default=None, help="path prefix of the .json/.md report")
+    args = p.parse_args()
+    if args.quick:
+        args.prompt_lens, args.new_tokens, args.n_layer, args.d_model, args.n_token, args.repeats = (
+            "8,32", 16, 2, 128, 1000, 2)
+
+    import keras
+    import tensorflow as tf
+    import torch
+    import transformers
+
+    from bench import host
+    from xlnet_tf.config import XLNetConfig
+    from xlnet_tf.models import XLNetPretrainer
+
+    threads = args.threads or os.cpu_count() or 1
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    torch.set_num_threads(threads)
+    torch.set_flush_denormal(True)
+    keras.utils.set_random_seed(0)
+    config = XLNetConfig(n_token=args.n_token, n_layer=args.n_layer, d_model=args.d_model, n_head=args.d_model // 64,
+                         d_head=64, d_inner=4 * args.d_model, dropout=0.0, dropatt=0.0)
+    model = XLNetPretrainer(config)
+    hf = transformers.XLNetLMHeadModel(transformers.XLNetConfig(**config.to_hf_dict())).eval()
+    ways = [w for w in args.ways.split(",") if w] + (["hf_compiled"] if args.torch_compile else [])
+    compiled = None
+    results = []
+    for length in [int(n) for n in args.prompt_lens.split(",")]:
+        prompt = [int(i) for i in np.random.default_rng(length).integers(10, args.n_token, length)]
+        prompts = [prompt] * args.batch
+        row = {"prompt_len": length, "new_tokens": args.new_tokens, "batch": args.batch}
+        runs = {}
+        for way in ways:
+            n_all = args.slow_new_tokens if args.slow_new_tokens and way in SLOW_WAYS else args.new_tokens
+            row[f"{way}_new_tokens"] = n_all
+            for n, key in ((n_all, "all"), (1, "first")):
+                if way in ("ours_xla", "ours_graph"):
+                    runs[way, key] = _ours(model, prompts, n, way == "ours_xla")
+                elif way == "recompute":
+                    runs[way, key] = _recompute(model, prompt, n)
+                elif way in ("hf_mems", "hf_no_mems"):
+                    runs[way, key] = _hf(hf, prompts, n, way == "hf_mems")
+                elif way == "hf_compiled":
+                    if compiled is None:
+                        compiled = transformers.XLNetLMHeadModel(hf.config).eval()
+                        compiled.load_state_dict(hf.state_dict())
+                        compiled.forward = torch.compile(compiled.forward, dynamic=True)
+                    runs[way, key] = _hf(compiled, prompts, n, True)
+                else:
+                    raise SystemExit(f"--ways: unknown way {way!r}")
+        failed = {}
+        for (way, key), run in list(runs.items()):  # warm-up: traces and compilations
+            t0 = time.perf_counter()
+            try:
+                run()
+            except Exception as e:  # noqa: BLE001  (torch.compile "where it works")
+                failed[way] = f"{type(e).__name__}: {' '.join(str(e).split())[:200]}"
+                runs = {k: v for k, v in runs.items() if k[0] != way}
+                continue
+            row[f"{way}_warmup_s"] = round(row.get(f"{way}_warmup_s", 0.0) + time.perf_counter() - t0, 2)
+        best = {k: float("inf") for k in runs}
+        for _ in range(args.repeats):
+            for k, run in runs.items():
+                best[k] = min(best[k], _time(run, 1))
+        for way in ways:
+            if way in failed:
+                row[f"{way}_failed"] = failed[way]
+                continue
+            tokens = row[f"{way}_new_tokens"] * (1 if way == "recompute" else args.batch)
+            row[f"{way}_tokens_per_s"] = round(tokens / best[way, "all"], 1)
+            row[f"{way}_first_token_ms"] = round(1000 * best[way, "first"], 1)
+        print(json.dumps(row), flush=True)
+        results.append(row)
+
+    machine = host.describe()
+    report = {"machine": machine, "model": f"{args.n_layer} x {args.d_model}, vocabulary {args.n_token}, random "
+              "weights", "torch": torch.__version__, "transformers": transformers.__version__,
+              "threads": threads, "repeats": args.repeats, "rows": results,
+              "command": host.command_line("bench.speed.generation_speed", args)}
+    if args.output:
+        os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
+        with open(args.output + ".json", "w", encoding="utf-8") as f:
+            json.dump(report, f, indent=2)
+        lines = [f"# Generation speed ({machine['cpu']}, {machine['cores']} cores; {machine['vector_extensions']})",
+                 "", f"Model {report['model']}; greedy, no stop token; best of {args.repeats}; torch "
+                 f"{report['torch']} (denormals flushed), {threads} intra-op thread(s) in both frameworks, transformers "
+                 f"{report['transformers']}. Command: `{report['command']}`", "",
+                 "| prompt | new | way | tokens/s | first token (ms) | warm-up (s) |", "|---|---|---|---|---|---|"]
+        for r in results:
+            for way in ways:
+                if f"{way}_failed" in r:
+                    lines.append(f"| {r['prompt_len']} | {r['new_tokens']} | {way} | failed: {r[f'{way}_failed']} "
+                                 "| | |")
+                else:
+                    lines.append(f"| {r['prompt_len']} | {r.get(f'{way}_new_tokens', r['new_tokens'])} | {way} | "
+                                 f"{r[f'{way}_tokens_per_s']} | "
+                                 f"{r[f'{way}_first_token_ms']} | {r[f'{way}_warmup_s']} |")
+        lines += ["", "Ratios (ours_xla tokens/s over the other's; time to first token of the best Hugging Face way "
+                  "over ours):", "", "| prompt | new | vs best Hugging Face | vs recompute | first token vs HF |",
+                  "|---|---|---|---|---|"]
+        for r in results:
+            lines.append(f"| {r['prompt_len']} | {r['new_tokens']} | " + " | ".join(ratios(r)) + " |")
+        with open(args.output + ".md", "w", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+def ratios(row):
+    """`(vs best HF, vs recompute, first-token ratio)` as text cells ("-" where a way was not run)."""
+    ours = row.get("ours_xla_tokens_per_s")
+    hf = {w: row[f"{w}_tokens_per_s"] for w in ("hf_mems", "hf_no_mems", "hf_compiled") if f"{w}_tokens_per_s" in row}
+    if not ours:
+        return ["-", "-", "-"]
+    cells = []
+    if hf:
+        best = max(hf, key=hf.get)
+        cells.append(f"{ours / hf[best]:.1f}x ({best})")
+    else:
+        cells.append("-")
+    rec = row.get("recompute_tokens_per_s")
+    cells.append(f"{ours / rec:.1f}x" if rec else "-")
+    if hf:
+        first = min(row[f"{w}_first_token_ms"] for w in hf)
+        cells.append(f"{first / row['ours_xla_first_token_ms']:.1f}x")
+    else:
+        cells.append("-")
+    return cells
+
+
+if __name__ == "__main__":
+    main()

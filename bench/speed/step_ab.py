@@ -1,0 +1,174 @@
+"""A code change's effect on the runners' own training step, in one process: the step built from the working tree
+against the same step with some modules as they were at a git revision, timed call by call in turns.
+
+A machine shared with other tenants moves a step's time by a fifth between minutes (README, benchmarks), more than
+most changes are worth; two steps timed in turns in one process see the same minutes. Each of `--modules` (files
+under xlnet_tf/) is loaded as it was at `--ref` and its functions and the methods of its classes are put in place
+of the working tree's while the reference step is built and traced (callers look them up at call time; a class
+keeps its identity, only its methods change); then everything is restored and the working tree's step is built.
+Both are `ours.py`'s `TrainerStep` of `production_trainer` (what harness.py times).
+
+    python -m bench.speed.step_ab --ref=fc495dc --modules=xlnet_tf/training/loop.py,xlnet_tf/layers/attention.py
+    python -m bench.speed.step_ab --ref=fc495dc --modules=xlnet_tf/training/loop.py --kind=classifier
+
+Prints each side's median and fastest call and the ratio (reference median / working-tree median: > 1 means
+the working tree is faster), and with --output writes <output>.json and .md naming the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import inspect
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from typing import Dict, Iterator, List
+
+from absl import app, flags
+
+from bench.speed import step_profile
+
+FLAGS = flags.FLAGS
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))  # the repository root
+
+
+def define_flags():
+    flags.DEFINE_string("ref", "HEAD", "The git revision of the reference side.")
+    flags.DEFINE_list("modules", [], "Files under xlnet_tf/ taken from --ref on the reference side.")
+    flags.DEFINE_enum("kind", "plm", ["plm", "classifier", "tagger"], "Whose step: run/pretrain.py's (plm) or the "
+                      "fine-tuning runners' (ours.py RUNNERS).")
+    step_profile.define_step_flags()
+    flags.DEFINE_integer("calls", 9, "Timed calls per side, in turns (after two warm-up calls each).")
+    flags.DEFINE_string("output", None, "Write <output>.md and <output>.json.")
+
+
+def module_name(path: str) -> str:
+    """`xlnet_tf/layers/attention.py` -> `xlnet_tf.layers.attention` (only files of the library)."""
+    if not (path.startswith("xlnet_tf/") and path.endswith(".py")):
+        raise ValueError(f"--modules: {path!r} is not a file under xlnet_tf/ (e.g. xlnet_tf/training/loop.py)")
+    return path[:-3].replace("/", ".")
+
+
+def load_at(path: str, ref: str, work: str) -> types.ModuleType:
+    """The module `path` as it was at git revision `ref`, loaded from a copy of that version under `work` (so that
+    tracing and autograph read its own source)."""
+    shown = subprocess.run(["git", "-C", REPO, "show", f"{ref}:{path}"], capture_output=True, text=True)
+    if shown.returncode:
+        raise ValueError(f"--ref/--modules: git has no {path} at {ref!r}: {shown.stderr.strip()}")
+    name = "step_ab_ref_" + module_name(path).replace(".", "_")
+    file = os.path.join(work, name + ".py")
+    with open(file, "w", encoding="utf-8") as f:
+        f.write(shown.stdout)
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and pickling look a module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def _source(function) -> str:
+    try:
+        return inspect.getsource(function)
+    except (OSError, TypeError):
+        return ""
+
+
+def _rebound(function, owner: type):
+    """`function` (a method of the reference's class) with its zero-argument `super()` cell pointing at `owner`,
+    the working tree's class it is put on."""
+    if "__class__" not in function.__code__.co_freevars:
+        return function
+    cells = tuple(types.CellType(owner) if name == "__class__" else cell
+                  for name, cell in zip(function.__code__.co_freevars, function.__closure__))
+    rebound = types.FunctionType(function.__code__, function.__globals__, function.__name__, function.__defaults__,
+                                 cells)
+    rebound.__kwdefaults__ = function.__kwdefaults__
+    return rebound
+
+
+@contextlib.contextmanager
+def patched(current: types.ModuleType, reference: types.ModuleType) -> Iterator[List[str]]:
+    """Inside: `current`'s functions, and the methods of its classes, whose source differs from `reference`'s of
+    the same name (defined in `reference` itself) replaced by those; yields the names replaced. Restored on exit."""
+    saved = []
+    names = []
+
+    def put(owner, name, value):
+        saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
+        setattr(owner, name, value)
+        names.append(f"{owner.__name__}.{name}")
+
+    try:
+        for name, value in vars(reference).items():
+            here = getattr(current, name, None)
+            if isinstance(value, types.FunctionType) and value.__module__ == reference.__name__ and \
+                    isinstance(here, types.FunctionType):
+                if _source(value) != _source(here):
+                    put(current, name, value)
+            elif isinstance(value, type) and value.__module__ == reference.__name__ and isinstance(here, type):
+                for attr, member in vars(value).items():
+                    if isinstance(member, types.FunctionType) and \
+                            _source(member) != _source(here.__dict__.get(attr)):
+                        put(here, attr, _rebound(member, here))
+        yield names
+    finally:
+        for owner, name, value in reversed(saved):
+            if value is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+
+
+_MISSING = object()
+
+
+def main(argv):
+    del argv
+    import numpy as np
+
+    from bench import host
+
+    work = tempfile.mkdtemp(prefix="step_ab_src_")
+    pairs = [(importlib.import_module(module_name(p)), load_at(p, FLAGS.ref, work)) for p in FLAGS.modules]
+    with contextlib.ExitStack() as stack:
+        replaced = [name for current, ref in pairs for name in stack.enter_context(patched(current, ref))]
+        reference = step_profile.step_of_flags(FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"))
+    ours_step = step_profile.step_of_flags(FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"))
+    # one untimed call of each in turns first: the side built first is slow on its first call after the other's
+    # build (measured: 223 against 3 ms at a tiny size, 2.8 against 1.4 s at 4 x 768), which favoured the working tree
+    reference()
+    ours_step()
+    times: Dict[str, List[float]] = {"reference": [], "working_tree": []}
+    for _ in range(FLAGS.calls):
+        for side, step in (("reference", reference), ("working_tree", ours_step)):
+            start = time.perf_counter()
+            step()
+            times[side].append(time.perf_counter() - start)
+    median = {side: float(np.median(t)) * 1e3 for side, t in times.items()}
+    ratio = median["reference"] / median["working_tree"]
+    report = {"host": host.describe(), "command": host.invocation("bench.speed.step_ab"), "ref": FLAGS.ref,
+              "modules": FLAGS.modules, "replaced": replaced, "kind": FLAGS.kind,
+              "config": {k: FLAGS[k].value for k in ("n_layer", "d_model", "n_token", "batch", "seq_len", "mem_len",
+                                                      "num_predict")},
+              "calls_ms": {side: [round(t * 1e3, 1) for t in ts] for side, ts in times.items()},
+              "median_ms": median, "ratio": ratio}
+    text = "\n".join([
+        f"# The runners' {FLAGS.kind} step: working tree against {', '.join(FLAGS.modules) or 'nothing'} at "
+        f"{FLAGS.ref} ({report['host']['cpu']}, {report['host']['cores']} cores; {report['host']['vector_extensions']})",
+        "",
+        f"Command: `{report['command']}`. {FLAGS.calls} calls per side in turns after one untimed round, one process.", "",
+        "| side | median ms | fastest ms |", "|---|---|---|",
+        *(f"| {side} | {median[side]:.1f} | {min(times[side]) * 1e3:.1f} |" for side in times), "",
+        f"Ratio (reference / working tree): **{ratio:.3f}**. Replaced on the reference side: "
+        f"{', '.join(replaced) or 'nothing'}."]) + "\n"
+    step_profile.write_report(report, text)
+
+
+if __name__ == "__main__":
+    define_flags()
+    app.run(main)
