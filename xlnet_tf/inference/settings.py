@@ -18,7 +18,7 @@ LAYOUTS = ("causal", "bidirectional_prompt")
 STOP_ID, MAX_NEW_TOKENS = "stop_id", "max_new_tokens"
 # The most tokens one call may generate: the memory and output buffers grow with it, and a value no program can
 # finish is refused instead of allocated. GenerationSettings (the Keras API and run/generate.py) and the exported
-# signature's bound (serving_lm.GenerationBounds) share it.
+# signature's bound (xlnet_tf.serving.lm.GenerationBounds) share it.
 NEW_TOKENS_LIMIT = 4096
 
 

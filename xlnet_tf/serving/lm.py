@@ -37,16 +37,13 @@ import tensorflow as tf
 from xlnet_tf.artifacts.export_info import ExportInfo
 from xlnet_tf.errors import UserError
 from xlnet_tf.inference import generation
+from xlnet_tf.inference.prompts import round_up
 from xlnet_tf.serving.base import ServingModule
 from xlnet_tf.serving.checks import signature_function, string_spec, valid_utf8
 from xlnet_tf.text import packing_tf, preprocessing
 from xlnet_tf.text.layout import EOD_ID
 
 SIGNATURE = "generate"
-
-
-def _round_up(n: int, k: int) -> int:
-    return -(-n // k) * k
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,8 +75,8 @@ class GenerationBounds:
     @property
     def prompt_len(self) -> int:
         """The prompt buffer: `max_prompt_tokens` rounded up to a multiple of 8, then of the segment."""
-        length = _round_up(self.max_prompt_tokens, 8)
-        return _round_up(length, min(self.segment_len, length))
+        length = round_up(self.max_prompt_tokens, 8)
+        return round_up(length, min(self.segment_len, length))
 
     def to_dict(self) -> Dict:
         return {**dataclasses.asdict(self), "stop_ids": list(self.stop_ids)}

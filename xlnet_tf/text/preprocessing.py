@@ -171,7 +171,7 @@ def encode_and_pack(encoder: XLNetTextEncoder, text, text_b, max_seq_length: int
     `attention_mask` float32 (1 = real token) `[N, max_seq_length]`, left-padded; for documents of S =
     `max_segments` > 1 segments the text packed with S * `max_seq_length` positions (a longer text keeps its
     first tokens and its `<sep> (B <sep>) <cls>` end), read as `[N, S, max_seq_length]`. The one text-to-features
-    path of serving (`serving.ServingModule`) and Keras training (`XLNetPreprocessor`)."""
+    path of serving (`xlnet_tf.serving.base.ServingModule`) and Keras training (`XLNetPreprocessor`)."""
     ids_b = None if text_b is None else encoder.encode(text_b)
     return packing_tf.pack_document(encoder.encode(text), ids_b, max_seq_length, max_segments)[0]
 
