@@ -1,14 +1,11 @@
-"""What the benchmarks say about the machine they ran on: the host CPU's model name and its vector extensions, the
-platform, and the command that reproduces the report; the one description every report of bench/ uses (no
-TensorFlow or PyTorch here, so every report describes both the same way)."""
+"""What the benchmarks say about the machine they ran on: the host CPU's model name and its vector extensions, and
+the platform; the one description every report of bench/ uses (no TensorFlow or PyTorch here, so every report
+describes both the same way). The command that reproduces a report: bench/cli.py."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
-import shlex
-import sys
 
 
 def read_cpuinfo() -> str:
@@ -72,21 +69,3 @@ def native_bfloat16(extensions: str) -> bool:
     """Whether the CPU multiplies bfloat16 natively (AVX-512 BF16 or AMX-BF16); without, bfloat16 matmuls are
     emulated (converted to float32), so a bfloat16 timing says nothing about bfloat16 hardware."""
     return bool({"avx512_bf16", "amx_bf16"} & set(extensions.split()))
-
-
-def command_line(module: str, args: argparse.Namespace) -> str:
-    """`python -m <module>` and every parsed argument that is set, as a command a shell runs again from the
-    repository root: a true boolean as its bare flag (`--torch_compile`), false and None left out, the rest
-    `--name=value` (quoted where needed)."""
-    parts = ["python", "-m", module]
-    for name, value in vars(args).items():
-        if value is None or value is False:
-            continue
-        parts.append(f"--{name}" if value is True else f"--{name}={value}")
-    return shlex.join(parts)
-
-
-def invocation(module: str) -> str:
-    """`python -m <module>` and this process's own arguments as given: the command line of a benchmark whose flags
-    have a `--no-` form (argparse's BooleanOptionalAction), where a parsed False does not say which was typed."""
-    return shlex.join(["python", "-m", module, *sys.argv[1:]])

@@ -1,14 +1,17 @@
 """`LABEL=PATH` list flags of the benchmarks (`--sets`, `--models`, `--domain_shift`, `--screen_reports`, ...): one
-parser, so every such flag refuses the same mistakes with the same one-line error naming the flag."""
+parser, so every such flag refuses the same mistakes with the same one-line error naming the flag (a `UserError`:
+bench/cli.py reports it in one line)."""
 
 from __future__ import annotations
 
 import os
 from typing import Callable, Dict, Iterable, Optional
 
+from xlnet_tf.errors import UserError
+
 
 def parse(flag: str, entries: Iterable[str], exists: Optional[Callable[[str], bool]] = os.path.exists,
-          keep: Iterable[str] = (), form: str = "LABEL=PATH", error=SystemExit) -> Dict[str, str]:
+          keep: Iterable[str] = (), form: str = "LABEL=PATH", error=UserError) -> Dict[str, str]:
     """`{label: path}` of `entries` (each `LABEL=PATH`), in order, paths as given.
 
     Refused, with `error(f"--{flag}: ...")`: an entry without `=`, an empty label or path, a label given twice, and

@@ -1,5 +1,5 @@
-"""bench/speed/harness.py end to end at a tiny size: every row of the report is produced and well formed; the step it
-times is the production Trainer's; quick mode's settings and report.
+"""The speed harness (bench/speed/harness.py) end to end at a tiny size: every row of the report is produced and
+well formed; the step it times is the production Trainer's; quick mode's settings and report.
 
 Speed itself is never asserted (see bench/); this only keeps the harness runnable. torch.compile takes about a
 minute per row on two busy cores even at these sizes, so the default run times HF eager only and the
@@ -22,7 +22,7 @@ from bench.speed import variants
 
 def _run(tmp_path, *flags):
     cmd = [sys.executable, "-m", "bench.speed.harness", "--n_layer=1", "--d_model=64",
-           "--batch=2", "--seq_lens=16", "--repeats=1", "--no-base_config", "--peak_sizes=64,128",
+           "--batch=2", "--seq_lens=16", "--repeats=1", "--nobase_config", "--peak_sizes=64,128",
            f"--output_dir={tmp_path}", *flags]
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=1200, cwd=data_fixtures.REPO_ROOT)
     return json.load(open(tmp_path / "report.json")), open(tmp_path / "report.md").read()
@@ -285,22 +285,25 @@ def test_host_loop_row_on_a_virtual_clock(monkeypatch):
 def test_quick_mode_settings():
     """--quick fills every setting left unset with its quick value and lists what that skips; a flag given
     wins; the emulated mixed_bfloat16 A/B variants stay out on a CPU without bfloat16 arithmetic."""
+    from bench import cli
     from bench.speed import harness as run
 
-    _, args = run.parse_args(["--quick"])
+    def parse(*argv):
+        return cli.parse(run.FLAGS, run.define_flags, argv)
+
+    args = parse("--quick")
     skipped = run.resolve_settings(args, native_bfloat16=False)
     assert {k: getattr(args, k) for k in run.QUICK} == run.QUICK
     assert skipped == [run.QUICK_SKIPS[k] for k in run.FULL if run.QUICK[k] != run.FULL[k]]
     assert args.suite == "pretrain_step,finetune_step,tagging_step,train_loop" and not args.ab
     assert not args.base_config
 
-    _, args = run.parse_args(["--quick", "--ab", "--repeats=7", "--suite=finetune_step"])
+    args = parse("--quick", "--ab", "--repeats=7", "--suite=finetune_step")
     skipped = run.resolve_settings(args, native_bfloat16=False)
     assert args.ab and args.repeats == 7 and args.suite == "finetune_step" and args.seq_lens == "128"
     assert run.QUICK_SKIPS["ab"] not in skipped and run.QUICK_SKIPS["repeats"] not in skipped
     assert any("mixed_bfloat16" in s for s in skipped)
-    assert not any("mixed_bfloat16" in s for s in run.resolve_settings(run.parse_args(["--quick", "--ab"])[1],
-                                                                         native_bfloat16=True))
+    assert not any("mixed_bfloat16" in s for s in run.resolve_settings(parse("--quick", "--ab"), native_bfloat16=True))
 
     rows = [{"suite": "finetune_step", "variant": run.PRODUCTION.name, "reference_variant": "hf_eager"},
             {"suite": "pretrain_step", "variant": run.PRODUCTION.name, "reference_variant": "hf_compile"}]
@@ -310,7 +313,7 @@ def test_quick_mode_settings():
     assert run.quick_loop_variants(False, rows, ("eager", "compile"), noted) == ("eager", "compile")
     assert len(noted) == 1
 
-    _, args = run.parse_args([])
+    args = parse()
     assert run.resolve_settings(args, native_bfloat16=False) == [] and args.repeats == 5 and args.ab
     names = [v.name for v in run.without_emulated_bfloat16(run.PLM_VARIANTS, False)]
     assert len(names) == len(run.PLM_VARIANTS) - 1 and not any("bfloat16" in n for n in names)
@@ -330,10 +333,10 @@ def test_quick_report_names_what_it_skipped_and_the_cpu(tmp_path):
                               "d_model": 64}, 4, [1.0, 40.0], {"hf_eager": [1.0, 10.0]}, {})
     report = {"machine": machine, "reference": {"variants": ["hf_eager"], "flush_denormal": True, "compile": None},
               "quick": skipped, "peak_gflops": peak, "rows": [row], "wall_s": 60.0,
-              "command": "python -m bench.speed.harness --quick --no-ab"}
+              "command": "python -m bench.speed.harness --quick --noab"}
     md = run.write_report(report, str(tmp_path))
     assert "(AVX2; vector extensions: avx avx2 fma; bfloat16 emulated" in md
-    assert "Command: `python -m bench.speed.harness --quick --no-ab`" in md
+    assert "Command: `python -m bench.speed.harness --quick --noab`" in md
     assert "Quick mode (--quick)" in md and all(s in md for s in skipped)
     assert "train_loop: examples/s of a real short run" in md and md.count("\n| train_loop |") == 1
     assert json.load(open(tmp_path / "report.json"))["quick"] == skipped
@@ -354,26 +357,35 @@ def test_vector_extensions_and_cpu_kind():
 
 
 def test_report_command_runs_again(monkeypatch):
-    """A report's command parses back to the same arguments (a true boolean as a bare flag: `--x=True` is refused
-    by argparse's store_true, which is how bench/speed/generation_speed.py's reports once read)."""
-    import argparse
+    """A report's command parses back to the same flag values (bench/cli.py): every flag of the script, a list
+    joined by commas, a true boolean as its bare flag, a false one as --noname only where it was given (a
+    tri-state flag's False is not its default None), values with spaces quoted; `invocation` is the command as
+    typed."""
     import shlex
 
-    from bench import host
+    from absl import flags
 
-    p = argparse.ArgumentParser()
-    p.add_argument("--torch_compile", action="store_true")
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--ways", default="ours_xla,hf_mems")
-    p.add_argument("--output", default=None)
-    p.add_argument("--label", default="a b")
-    args = p.parse_args(["--torch_compile", "--ways=ours_xla"])
-    line = host.command_line("bench.speed.generation_speed", args)
-    assert line == "python -m bench.speed.generation_speed --torch_compile --ways=ours_xla '--label=a b'"
-    assert p.parse_args(shlex.split(line)[3:]) == args
-    monkeypatch.setattr(sys, "argv", ["harness.py", "--quick", "--no-ab", "--output_dir=out dir"])
-    line = "python -m bench.speed.harness --quick --no-ab '--output_dir=out dir'"
-    assert host.invocation("bench.speed.harness") == line
+    from bench import cli
+
+    def define(fv):
+        d = cli.Definer(fv)
+        d.bool("torch_compile", False, "")
+        d.bool("quick", False, "")
+        d.bool("ab", None, "")
+        d.list("ways", ["ours_xla", "hf_mems"], "")
+        d.string("output", None, "")
+        d.string("label", "a b", "")
+        d.integer("repeats", 3, "")
+
+    fv = cli.parse(flags.FlagValues(), define, ["--torch_compile", "--ways=ours_xla", "--noab"])
+    line = cli.command_line("bench.speed.generation_speed", fv)
+    assert line == ("python -m bench.speed.generation_speed --torch_compile --noab --ways=ours_xla '--label=a b' "
+                    "--repeats=3")
+    again = cli.parse(flags.FlagValues(), define, shlex.split(line)[3:])
+    assert again.flag_values_dict() == fv.flag_values_dict()
+    monkeypatch.setattr(sys, "argv", ["harness.py", "--quick", "--noab", "--output_dir=out dir"])
+    typed = "python -m bench.speed.harness --quick --noab '--output_dir=out dir'"
+    assert cli.invocation("bench.speed.harness") == typed
 
 
 @pytest.mark.slow  # the benchmark CLI; the default run keeps test_benchmark_times_the_trainers_own_step

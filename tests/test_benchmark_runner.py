@@ -114,9 +114,9 @@ def test_transfer_flag_file_parses_and_names_real_tasks():
                      "transfer_cpu_topic_steps_3x.flags", *variants):
         extra = ["--dropout=0.1", "--dropatt=0.1", variants[flagfile]] if flagfile in variants else None
         code = (f"import sys; sys.argv=['transfer', '--flagfile=bench/studies/transfer/flags/{flagfile}']; "
-                "from bench.studies.transfer import transfer; from absl import flags; transfer.define_flags(); "
-                "flags.FLAGS(sys.argv); "
-                "F = flags.FLAGS; tasks = transfer.tasks('labeled'); "
+                "from bench import cli; from bench.studies.transfer import transfer; "
+                "F = cli.parse(transfer.FLAGS, transfer.define_flags, sys.argv[1:]); "
+                "tasks = transfer.tasks('labeled'); "
                 "assert set(F.tasks) <= set(tasks) and all(transfer.parse_init(i) for i in F.inits), F.tasks; "
                 "assert all(__import__('os').path.exists(tasks[t].flagfile) for t in F.tasks); "
                 "r = transfer.read_flagfile(F.pretrain_flagfile); assert int(r['n_token']) == F.vocab_size; "
@@ -142,13 +142,12 @@ def test_transfer_flag_file_parses_and_names_real_tasks():
 
 CARRY_CHECK = r'''
 import json, os, sys
-from absl import flags
 from bench.studies.transfer import transfer
 from xlnet_tf.artifacts import results
 transfer.define_flags()
 work = os.path.dirname(sys.argv[1])
-flags.FLAGS(["transfer", "--tasks=topic", "--objectives=plm,mlm", f"--work_dir={work}", "--seeds=0,1",
-             "--learning_rates=3e-4,1e-3"])
+transfer.FLAGS(["transfer", "--tasks=topic", "--objectives=plm,mlm", f"--work_dir={work}", "--seeds=0,1",
+                "--learning_rates=3e-4,1e-3"])
 task = transfer.tasks("data/finetune")["topic"]  # the shipped slice: its linear baseline is computed for real
 recipe = {"n_token": "8000"}
 curve = [{"step": 0, "loss": 9.0, "accuracy": 0.0}, {"step": 300, "loss": 6.1, "accuracy": 0.1}]
@@ -184,7 +183,7 @@ def fake_finetune(work, task, init, lr, seed, extra):  # transfer.finetune witho
         ran.append((init, lr, seed))
         run(init, lr, seed, 10.0)
 transfer.finetune = fake_finetune
-flags.FLAGS.max_grid_extensions = 0
+transfer.FLAGS.max_grid_extensions = 0
 transfer.stage_finetune(work, {"topic": task}, grids)
 assert sorted(ran) == [("mlm", "1e-3", "0"), ("mlm", "3e-4", "0"), ("mlm", "3e-4", "1"),
                        ("scratch", "3e-4", "1")], ran  # neither the carried runs nor those here again
@@ -193,7 +192,7 @@ assert ("topic", "scratch") in grids  # checkpoint bookkeeping is not the recipe
 try:
     transfer.carried_grids(sys.argv[1], {"n_token": "4000"}, other_mlm)
     raise SystemExit("a report of another recipe was carried over")
-except Exception as e:  # app.UsageError
+except Exception as e:  # UserError
     assert "another pretraining recipe" in str(e)
 # --selection=best_checkpoint: 4x the flag file's 120 steps, 8 checkpoints scored on dev; the best (the earliest of a
 # tie) is the run's score, and its test evaluation is the test score
@@ -216,15 +215,15 @@ assert score == {"accuracy": 70.0, "step": 120, "test_accuracy": 60.0}, score  #
 spam.selection = "last"
 assert transfer.budget_flags(spam) == [] and transfer.final_step(spam) == 120
 assert transfer.read_score(out, spam)["step"] == 480
-flags.FLAGS.extra_finetune_flags = "--dropout=0.1 --train_steps=240"  # the last --train_steps counts
+transfer.FLAGS.extra_finetune_flags = "--dropout=0.1 --train_steps=240"  # the last --train_steps counts
 assert transfer.final_step(spam) == 240
-flags.FLAGS.extra_finetune_flags = ""
+transfer.FLAGS.extra_finetune_flags = ""
 # zero-shot cells (cloze): a pretrained init's score without fine-tuning, none where there is no model
 cloze_task = transfer.tasks("data/finetune")["cloze"]
 assert cloze_task.zero_shot(work, "plm") is None  # this work_dir has no pretrained model
 cloze_task.zero_shot = lambda work, init: {"accuracy": 44.0, "test_accuracy": 47.0} if init == "plm" else None
 cloze_task.baseline = None
-flags.FLAGS.tasks = ["cloze"]
+transfer.FLAGS.tasks = ["cloze"]
 rows = {r["metric"]: r for r in transfer.collect(work, {"cloze": cloze_task})}
 assert rows["accuracy"]["plm_zero_shot"] == 44.0 and rows["test_accuracy"]["plm_zero_shot"] == 47.0, rows
 assert "mlm_zero_shot" not in rows["accuracy"] and "scratch_zero_shot" not in rows["accuracy"], rows
@@ -295,11 +294,10 @@ def test_mc_diagnosis_variants_keep_each_answer_and_drop_the_article(tmp_path):
 
 CARRY_SETTINGS_CHECK = r'''
 import json, os, sys
-from absl import flags
 from bench.studies.transfer import transfer
 transfer.define_flags()
 root = sys.argv[1]
-flags.FLAGS(["transfer", "--tasks=topic", f"--work_dir={root}", "--objectives=plm", "--inits=scratch,plm"])
+transfer.FLAGS(["transfer", "--tasks=topic", f"--work_dir={root}", "--objectives=plm", "--inits=scratch,plm"])
 recipe, curve = {"n_token": "8000"}, [{"step": 0, "loss": 9.0, "accuracy": 0.0}]
 task_map = transfer.tasks("data/finetune")
 row = {"task": "topic", "metric": "accuracy", "primary": True, "scratch_grid": {"3e-4": 40.0},
@@ -312,24 +310,24 @@ def report(**recorded):
 def refused(path, *words):
     try:
         transfer.carried_grids(path, recipe, {"plm": curve}, task_map)
-    except Exception as e:  # app.UsageError
+    except Exception as e:  # UserError
         assert all(w in str(e) for w in words), e
         return
     raise SystemExit(f"carried over: {words}")
 # a report made before settings were recorded: the default protocol, no added flags
 assert transfer.carried_grids(report(), recipe, {"plm": curve}, task_map)[("topic", "plm")] == {
     "3e-4": {"accuracy": 50.0}}
-flags.FLAGS.selection = "best_checkpoint"  # a dev-chosen budget here: the fixed-budget cells do not belong
+transfer.FLAGS.selection = "best_checkpoint"  # a dev-chosen budget here: the fixed-budget cells do not belong
 refused(report(), "other fine-tuning settings", "selection: 'last' there, 'best_checkpoint' here")
-flags.FLAGS.selection = "last"
+transfer.FLAGS.selection = "last"
 same = dict(finetune_settings=transfer.finetune_settings(),
             task_flagfile_sha256=transfer.task_flagfile_hashes(list(task_map.values())))
 assert list(same["task_flagfile_sha256"]) == ["topic"]
 assert transfer.carried_grids(report(**same), recipe, {"plm": curve}, task_map)[("topic", "scratch")] == {
     "3e-4": {"accuracy": 40.0}}
-flags.FLAGS.extra_finetune_flags = "--dropout=0.1 --dropatt=0.1"  # e.g. a diagnosis row's table
+transfer.FLAGS.extra_finetune_flags = "--dropout=0.1 --dropatt=0.1"  # e.g. a diagnosis row's table
 refused(report(**same), "extra_finetune_flags: [] there, ['--dropout=0.1', '--dropatt=0.1'] here")
-flags.FLAGS.extra_finetune_flags = ""
+transfer.FLAGS.extra_finetune_flags = ""
 refused(report(**{**same, "task_flagfile_sha256": {"topic": "0" * 64}}), "topic runs", "transfer_topic.flags")
 print("ok")
 '''

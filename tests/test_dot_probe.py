@@ -2,12 +2,21 @@
 
 import json
 
+import pytest
+
+from bench import cli
 from bench.speed import dot_probe
+from xlnet_tf.errors import UserError
+
+
+def run(*args):
+    cli.parse(dot_probe.FLAGS, dot_probe.define_flags, args)
+    return dot_probe.main()
 
 
 def test_dot_probe_reports_every_program(tmp_path):
     out = str(tmp_path / "probe")
-    report = dot_probe.main(["--tiny", "--rounds=1", f"--output={out}"])
+    report = run("--tiny", "--rounds=1", f"--output={out}")
     names = [r["name"] for r in report["attention"]]
     assert len(names) == 5 and names[0].startswith("NN") and names[-1].startswith("2-D")
     assert all(r["ms"] > 0 for r in report["attention"])
@@ -22,6 +31,5 @@ def test_dot_probe_reports_every_program(tmp_path):
 
 
 def test_dot_probe_refuses_an_unknown_probe():
-    import pytest
-    with pytest.raises(SystemExit, match="--probes: unknown probe"):
-        dot_probe.main(["--probes=attention,gemm"])
+    with pytest.raises(UserError, match="--probes: unknown probe"):
+        run("--probes=attention,gemm")

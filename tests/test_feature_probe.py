@@ -7,7 +7,9 @@ import os
 import numpy as np
 import pytest
 
+from bench import cli
 from bench.studies.transfer import feature_probe
+from xlnet_tf.errors import UserError
 from tests import data_fixtures
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -39,10 +41,12 @@ def test_the_probe_reads_each_checkpoint_and_seeds_of_random_weights(tmp_path):
 
     source = tiny_checkpoint(str(tmp_path / "wide"))
     prefix = str(tmp_path / "probe")
-    out = feature_probe.main([f"--data_dir={TOPIC}", f"--models=random,wide={tmp_path / 'wide'}",
-                              f"--spiece_model={data_fixtures.tiny_spm()}",
-                              f"--config={tmp_path / 'wide' / 'xlnet_config.json'}", "--sequence_length=24",
-                              "--random_seeds=0,1", f"--output={prefix}"])
+    cli.parse(feature_probe.FLAGS, feature_probe.define_flags, [
+        f"--data_dir={TOPIC}", f"--models=random,wide={tmp_path / 'wide'}",
+        f"--spiece_model={data_fixtures.tiny_spm()}", f"--config={tmp_path / 'wide' / 'xlnet_config.json'}",
+        "--sequence_length=24", "--random_seeds=0,1",
+        f"--output={prefix}"])
+    out = feature_probe.main()
     got = [(r["model"], r["features"], r["n"]) for r in out["rows"]]
     assert got == [("random", "cls", 2), ("random", "mean", 2), ("wide", "cls", 1), ("wide", "mean", 1)]
     for row in out["rows"]:
@@ -96,10 +100,10 @@ def test_the_probe_finds_a_signal_that_is_there_and_chooses_c_on_dev():
 @pytest.mark.parametrize("entry, message", [("plm", "is not LABEL=CHECKPOINT"), ("plm=/nonexistent", "does not exist"),
                                             ("=x", "is not LABEL=CHECKPOINT")])
 def test_a_bad_models_entry_is_a_one_line_error(entry, message):
-    with pytest.raises(SystemExit, match=message):
+    with pytest.raises(UserError, match=message):
         feature_probe.parse_models([entry])
 
 
 def test_a_label_given_twice_is_refused():
-    with pytest.raises(SystemExit, match="given twice"):
+    with pytest.raises(UserError, match="given twice"):
         feature_probe.parse_models(["random", "random"])

@@ -2,8 +2,9 @@
 
 import pytest
 
-from bench import labelled_paths
+from bench import cli, labelled_paths
 from bench.studies.transfer import domain_shift
+from xlnet_tf.errors import UserError
 
 
 def test_entries_are_read_in_order_and_a_kept_word_is_its_own_path(tmp_path):
@@ -20,7 +21,7 @@ def test_entries_are_read_in_order_and_a_kept_word_is_its_own_path(tmp_path):
     (["a=/nonexistent/file.tsv"], "--sets: a=/nonexistent/file.tsv does not exist"),
 ])
 def test_a_bad_entry_is_a_one_line_error_naming_the_flag(entries, message):
-    with pytest.raises(SystemExit, match=message):
+    with pytest.raises(UserError, match=message):
         labelled_paths.parse("sets", entries)
 
 
@@ -31,7 +32,7 @@ def test_a_label_given_twice_is_refused_not_overwritten(tmp_path):
         labelled_paths.parse("sets", [f"a={path}", f"a={path}"], error=ValueError)
 
 
-def test_domain_shift_refuses_a_set_without_a_path_before_loading_anything(monkeypatch):
-    monkeypatch.setattr("sys.argv", ["domain_shift.py", "--checkpoint=x", "--spiece_model=y", "--sets=tweets"])
-    with pytest.raises(SystemExit, match="--sets: 'tweets' is not LABEL=PATH"):
+def test_domain_shift_refuses_a_set_without_a_path_before_loading_anything():
+    cli.parse(domain_shift.FLAGS, domain_shift.define_flags, ["--checkpoint=x", "--spiece_model=y", "--sets=tweets"])
+    with pytest.raises(UserError, match="--sets: 'tweets' is not LABEL=PATH"):
         domain_shift.main()

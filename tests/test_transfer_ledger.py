@@ -98,7 +98,6 @@ def test_fingerprints_change_with_any_file_of_a_folder_or_checkpoint(tmp_path):
 
 RESTORE_CHECK = r'''
 import os, shutil, sys
-from absl import flags
 from bench.studies.transfer import transfer, transfer_ledger
 from xlnet_tf.artifacts import results
 transfer.define_flags()
@@ -114,8 +113,8 @@ def work_dir(name):  # a work_dir with what a run's provenance reads: SentencePi
     return work
 first, second = work_dir("first"), work_dir("second")
 path = os.path.join(root, "table_runs.json")
-flags.FLAGS(["transfer", "--tasks=topic", "--objectives=plm", f"--work_dir={first}", "--seeds=0,1",
-             "--inits=scratch,plm", f"--runs_ledger={path}", "--learning_rates=3e-4"])
+transfer.FLAGS(["transfer", "--tasks=topic", "--objectives=plm", f"--work_dir={first}", "--seeds=0,1",
+                "--inits=scratch,plm", f"--runs_ledger={path}", "--learning_rates=3e-4"])
 task = transfer.tasks("data/finetune")["topic"]
 task.test_split = "test"
 task.metrics = ("accuracy", "test_accuracy")
@@ -170,18 +169,18 @@ assert not os.path.exists(os.path.join(transfer.run_dir(second, "topic", "scratc
 transfer.evaluate_test(second, task, "scratch", "3e-4", "1")  # it has its test score: nothing to do
 assert len(trained) == 1 and len(evaluated) == 1
 # 'none': no ledger
-flags.FLAGS.runs_ledger = "none"
+transfer.FLAGS.runs_ledger = "none"
 shutil.rmtree(os.path.join(second, "finetune"))
 transfer.sync_ledger(second, {"topic": task})
 assert not os.path.exists(os.path.join(second, "finetune"))
 # the test evaluation runs the run's own command with training off: with extra flags (dropout) the runner would
 # refuse any other (the model_dir's settings differ)
-flags.FLAGS.extra_finetune_flags = "--dropout=0.1 --dropatt=0.1"
+transfer.FLAGS.extra_finetune_flags = "--dropout=0.1 --dropatt=0.1"
 commands = []
 transfer.run_logged = lambda cmd, log: commands.append(cmd)
 run(second, "plm", "1e-3", "0", 50.0)
 transfer.evaluate_test(second, task, "plm", "1e-3", "0")
-trained = transfer.run_command(second, task, "plm", "1e-3", "0", flags.FLAGS.extra_finetune_flags)
+trained = transfer.run_command(second, task, "plm", "1e-3", "0", transfer.FLAGS.extra_finetune_flags)
 assert "--dropout=0.1" in trained and any(a.startswith("--init_checkpoint=") for a in trained), trained
 assert len(commands) == 1 and commands[0][:len(trained)] == trained, commands
 assert commands[0][len(trained):] == ["--do_train=false", "--do_eval=true", "--eval_split=test",
@@ -196,17 +195,17 @@ transfer.evaluate_test(second, task, "plm", "3e-4", "1")
 assert commands[0][-1] == "--eval_checkpoint_steps=180", commands
 task.selection = "last"
 # a run restored for a table of other flags is not this table's
-flags.FLAGS.extra_finetune_flags = "--dropout=0.1 --dropatt=0.1 --lr_layer_decay_rate=0.75"
+transfer.FLAGS.extra_finetune_flags = "--dropout=0.1 --dropatt=0.1 --lr_layer_decay_rate=0.75"
 try:
     transfer.run_score(third, task, "plm", "3e-4", "0")
     raise SystemExit("a run restored for other flags was taken")
-except Exception as e:  # app.UsageError
+except Exception as e:  # UserError
     assert "restored from the ledger for a table with other flags" in str(e), e
-flags.FLAGS.extra_finetune_flags = ""
+transfer.FLAGS.extra_finetune_flags = ""
 assert transfer.run_score(third, task, "plm", "3e-4", "0") is not None
 # another table (its own ledger) restores from this one's, read only, and keeps the runs as they were made
 other_ledger = os.path.join(root, "other_runs.json")
-flags.FLAGS.runs_ledger, flags.FLAGS.restore_from = other_ledger, [path]
+transfer.FLAGS.runs_ledger, transfer.FLAGS.restore_from = other_ledger, [path]
 before = open(path).read()
 fifth = work_dir("fifth")
 transfer.sync_ledger(fifth, {"topic": task})
@@ -231,7 +230,6 @@ def test_transfer_keeps_runs_in_the_ledger_and_restores_those_of_the_same_proven
 
 RESUME_CHECK = r'''
 import os, shutil, sys
-from absl import flags
 from bench.studies.transfer import transfer, transfer_ledger
 from xlnet_tf.artifacts import results
 transfer.define_flags()
@@ -242,8 +240,8 @@ for rel, text in (("spiece.model", "pieces"), ("plm_model/xlnet_config.json", "{
     with open(os.path.join(work, rel), "w") as f:
         f.write(text)
 ledger_file = os.path.join(root, "runs.json")
-flags.FLAGS(["transfer", "--tasks=topic", f"--work_dir={work}", "--inits=scratch", f"--runs_ledger={ledger_file}",
-             "--learning_rates=3e-4"])
+transfer.FLAGS(["transfer", "--tasks=topic", f"--work_dir={work}", "--inits=scratch", f"--runs_ledger={ledger_file}",
+                "--learning_rates=3e-4"])
 task = transfer.tasks("data/finetune")["topic"]
 code = {"runner": "a" * 40}
 transfer_ledger.code_version = lambda commit="HEAD", paths=transfer_ledger.CODE_PATHS, untracked=False: (
@@ -266,7 +264,7 @@ def runner(killed):  # the runner: a checkpoint, then its checkpoints scored in 
 def attempt(seed, killed):
     transfer.run_logged = runner(killed)
     try:
-        return transfer.finetune(work, task, "scratch", "3e-4", seed, flags.FLAGS.extra_finetune_flags)
+        return transfer.finetune(work, task, "scratch", "3e-4", seed, transfer.FLAGS.extra_finetune_flags)
     except RuntimeError as e:
         assert str(e) == "killed", e
 out = transfer.run_dir(work, "topic", "scratch", "3e-4", "0")
@@ -286,25 +284,25 @@ for change in ("flags", "flag file", "runner code", "uncommitted runner code"):
     launches.clear()
     attempt("1", killed=True)
     if change == "flags":
-        flags.FLAGS.extra_finetune_flags = "--dropout=0.1 --dropatt=0.1"
+        transfer.FLAGS.extra_finetune_flags = "--dropout=0.1 --dropatt=0.1"
     elif change == "flag file":  # the command names the task's flag file; its content changed
         transfer_ledger.fingerprint = lambda p: "0" * 64 if p == task.flagfile else fingerprint(p)
     else:
         code["runner"] = "b" * 40 if change == "runner code" else "b" * 40 + "+changes"
     attempt("1", killed=True)
     assert launches == [("--seed=1", False), ("--seed=1", False)], (change, launches)
-    flags.FLAGS.extra_finetune_flags, code["runner"], transfer_ledger.fingerprint = "", "a" * 40, fingerprint
+    transfer.FLAGS.extra_finetune_flags, code["runner"], transfer_ledger.fingerprint = "", "a" * 40, fingerprint
     shutil.rmtree(transfer.run_dir(work, "topic", "scratch", "3e-4", "1"))
 # a table with other fine-tuning flags in the same work_dir: the finished run there is not its run
-flags.FLAGS.extra_finetune_flags = "--lr_layer_decay_rate=0.75"
-for read in (lambda: transfer.finetune(work, task, "scratch", "3e-4", "0", flags.FLAGS.extra_finetune_flags),
+transfer.FLAGS.extra_finetune_flags = "--lr_layer_decay_rate=0.75"
+for read in (lambda: transfer.finetune(work, task, "scratch", "3e-4", "0", transfer.FLAGS.extra_finetune_flags),
              lambda: transfer.collect(work, {"topic": task}), lambda: transfer.sync_ledger(work, {"topic": task})):
     try:
         read()
         raise SystemExit("a run of another command was taken as this table's")
-    except Exception as e:  # app.UsageError
+    except Exception as e:  # UserError
         assert "made by another command" in str(e) and "--lr_layer_decay_rate=0.75" in str(e), e
-flags.FLAGS.extra_finetune_flags = ""
+transfer.FLAGS.extra_finetune_flags = ""
 assert transfer.run_score(work, task, "scratch", "3e-4", "0")["accuracy"] == 50.0
 # ... nor is a run made with its task flag file as it was before an edit
 fingerprint = transfer_ledger.fingerprint
@@ -312,7 +310,7 @@ transfer_ledger.fingerprint = lambda p: "0" * 64 if p == task.flagfile else fing
 try:
     transfer.run_score(work, task, "scratch", "3e-4", "0")
     raise SystemExit("a run of an edited flag file was taken")
-except Exception as e:  # app.UsageError
+except Exception as e:  # UserError
     assert "made with another" in str(e) and "transfer_topic.flags" in str(e), e
 transfer_ledger.fingerprint = fingerprint
 # --extra_finetune_flags as the script reads them
@@ -321,7 +319,7 @@ for extra, message in (("--train_steps 500", "'500' is not a --name=value flag")
     try:
         transfer.check_extra_flags(extra)
         raise SystemExit(f"accepted {extra}")
-    except Exception as e:  # app.UsageError
+    except Exception as e:  # UserError
         assert message in str(e), e
 transfer.check_extra_flags("--dropout=0.1 --nouse_summ_proj --train_steps=500")
 # a ledger entry without its final dev evaluation (kept by older code) is not restored as a finished run

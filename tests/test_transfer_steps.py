@@ -46,7 +46,6 @@ def test_the_longer_recipes_are_the_recipe_with_its_steps_changed(name, factor):
 
 STEPS_CHECK = r'''
 import os, sys
-from absl import flags
 from bench.studies.transfer import transfer, transfer_ledger
 from xlnet_tf.artifacts import results
 transfer.define_flags()
@@ -59,8 +58,8 @@ for rel, text in (("spiece.model", "pieces"), ("plm_model/xlnet_config.json", "{
     with open(os.path.join(work, rel), "w") as f:
         f.write(text)
 prefix = os.path.join(root, "steps")
-flags.FLAGS(["transfer", "--tasks=topic", "--objectives=plm", f"--work_dir={work}", "--seeds=0,1",
-             "--inits=scratch,plm@900,plm", f"--results_prefix={prefix}", "--learning_rates=3e-4"])
+transfer.FLAGS(["transfer", "--tasks=topic", "--objectives=plm", f"--work_dir={work}", "--seeds=0,1",
+                "--inits=scratch,plm@900,plm", f"--results_prefix={prefix}", "--learning_rates=3e-4"])
 task = transfer.tasks("data/finetune")["topic"]
 task.baseline = None  # the linear baseline's column: tests/test_benchmark_runner.py (here ~40 s of fitting)
 def run(init, seed, acc):
@@ -102,7 +101,8 @@ def test_an_unknown_init_is_a_one_line_usage_error(tmp_path):
     out = subprocess.run([sys.executable, "-m", "bench.studies.transfer.transfer", f"--work_dir={tmp_path}/w",
                           "--inits=plm@first", "--stages=report", "--runs_ledger=none"], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
-    assert out.returncode == 1 and "--inits: init 'plm@first': expected one of" in out.stderr, out.stderr[-2000:]
+    assert out.returncode == 2 and "--inits: init 'plm@first': expected one of" in out.stderr, out.stderr[-2000:]
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr[-2000:]
     assert not os.path.exists(tmp_path / "w")
 
 

@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
-from absl import app
 
 from bench.studies.transfer import transfer
+from xlnet_tf.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -36,14 +36,14 @@ def test_a_corpus_folder_holding_other_text_is_refused(tmp_path):
     work = tmp_path / "work"
     (work / "corpus").mkdir(parents=True)
     (work / "corpus" / "wiki.txt").write_text("other text\n")
-    with pytest.raises(app.UsageError, match=r"--corpus_task=tweets: .* also holds \['wiki.txt'\]"):
+    with pytest.raises(UserError, match=r"--corpus_task=tweets: .* also holds \['wiki.txt'\]"):
         transfer.stage_task_corpus(str(work), task)
     assert sorted(os.listdir(work / "corpus")) == ["wiki.txt"]
 
 
 def test_only_a_classification_task_can_be_a_corpus(tmp_path):
     task = transfer.TransferSet("squad_v1", "run_squad.py", ["--train_file=x.json"], ("f1",), "f1")
-    with pytest.raises(app.UsageError, match="only a classification task's train.tsv"):
+    with pytest.raises(UserError, match="only a classification task's train.tsv"):
         transfer.stage_task_corpus(str(tmp_path), task)
 
 
@@ -58,8 +58,6 @@ def test_an_unknown_corpus_task_is_a_one_line_usage_error(tmp_path):
 def test_the_task_only_control_is_the_adapted_recipe_without_the_corpus_model():
     """The transfer study's pretrain_cpu_task_only.flags: as many steps on the task's text as the adapted model gets,
     from random weights at the recipe's own rate (the recipe's model is what task-adaptive pretraining starts from)."""
-    from bench.studies.transfer import transfer
-
     recipe = transfer.read_flagfile(os.path.join(REPO, "run", "flags", "pretrain_cpu.flags"))
     adapted = transfer.read_flagfile(os.path.join(transfer.FLAGS_DIR, "pretrain_cpu_tapt.flags"))
     control = transfer.read_flagfile(os.path.join(transfer.FLAGS_DIR, "pretrain_cpu_task_only.flags"))

@@ -20,9 +20,24 @@ The report names the CPU and its vector extensions (bench/host.py): a rate holds
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+
+from absl import flags
+
+from bench import cli
+from xlnet_tf.errors import UserError
+
+FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
+PROBES = ("attention", "weights")
+
+
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = cli.Definer(fv)
+    d.list("probes", list(PROBES), f"Probes to run, of {', '.join(PROBES)}.")
+    d.integer("rounds", 15, "Interleaved timed calls per program (attention probe).")
+    d.bool("tiny", False, "Small shapes (a test of the tool, not a measurement).")
+    d.string("output", None, "Path prefix of the .json/.md report.")
 
 
 def _median_ms(programs, rounds):
@@ -115,39 +130,33 @@ def report_lines(report) -> list:
     return lines
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--probes", default="attention,weights", help="comma-separated: attention, weights")
-    p.add_argument("--rounds", type=int, default=15, help="interleaved timed calls per program (attention probe)")
-    p.add_argument("--tiny", action="store_true", help="small shapes (a test of the tool, not a measurement)")
-    p.add_argument("--output", default=None, help="path prefix of the .json/.md report")
-    args = p.parse_args(argv)
-    probes = [s for s in args.probes.split(",") if s]
-    unknown = set(probes) - {"attention", "weights"}
+def main():
+    """Runs the probes of the flags; returns the report."""
+    unknown = set(FLAGS.probes) - set(PROBES)
     if unknown:
-        raise SystemExit(f"--probes: unknown probe(s) {sorted(unknown)}; choose from attention, weights")
+        raise UserError(f"--probes: unknown probe(s) {sorted(unknown)}; choose from {', '.join(PROBES)}")
 
     import tensorflow as tf
 
     from bench import host
     report = {"machine": host.describe(), "tensorflow": tf.__version__,
-              "command": host.command_line("bench.speed.dot_probe", args)}
-    if "attention" in probes:
-        sizes = dict(batch=2, heads=2, queries=8, keys=12, depth=4, d_model=16, d_inner=32) if args.tiny else {}
-        report["attention"] = attention_rows(rounds=args.rounds, **sizes)
-    if "weights" in probes:
-        sizes = dict(matrices=4, d_model=16, d_inner=32, iterations=3, rounds=2) if args.tiny else {}
+              "command": cli.command_line("bench.speed.dot_probe", FLAGS)}
+    if "attention" in FLAGS.probes:
+        sizes = dict(batch=2, heads=2, queries=8, keys=12, depth=4, d_model=16, d_inner=32) if FLAGS.tiny else {}
+        report["attention"] = attention_rows(rounds=FLAGS.rounds, **sizes)
+    if "weights" in FLAGS.probes:
+        sizes = dict(matrices=4, d_model=16, d_inner=32, iterations=3, rounds=2) if FLAGS.tiny else {}
         report["weights"] = weights_rows(**sizes)
     lines = report_lines(report)
     print("\n".join(lines))
-    if args.output:
-        os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-        with open(args.output + ".json", "w", encoding="utf-8") as f:
+    if FLAGS.output:
+        os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
+        with open(FLAGS.output + ".json", "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2)
-        with open(args.output + ".md", "w", encoding="utf-8") as f:
+        with open(FLAGS.output + ".md", "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
     return report
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(FLAGS, define_flags, main)

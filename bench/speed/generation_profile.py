@@ -20,21 +20,23 @@ import shutil
 import tempfile
 import time
 
-from absl import app, flags
+from absl import flags
 
+from bench import cli
 from bench.speed import step_profile
 
-FLAGS = flags.FLAGS
+FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
 
 
-def define_flags():
-    flags.DEFINE_integer("n_layer", 4, "Layers.")
-    flags.DEFINE_integer("d_model", 256, "Model width (n_head = d_model / 64, d_inner = 4 x d_model).")
-    flags.DEFINE_integer("n_token", 8000, "Vocabulary size.")
-    flags.DEFINE_integer("prompt_len", 512, "Prompt tokens (one prompt, batch 1).")
-    flags.DEFINE_integer("new_tokens", 192, "New tokens (greedy, no stop token).")
-    flags.DEFINE_integer("repeats", 3, "Timed calls before the profiled one (best reported).")
-    step_profile.define_report_flags()
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = cli.Definer(fv)
+    d.integer("n_layer", 4, "Layers.")
+    d.integer("d_model", 256, "Model width (n_head = d_model / 64, d_inner = 4 x d_model).")
+    d.integer("n_token", 8000, "Vocabulary size.")
+    d.integer("prompt_len", 512, "Prompt tokens (one prompt, batch 1).")
+    d.integer("new_tokens", 192, "New tokens (greedy, no stop token).")
+    d.integer("repeats", 3, "Timed calls before the profiled one (best reported).")
+    step_profile.define_report_flags(fv)
 
 
 def markdown(report: dict) -> str:
@@ -54,8 +56,7 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv):
-    del argv
+def main():
     work = tempfile.mkdtemp(prefix="generation_profile_")
     dump = step_profile.dump_optimized_hlo(work)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -83,16 +84,15 @@ def main(argv):
     thunk_ms, _ = step_profile.profile_calls(work, lambda: generate(model, prompt, settings), 1)
     hlo_files = [f for f in glob.glob(os.path.join(dump, "*cpu_after_optimizations.txt")) if "lambda" in f]
     if not hlo_files:
-        raise SystemExit(f"no optimized HLO module of the generation program under {dump}")
+        raise RuntimeError(f"no optimized HLO module of the generation program under {dump}")
     with open(max(hlo_files, key=os.path.getsize), encoding="utf-8") as f:
         hlo_text = f.read()
-    report = {"host": host.describe(), "command": host.invocation("bench.speed.generation_profile"), "note": FLAGS.note,
+    report = {"host": host.describe(), "command": cli.invocation("bench.speed.generation_profile"), "note": FLAGS.note,
               "best_s": best, "summary": step_profile.summarize(thunk_ms, hlo_text, FLAGS.top),
               "config": {k: FLAGS[k].value for k in ("n_layer", "d_model", "n_token", "prompt_len", "new_tokens")}}
-    step_profile.write_report(report, markdown(report))
+    step_profile.write_report(report, markdown(report), FLAGS.output)
     shutil.rmtree(work)  # the dump holds a file per fused kernel
 
 
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    cli.run(FLAGS, define_flags, main)

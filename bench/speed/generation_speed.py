@@ -22,7 +22,6 @@ The report (JSON + markdown) names the CPU and its vector extensions (bench/host
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -30,6 +29,33 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
+from absl import flags  # noqa: E402
+
+from bench import cli  # noqa: E402
+from xlnet_tf.errors import UserError  # noqa: E402
+
+FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
+WAYS = ("ours_xla", "ours_graph", "recompute", "hf_mems", "hf_no_mems")
+
+
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = cli.Definer(fv)
+    d.list("prompt_lens", ["16", "128"], "Prompt lengths (a row each).")
+    d.integer("new_tokens", 64, "New tokens per prompt (greedy, no stop token).")
+    d.integer("batch", 1, "Copies of the prompt.")
+    d.integer("n_layer", 4, "Layers.")
+    d.integer("d_model", 256, "Model width (n_head = d_model / 64, d_inner = 4 x d_model).")
+    d.integer("n_token", 8000, "Vocabulary size.")
+    d.integer("repeats", 3, "Timed runs of each way (best kept).")
+    d.integer("slow_new_tokens", 0, "New tokens of the ways that recompute the prefix (recompute, hf_no_mems; 0: "
+              "--new_tokens): their tokens/s at fewer tokens is an upper bound (a shorter prefix on average), so "
+              "the ratio against them stays a lower bound.")
+    d.integer("threads", 0, "Intra-op threads of both frameworks (0 = the cores; on a loaded machine use 1: "
+              "PyTorch's OpenMP threads spin against other work).")
+    d.list("ways", list(WAYS), f"The ways timed, of {', '.join(WAYS)} and hf_compiled.")
+    d.bool("torch_compile", False, "Also time hf_compiled (slow to compile).")
+    d.bool("quick", False, "A 2 x 128 model, prompts of 8 and 32, 16 new tokens.")
+    d.string("output", None, "Path prefix of the .json/.md report.")
 
 
 def _ours(model, prompts, new_tokens, jit):
@@ -70,28 +96,12 @@ def _time(run, repeats):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--prompt_lens", default="16,128")
-    p.add_argument("--new_tokens", type=int, default=64)
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--n_layer", type=int, default=4)
-    p.add_argument("--d_model", type=int, default=256)
-    p.add_argument("--n_token", type=int, default=8000)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--slow_new_tokens", type=int, default=0,
-                   help="new tokens of the ways that recompute the prefix (recompute, hf_no_mems; 0: --new_tokens): "
-                   "their tokens/s at fewer tokens is an upper bound (a shorter prefix on average), so the ratio "
-                   "against them stays a lower bound")
-    p.add_argument("--threads", type=int, default=0, help="intra-op threads of both frameworks (0 = the cores; "
-                   "on a loaded machine use 1: PyTorch's OpenMP threads spin against other work)")
-    p.add_argument("--ways", default="ours_xla,ours_graph,recompute,hf_mems,hf_no_mems")
-    p.add_argument("--torch_compile", action="store_true", help="also time hf_compiled (slow to compile)")
-    p.add_argument("--quick", action="store_true", help="a 2 x 128 model, prompts of 8 and 32, 16 new tokens")
-    p.add_argument("--output", default=None, help="path prefix of the .json/.md report")
-    args = p.parse_args()
-    if args.quick:
-        args.prompt_lens, args.new_tokens, args.n_layer, args.d_model, args.n_token, args.repeats = (
-            "8,32", 16, 2, 128, 1000, 2)
+    unknown = sorted(set(FLAGS.ways) - set(WAYS) - {"hf_compiled"})
+    if unknown:
+        raise UserError(f"--ways: unknown way(s) {unknown}; choose from {', '.join(WAYS)}, hf_compiled")
+    if FLAGS.quick:
+        FLAGS.prompt_lens, FLAGS.new_tokens, FLAGS.n_layer, FLAGS.d_model, FLAGS.n_token, FLAGS.repeats = (
+            ["8", "32"], 16, 2, 128, 1000, 2)
 
     import keras
     import tensorflow as tf
@@ -102,26 +112,26 @@ def main():
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetPretrainer
 
-    threads = args.threads or os.cpu_count() or 1
+    threads = FLAGS.threads or os.cpu_count() or 1
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(threads)
     torch.set_num_threads(threads)
     torch.set_flush_denormal(True)
     keras.utils.set_random_seed(0)
-    config = XLNetConfig(n_token=args.n_token, n_layer=args.n_layer, d_model=args.d_model, n_head=args.d_model // 64,
-                         d_head=64, d_inner=4 * args.d_model, dropout=0.0, dropatt=0.0)
+    config = XLNetConfig(n_token=FLAGS.n_token, n_layer=FLAGS.n_layer, d_model=FLAGS.d_model,
+                         n_head=FLAGS.d_model // 64, d_head=64, d_inner=4 * FLAGS.d_model, dropout=0.0, dropatt=0.0)
     model = XLNetPretrainer(config)
     hf = transformers.XLNetLMHeadModel(transformers.XLNetConfig(**config.to_hf_dict())).eval()
-    ways = [w for w in args.ways.split(",") if w] + (["hf_compiled"] if args.torch_compile else [])
+    ways = list(FLAGS.ways) + (["hf_compiled"] if FLAGS.torch_compile else [])
     compiled = None
     results = []
-    for length in [int(n) for n in args.prompt_lens.split(",")]:
-        prompt = [int(i) for i in np.random.default_rng(length).integers(10, args.n_token, length)]
-        prompts = [prompt] * args.batch
-        row = {"prompt_len": length, "new_tokens": args.new_tokens, "batch": args.batch}
+    for length in [int(n) for n in FLAGS.prompt_lens]:
+        prompt = [int(i) for i in np.random.default_rng(length).integers(10, FLAGS.n_token, length)]
+        prompts = [prompt] * FLAGS.batch
+        row = {"prompt_len": length, "new_tokens": FLAGS.new_tokens, "batch": FLAGS.batch}
         runs = {}
         for way in ways:
-            n_all = args.slow_new_tokens if args.slow_new_tokens and way in SLOW_WAYS else args.new_tokens
+            n_all = FLAGS.slow_new_tokens if FLAGS.slow_new_tokens and way in SLOW_WAYS else FLAGS.new_tokens
             row[f"{way}_new_tokens"] = n_all
             for n, key in ((n_all, "all"), (1, "first")):
                 if way in ("ours_xla", "ours_graph"):
@@ -136,8 +146,6 @@ def main():
                         compiled.load_state_dict(hf.state_dict())
                         compiled.forward = torch.compile(compiled.forward, dynamic=True)
                     runs[way, key] = _hf(compiled, prompts, n, True)
-                else:
-                    raise SystemExit(f"--ways: unknown way {way!r}")
         failed = {}
         for (way, key), run in list(runs.items()):  # warm-up: traces and compilations
             t0 = time.perf_counter()
@@ -149,30 +157,30 @@ def main():
                 continue
             row[f"{way}_warmup_s"] = round(row.get(f"{way}_warmup_s", 0.0) + time.perf_counter() - t0, 2)
         best = {k: float("inf") for k in runs}
-        for _ in range(args.repeats):
+        for _ in range(FLAGS.repeats):
             for k, run in runs.items():
                 best[k] = min(best[k], _time(run, 1))
         for way in ways:
             if way in failed:
                 row[f"{way}_failed"] = failed[way]
                 continue
-            tokens = row[f"{way}_new_tokens"] * (1 if way == "recompute" else args.batch)
+            tokens = row[f"{way}_new_tokens"] * (1 if way == "recompute" else FLAGS.batch)
             row[f"{way}_tokens_per_s"] = round(tokens / best[way, "all"], 1)
             row[f"{way}_first_token_ms"] = round(1000 * best[way, "first"], 1)
         print(json.dumps(row), flush=True)
         results.append(row)
 
     machine = host.describe()
-    report = {"machine": machine, "model": f"{args.n_layer} x {args.d_model}, vocabulary {args.n_token}, random "
+    report = {"machine": machine, "model": f"{FLAGS.n_layer} x {FLAGS.d_model}, vocabulary {FLAGS.n_token}, random "
               "weights", "torch": torch.__version__, "transformers": transformers.__version__,
-              "threads": threads, "repeats": args.repeats, "rows": results,
-              "command": host.command_line("bench.speed.generation_speed", args)}
-    if args.output:
-        os.makedirs(os.path.dirname(args.output) or ".", exist_ok=True)
-        with open(args.output + ".json", "w", encoding="utf-8") as f:
+              "threads": threads, "repeats": FLAGS.repeats, "rows": results,
+              "command": cli.command_line("bench.speed.generation_speed", FLAGS)}
+    if FLAGS.output:
+        os.makedirs(os.path.dirname(FLAGS.output) or ".", exist_ok=True)
+        with open(FLAGS.output + ".json", "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2)
         lines = [f"# Generation speed ({machine['cpu']}, {machine['cores']} cores; {machine['vector_extensions']})",
-                 "", f"Model {report['model']}; greedy, no stop token; best of {args.repeats}; torch "
+                 "", f"Model {report['model']}; greedy, no stop token; best of {FLAGS.repeats}; torch "
                  f"{report['torch']} (denormals flushed), {threads} intra-op thread(s) in both frameworks, transformers "
                  f"{report['transformers']}. Command: `{report['command']}`", "",
                  "| prompt | new | way | tokens/s | first token (ms) | warm-up (s) |", "|---|---|---|---|---|---|"]
@@ -190,7 +198,7 @@ def main():
                   "|---|---|---|---|---|"]
         for r in results:
             lines.append(f"| {r['prompt_len']} | {r['new_tokens']} | " + " | ".join(ratios(r)) + " |")
-        with open(args.output + ".md", "w", encoding="utf-8") as f:
+        with open(FLAGS.output + ".md", "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
 
 
@@ -217,4 +225,4 @@ def ratios(row):
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(FLAGS, define_flags, main)

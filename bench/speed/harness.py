@@ -26,7 +26,6 @@ changes them up to 2x, and far more for PyTorch's thread pool on an oversubscrib
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -40,12 +39,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from absl import flags  # noqa: E402
 
-from bench import host  # noqa: E402
+from bench import cli, host  # noqa: E402
 from bench.host import describe  # noqa: E402
 from bench.speed.ours import PRODUCTION, TrainerStep, Variant, bench_config, production_trainer  # noqa: E402,F401
 from bench.speed.peak_rss import flush_denormals, hf_train_step, inputs, torch_inputs  # noqa: E402 (no TF, torch)
-from tfrecords.sets.brown_pos import UNIVERSAL_TAGS
+from tfrecords.sets.brown_pos import UNIVERSAL_TAGS  # noqa: E402
+from xlnet_tf.errors import UserError  # noqa: E402
+
+FLAGS = flags.FlagValues()  # defined by define_flags when the harness runs, never at import
 
 tf.get_logger().setLevel("ERROR")  # each A/B variant traces its own functions on purpose
 
@@ -901,72 +904,62 @@ def quick_loop_variants(quick: bool, rows, ref_variants, skipped: list):
     return (best,)
 
 
-def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="The headline rows (pretraining, fine-tuning and tagging step, host loop, each vs "
-                             "HF's best variant) in minutes: every setting below left unset takes its quick value "
-                             "(`QUICK`; what that skips is listed in the report).")
-    parser.add_argument("--suite", help=f"all, or a comma-separated list of {', '.join(SUITES)} "
-                                         f"(default: all; quick: {QUICK['suite']}).")
-    parser.add_argument("--output_dir", default="bench_output")
-    parser.add_argument("--n_layer", type=int, default=4)
-    parser.add_argument("--d_model", type=int, default=768)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--seq_lens", help="Training-step lengths; A/B variants at the first (default 128,512; "
-                                           "quick: 128).")
-    parser.add_argument("--num_predict", type=int, default=0, help="Targets per sequence (0: 85/512 of seq_len).")
-    parser.add_argument("--mem_len", type=int, default=-1, help="Memory length (-1: seq_len / 2).")
-    parser.add_argument("--base_config", default=None, action=argparse.BooleanOptionalAction,
-                        help="Also time the full base config (12 layers) production step against HF (default: on; "
-                             "quick: off).")
-    parser.add_argument("--repeats", type=int, help="Timed calls per side (default 5; quick: 3).")
-    parser.add_argument("--ab", default=None, action=argparse.BooleanOptionalAction,
-                        help="Also time the A/B variants of our step at the first length (default: on; quick: off, "
-                             "and with --ab no mixed_bfloat16 variant on a CPU without bfloat16 arithmetic).")
-    parser.add_argument("--breakdown", default=None, action=argparse.BooleanOptionalAction,
-                        help="Split the production step into forward and the rest (default: on; quick: off).")
-    parser.add_argument("--reference_variants", default=",".join(REFERENCE_VARIANTS),
-                        help=f"How HF runs, comma-separated from {', '.join(REFERENCE_VARIANTS)}; each row compares "
-                             "with the fastest.")
-    parser.add_argument("--peak_sizes", help="Matrix sizes n of the matmul peak (default 1024,2048,4096; "
-                                             "quick: 1024,2048).")
-    parser.add_argument("--peak_dtypes", help="Matmul peaks measured (default float32,bfloat16; quick: float32).")
-    parser.add_argument("--loop_steps", type=int, help="train_loop: steps per host loop (default 10; quick: 4).")
-    parser.add_argument("--loops", type=int, help="train_loop: host loops, the first not counted (default 4; "
-                                                  "quick: 3).")
-    parser.add_argument("--corpus_glob", default=os.path.join(REPO, "..", "shared", "data", "corpus", "train", "*.txt"))
-    args = parser.parse_args(argv)
-    if args.loops is not None and args.loops < 2:
-        parser.error("--loops: at least 2 (the first compiles and is not counted)")
-    return parser, args
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = cli.Definer(fv)
+    d.bool("quick", False, "The headline rows (pretraining, fine-tuning and tagging step, host loop, each vs HF's best "
+           "variant) in minutes: every setting below left unset takes its quick value (`QUICK`; what that skips is "
+           "listed in the report).")
+    d.string("suite", None, f"all, or a comma-separated list of {', '.join(SUITES)} (default: all; quick: "
+             f"{QUICK['suite']}).")
+    d.string("output_dir", "bench_output", "Where report.json and report.md go.")
+    d.integer("n_layer", 4, "Layers of the benchmark model.")
+    d.integer("d_model", 768, "Width of the benchmark model (n_head = d_model / 64, d_inner = 4 x d_model).")
+    d.integer("batch", 8, "Batch size.")
+    d.string("seq_lens", None, "Training-step lengths; A/B variants at the first (default 128,512; quick: 128).")
+    d.integer("num_predict", 0, "Targets per sequence (0: 85/512 of seq_len).")
+    d.integer("mem_len", -1, "Memory length (-1: seq_len / 2).")
+    d.bool("base_config", None, "Also time the full base config (12 layers) production step against HF (default: "
+           "on; quick: off).")
+    d.integer("repeats", None, "Timed calls per side (default 5; quick: 3).")
+    d.bool("ab", None, "Also time the A/B variants of our step at the first length (default: on; quick: off, and "
+           "with --ab no mixed_bfloat16 variant on a CPU without bfloat16 arithmetic).")
+    d.bool("breakdown", None, "Split the production step into forward and the rest (default: on; quick: off).")
+    d.string("reference_variants", ",".join(REFERENCE_VARIANTS), f"How HF runs, comma-separated from "
+             f"{', '.join(REFERENCE_VARIANTS)}; each row compares with the fastest.")
+    d.string("peak_sizes", None, "Matrix sizes n of the matmul peak (default 1024,2048,4096; quick: 1024,2048).")
+    d.string("peak_dtypes", None, "Matmul peaks measured (default float32,bfloat16; quick: float32).")
+    d.integer("loop_steps", None, "train_loop: steps per host loop (default 10; quick: 4).")
+    d.integer("loops", None, "train_loop: host loops, the first not counted (default 4; quick: 3).")
+    d.string("corpus_glob", os.path.join(REPO, "..", "shared", "data", "corpus", "train", "*.txt"),
+             "The builder suite's corpus.")
 
 
-def main(argv=None):
+def main():
     global WORK_DIR
     import atexit
     import shutil
 
-    parser, args = parse_args(argv)
-    quick_skipped = resolve_settings(args, describe()["native_bfloat16"])
-    seq_lens = [int(s) for s in args.seq_lens.split(",")]
-    ref_variants = tuple(args.reference_variants.split(","))
+    if FLAGS.loops is not None and FLAGS.loops < 2:
+        raise UserError("--loops: at least 2 (the first compiles and is not counted)")
+    quick_skipped = resolve_settings(FLAGS, describe()["native_bfloat16"])
+    seq_lens = [int(s) for s in FLAGS.seq_lens.split(",")]
+    ref_variants = tuple(FLAGS.reference_variants.split(","))
     if not ref_variants or set(ref_variants) - set(REFERENCE_VARIANTS):
-        parser.error(f"--reference_variants: choose from {REFERENCE_VARIANTS}")
+        raise UserError(f"--reference_variants: choose from {REFERENCE_VARIANTS}")
     reference = reference_settings(ref_variants)  # first: before anything starts PyTorch's thread pool
-    peak_sizes = [int(n) for n in args.peak_sizes.split(",")]
-    if "float32" not in args.peak_dtypes.split(",") or set(args.peak_dtypes.split(",")) - set(PEAK_BACKENDS):
-        parser.error(f"--peak_dtypes: float32 (MFU's denominator) and optionally bfloat16, got {args.peak_dtypes}")
-    suites = SUITES if args.suite == "all" else tuple(args.suite.split(","))
+    peak_sizes = [int(n) for n in FLAGS.peak_sizes.split(",")]
+    if "float32" not in FLAGS.peak_dtypes.split(",") or set(FLAGS.peak_dtypes.split(",")) - set(PEAK_BACKENDS):
+        raise UserError(f"--peak_dtypes: float32 (MFU's denominator) and optionally bfloat16, got {FLAGS.peak_dtypes}")
+    suites = SUITES if FLAGS.suite == "all" else tuple(FLAGS.suite.split(","))
     unknown = set(suites) - set(SUITES)
     if unknown:
-        parser.error(f"--suite: unknown {sorted(unknown)}; choose from {SUITES} or all")
+        raise UserError(f"--suite: unknown {sorted(unknown)}; choose from {SUITES} or all")
 
     def predict(L):
-        return args.num_predict or default_num_predict(L)
+        return FLAGS.num_predict or default_num_predict(L)
 
     def mem(L):
-        return L // 2 if args.mem_len < 0 else args.mem_len
+        return L // 2 if FLAGS.mem_len < 0 else FLAGS.mem_len
 
     began = time.time()
     WORK_DIR = tempfile.mkdtemp(prefix="xlnet_bench_")
@@ -978,69 +971,70 @@ def main(argv=None):
     spiece_model = spm.train_spm(corpus.expand_globs(os.path.join(REPO, "tests", "data", "corpus", "*.txt")),
                                  os.path.join(_scratch("xlnet_bench_spm_"), "sp"), vocab_size=1000)
     demo_corpus = os.path.join(REPO, "data", "demo", "train.txt")
-    report = {"machine": machine(), "command": host.invocation("bench.speed.harness"), "args": vars(args),
+    report = {"machine": machine(), "command": cli.invocation("bench.speed.harness"),
+              "args": {name: value for name, value in FLAGS.flag_values_dict().items() if name != "verbose"},
               "reference": reference, "quick": quick_skipped,
-              "peak_gflops": {d: matmul_peak(d, peak_sizes, args.repeats) for d in args.peak_dtypes.split(",")},
+              "peak_gflops": {d: matmul_peak(d, peak_sizes, FLAGS.repeats) for d in FLAGS.peak_dtypes.split(",")},
               "rows": []}
     peak = report["peak_gflops"]["float32"]["best"]
     native_bf16 = report["machine"]["native_bfloat16"]
     plm_variants, finetune_variants, tagging_variants = PLM_VARIANTS, FINETUNE_VARIANTS, TAGGING_VARIANTS
-    if args.quick:
+    if FLAGS.quick:
         plm_variants = without_emulated_bfloat16(plm_variants, native_bf16)
         finetune_variants = without_emulated_bfloat16(finetune_variants, native_bf16)
         tagging_variants = without_emulated_bfloat16(tagging_variants, native_bf16)
-    config = bench_config(args.n_layer, args.d_model)
+    config = bench_config(FLAGS.n_layer, FLAGS.d_model)
     if "memory" in suites:  # first, while this process is small (each implementation runs in a child)
-        report["rows"] += memory_rows(args.n_layer, args.d_model, args.batch, seq_lens[-1], predict(seq_lens[-1]),
+        report["rows"] += memory_rows(FLAGS.n_layer, FLAGS.d_model, FLAGS.batch, seq_lens[-1], predict(seq_lens[-1]),
                                       mem(seq_lens[-1]))
     for i, L in enumerate(seq_lens):
         first = i == 0
-        repeats = args.repeats if first else max(3, args.repeats // 2)
+        repeats = FLAGS.repeats if first else max(3, FLAGS.repeats // 2)
         if "pretrain_step" in suites:
-            report["rows"] += step_rows("plm", bench_config(args.n_layer, args.d_model, mem(L)), args.batch, L,
+            report["rows"] += step_rows("plm", bench_config(FLAGS.n_layer, FLAGS.d_model, mem(L)), FLAGS.batch, L,
                                         predict(L), mem(L), repeats, peak,
-                                        plm_variants if first and args.ab else plm_variants[:1],
-                                        breakdown=args.breakdown, reference_variants=ref_variants)
+                                        plm_variants if first and FLAGS.ab else plm_variants[:1],
+                                        breakdown=FLAGS.breakdown, reference_variants=ref_variants)
         if "finetune_step" in suites:
-            report["rows"] += step_rows("classifier", config, args.batch, L, 0, 0, repeats, peak,
-                                        finetune_variants if first and args.ab else finetune_variants[:1],
-                                        breakdown=args.breakdown, reference_variants=ref_variants)
+            report["rows"] += step_rows("classifier", config, FLAGS.batch, L, 0, 0, repeats, peak,
+                                        finetune_variants if first and FLAGS.ab else finetune_variants[:1],
+                                        breakdown=FLAGS.breakdown, reference_variants=ref_variants)
         if "tagging_step" in suites:
-            report["rows"] += step_rows("tagger", config, args.batch, L, 0, 0, repeats, peak,
-                                        tagging_variants if first and args.ab else tagging_variants[:1],
-                                        breakdown=args.breakdown, reference_variants=ref_variants)
+            report["rows"] += step_rows("tagger", config, FLAGS.batch, L, 0, 0, repeats, peak,
+                                        tagging_variants if first and FLAGS.ab else tagging_variants[:1],
+                                        breakdown=FLAGS.breakdown, reference_variants=ref_variants)
     L = seq_lens[0]
     if "train_loop" in suites:
-        loop_variants = quick_loop_variants(args.quick, report["rows"], ref_variants, quick_skipped)
-        report["rows"] += train_loop_rows(args.n_layer, args.d_model, args.batch, L, predict(L), mem(L), demo_corpus,
-                                          spiece_model, args.loop_steps, args.loops, loop_variants)
+        loop_variants = quick_loop_variants(FLAGS.quick, report["rows"], ref_variants, quick_skipped)
+        report["rows"] += train_loop_rows(FLAGS.n_layer, FLAGS.d_model, FLAGS.batch, L, predict(L), mem(L), demo_corpus,
+                                          spiece_model, FLAGS.loop_steps, FLAGS.loops, loop_variants)
         _release()
     if "input_pipeline" in suites:
-        report["rows"] += input_pipeline_rows(config, args.batch, L, predict(L), args.repeats, demo_corpus,
+        report["rows"] += input_pipeline_rows(config, FLAGS.batch, L, predict(L), FLAGS.repeats, demo_corpus,
                                               spiece_model, peak)
         _release()
-    if "pretrain_step" in suites and args.base_config:
-        report["rows"] += step_rows("plm", bench_config(12, 768, mem(L)), args.batch, L, predict(L), mem(L),
-                                    max(2, args.repeats // 2), peak, PLM_VARIANTS[:1], breakdown=False,
+    if "pretrain_step" in suites and FLAGS.base_config:
+        report["rows"] += step_rows("plm", bench_config(12, 768, mem(L)), FLAGS.batch, L, predict(L), mem(L),
+                                    max(2, FLAGS.repeats // 2), peak, PLM_VARIANTS[:1], breakdown=False,
                                     reference_variants=ref_variants)
-    if "finetune_step" in suites and args.base_config:
-        report["rows"] += step_rows("classifier", bench_config(12, 768), args.batch, L, 0, 0,
-                                    max(2, args.repeats // 2), peak, FINETUNE_VARIANTS[:1], breakdown=False,
+    if "finetune_step" in suites and FLAGS.base_config:
+        report["rows"] += step_rows("classifier", bench_config(12, 768), FLAGS.batch, L, 0, 0,
+                                    max(2, FLAGS.repeats // 2), peak, FINETUNE_VARIANTS[:1], breakdown=False,
                                     reference_variants=ref_variants)
-    if "tagging_step" in suites and args.base_config:
-        report["rows"] += step_rows("tagger", bench_config(12, 768), args.batch, L, 0, 0,
-                                    max(2, args.repeats // 2), peak, TAGGING_VARIANTS[:1], breakdown=False,
+    if "tagging_step" in suites and FLAGS.base_config:
+        report["rows"] += step_rows("tagger", bench_config(12, 768), FLAGS.batch, L, 0, 0,
+                                    max(2, FLAGS.repeats // 2), peak, TAGGING_VARIANTS[:1], breakdown=False,
                                     reference_variants=ref_variants)
     if "serving" in suites:
-        report["rows"] += serving_rows(config, 32, 128, args.repeats, spiece_model, ref_variants)
+        report["rows"] += serving_rows(config, 32, 128, FLAGS.repeats, spiece_model, ref_variants)
     if "builder" in suites:
-        if tf.io.gfile.glob(args.corpus_glob):
-            report["rows"] += builder_rows(args.corpus_glob)
+        if tf.io.gfile.glob(FLAGS.corpus_glob):
+            report["rows"] += builder_rows(FLAGS.corpus_glob)
         else:
-            print(f"builder suite skipped: no files match --corpus_glob={args.corpus_glob}", flush=True)
+            print(f"builder suite skipped: no files match --corpus_glob={FLAGS.corpus_glob}", flush=True)
     report["wall_s"] = time.time() - began
-    print(write_report(report, args.output_dir))
+    print(write_report(report, FLAGS.output_dir))
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(FLAGS, define_flags, main)

@@ -4,21 +4,39 @@
       --num_predict=85 --mem_len=256
 
 Imports only the framework it measures (TensorFlow for `ours`, PyTorch for `hf`), builds the model (`--remat`:
-ours with each layer rematerialized), records the resident set size, takes 3 training steps (forward, backward, AdamW; ours: the step of the
-Trainer run/pretrain.py builds) and prints one JSON line:
-the process's peak RSS and the peak growth during training. harness.py's `memory` suite runs it twice.
+ours with each layer rematerialized), records the resident set size, takes 3 training steps (forward, backward,
+AdamW; ours: the step of the Trainer run/pretrain.py builds) and prints one JSON line: the process's peak RSS and the
+peak growth during training. harness.py's `memory` suite runs it twice.
 PyTorch runs with denormals flushed (`flush_denormals`), as wherever the benchmarks run HF.
 """
 
-import argparse
 import json
 import os
 import resource
 import time
 
 import numpy as np
+from absl import flags
+
+from bench import cli  # absl and the flag conventions only: no TensorFlow or PyTorch
+from xlnet_tf.errors import UserError
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
+
+
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = cli.Definer(fv)
+    d.enum("impl", None, ["ours", "hf"], "The implementation measured: ours (TensorFlow) or hf (PyTorch).")
+    d.integer("n_token", 32000, "Vocabulary size.")
+    d.integer("n_layer", 4, "Layers.")
+    d.integer("d_model", 768, "Model width (n_head = d_model / 64, d_inner = 4 x d_model).")
+    d.integer("batch", 8, "Batch size.")
+    d.integer("seq_len", 512, "Sequence length.")
+    d.integer("num_predict", 85, "Predicted tokens per sequence.")
+    d.integer("mem_len", 256, "Memory length.")
+    d.bool("remat", False, "ours: rematerialize each layer (XLNetBackbone remat).")
+    flags.mark_flag_as_required("impl", flag_values=fv)
 
 
 def current_rss_mb() -> float:
@@ -130,16 +148,16 @@ def xla_heap_mb(dump_dir: str):
     return None
 
 
-def our_step(args, data, mems):
+def our_step(args, data, mems, xla_dump: str):
+    """The production Trainer's step at `args`' size; XLA dumps the step's buffer assignment into `xla_dump` (read
+    by xla_heap_mb)."""
     del mems  # ours: the Trainer's own memories (zeros, then carried from step to step), of the same shape
     import atexit
     import shutil
     import tempfile
 
-    # XLA dumps the compiled step's buffer assignment here (read by xla_heap_mb); set before TensorFlow loads
-    args.xla_dump = tempfile.mkdtemp(prefix="xlnet_xla_dump_")
-    atexit.register(shutil.rmtree, args.xla_dump, True)
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={args.xla_dump}"
+    # set before TensorFlow loads
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={xla_dump}"
                                " --xla_dump_hlo_module_re=.*replica_step.*").strip()
     import tensorflow as tf
 
@@ -156,34 +174,33 @@ def our_step(args, data, mems):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--impl", choices=["ours", "hf"], required=True)
-    ap.add_argument("--n_token", type=int, default=32000)
-    ap.add_argument("--n_layer", type=int, default=4)
-    ap.add_argument("--d_model", type=int, default=768)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq_len", type=int, default=512)
-    ap.add_argument("--num_predict", type=int, default=85)
-    ap.add_argument("--mem_len", type=int, default=256)
-    ap.add_argument("--remat", action="store_true", help="ours: rematerialize each layer (XLNetBackbone remat)")
-    args = ap.parse_args()
-    if args.remat and args.impl != "ours":
-        ap.error("--remat: Hugging Face's XLNet has no gradient checkpointing")
-    data, mems = inputs(args.n_token, args.n_layer, args.d_model, args.batch, args.seq_len, args.num_predict,
-                        args.mem_len)
-    step = (hf_step if args.impl == "hf" else our_step)(args, data, mems)
+    if FLAGS.remat and FLAGS.impl != "ours":
+        raise UserError("--remat: Hugging Face's XLNet has no gradient checkpointing")
+    data, mems = inputs(FLAGS.n_token, FLAGS.n_layer, FLAGS.d_model, FLAGS.batch, FLAGS.seq_len, FLAGS.num_predict,
+                        FLAGS.mem_len)
+    xla_dump = None
+    if FLAGS.impl == "hf":
+        step = hf_step(FLAGS, data, mems)
+    else:
+        import atexit
+        import shutil
+        import tempfile
+
+        xla_dump = tempfile.mkdtemp(prefix="xlnet_xla_dump_")
+        atexit.register(shutil.rmtree, xla_dump, True)
+        step = our_step(FLAGS, data, mems, xla_dump)
     built = current_rss_mb()
     times = []
     for _ in range(3):
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
-    print(json.dumps({"impl": args.impl, "remat": args.remat, "peak_rss_mb": round(peak_rss_mb(), 1),
+    print(json.dumps({"impl": FLAGS.impl, "remat": FLAGS.remat, "peak_rss_mb": round(peak_rss_mb(), 1),
                       "rss_after_build_mb": round(built, 1),
                       "training_growth_mb": round(peak_rss_mb() - built, 1),
                       "step_s_after_first": round(min(times[1:]), 3),
-                      **({"xla_heap_mb": xla_heap_mb(args.xla_dump)} if args.impl == "ours" else {})}))
+                      **({"xla_heap_mb": xla_heap_mb(xla_dump)} if xla_dump else {})}))
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(FLAGS, define_flags, main)

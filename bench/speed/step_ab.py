@@ -29,28 +29,31 @@ import time
 import types
 from typing import Dict, Iterator, List
 
-from absl import app, flags
+from absl import flags
 
+from bench import cli
 from bench.speed import step_profile
+from xlnet_tf.errors import UserError
 
-FLAGS = flags.FLAGS
+FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))  # the repository root
 
 
-def define_flags():
-    flags.DEFINE_string("ref", "HEAD", "The git revision of the reference side.")
-    flags.DEFINE_list("modules", [], "Files under xlnet_tf/ taken from --ref on the reference side.")
-    flags.DEFINE_enum("kind", "plm", ["plm", "classifier", "tagger"], "Whose step: run/pretrain.py's (plm) or the "
-                      "fine-tuning runners' (ours.py RUNNERS).")
-    step_profile.define_step_flags()
-    flags.DEFINE_integer("calls", 9, "Timed calls per side, in turns (after two warm-up calls each).")
-    flags.DEFINE_string("output", None, "Write <output>.md and <output>.json.")
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = cli.Definer(fv)
+    d.string("ref", "HEAD", "The git revision of the reference side.")
+    d.list("modules", [], "Files under xlnet_tf/ taken from --ref on the reference side.")
+    d.enum("kind", "plm", ["plm", "classifier", "tagger"], "Whose step: run/pretrain.py's (plm) or the "
+           "fine-tuning runners' (ours.py RUNNERS).")
+    step_profile.define_step_flags(fv)
+    d.integer("calls", 9, "Timed calls per side, in turns (after two warm-up calls each).")
+    d.string("output", None, "Write <output>.md and <output>.json.")
 
 
 def module_name(path: str) -> str:
     """`xlnet_tf/layers/attention.py` -> `xlnet_tf.layers.attention` (only files of the library)."""
     if not (path.startswith("xlnet_tf/") and path.endswith(".py")):
-        raise ValueError(f"--modules: {path!r} is not a file under xlnet_tf/ (e.g. xlnet_tf/training/loop.py)")
+        raise UserError(f"--modules: {path!r} is not a file under xlnet_tf/ (e.g. xlnet_tf/training/loop.py)")
     return path[:-3].replace("/", ".")
 
 
@@ -59,7 +62,7 @@ def load_at(path: str, ref: str, work: str) -> types.ModuleType:
     tracing and autograph read its own source)."""
     shown = subprocess.run(["git", "-C", REPO, "show", f"{ref}:{path}"], capture_output=True, text=True)
     if shown.returncode:
-        raise ValueError(f"--ref/--modules: git has no {path} at {ref!r}: {shown.stderr.strip()}")
+        raise UserError(f"--ref/--modules: git has no {path} at {ref!r}: {shown.stderr.strip()}")
     name = "step_ab_ref_" + module_name(path).replace(".", "_")
     file = os.path.join(work, name + ".py")
     with open(file, "w", encoding="utf-8") as f:
@@ -127,8 +130,7 @@ def patched(current: types.ModuleType, reference: types.ModuleType) -> Iterator[
 _MISSING = object()
 
 
-def main(argv):
-    del argv
+def main():
     import numpy as np
 
     from bench import host
@@ -137,8 +139,8 @@ def main(argv):
     pairs = [(importlib.import_module(module_name(p)), load_at(p, FLAGS.ref, work)) for p in FLAGS.modules]
     with contextlib.ExitStack() as stack:
         replaced = [name for current, ref in pairs for name in stack.enter_context(patched(current, ref))]
-        reference = step_profile.step_of_flags(FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"))
-    ours_step = step_profile.step_of_flags(FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"))
+        reference = step_profile.step_of_flags(FLAGS, FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"))
+    ours_step = step_profile.step_of_flags(FLAGS, FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"))
     # one untimed call of each in turns first: the side built first is slow on its first call after the other's
     # build (measured: 223 against 3 ms at a tiny size, 2.8 against 1.4 s at 4 x 768), which favoured the working tree
     reference()
@@ -151,7 +153,7 @@ def main(argv):
             times[side].append(time.perf_counter() - start)
     median = {side: float(np.median(t)) * 1e3 for side, t in times.items()}
     ratio = median["reference"] / median["working_tree"]
-    report = {"host": host.describe(), "command": host.invocation("bench.speed.step_ab"), "ref": FLAGS.ref,
+    report = {"host": host.describe(), "command": cli.invocation("bench.speed.step_ab"), "ref": FLAGS.ref,
               "modules": FLAGS.modules, "replaced": replaced, "kind": FLAGS.kind,
               "config": {k: FLAGS[k].value for k in ("n_layer", "d_model", "n_token", "batch", "seq_len", "mem_len",
                                                       "num_predict")},
@@ -166,9 +168,8 @@ def main(argv):
         *(f"| {side} | {median[side]:.1f} | {min(times[side]) * 1e3:.1f} |" for side in times), "",
         f"Ratio (reference / working tree): **{ratio:.3f}**. Replaced on the reference side: "
         f"{', '.join(replaced) or 'nothing'}."]) + "\n"
-    step_profile.write_report(report, text)
+    step_profile.write_report(report, text, FLAGS.output)
 
 
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    cli.run(FLAGS, define_flags, main)

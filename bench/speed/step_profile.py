@@ -28,9 +28,11 @@ import tempfile
 import time
 from typing import Dict, List
 
-from absl import app, flags
+from absl import flags
 
-FLAGS = flags.FLAGS
+from bench import cli
+
+FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
 
 # The runtime's own bookkeeping events on the intra-op threads (not operations of the program).
 BOOKKEEPING = ("ThunkExecutor::Execute", "SlinkyThreadPool::Await")
@@ -140,30 +142,32 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def define_step_flags():
+def define_step_flags(fv: flags.FlagValues):
     """The size of the benchmarked Trainer step (harness.py's production row by default); also
     step_ab.py's."""
-    flags.DEFINE_integer("n_layer", 4, "Layers (the production benchmark row: 4 x 768).")
-    flags.DEFINE_integer("d_model", 768, "Model width.")
-    flags.DEFINE_integer("n_token", 32000, "Vocabulary.")
-    flags.DEFINE_integer("batch", 8, "Batch size.")
-    flags.DEFINE_integer("seq_len", 128, "Sequence length.")
-    flags.DEFINE_integer("mem_len", 64, "Memory length (pretraining).")
-    flags.DEFINE_integer("num_predict", 0, "Predicted tokens per sequence (0: harness.py's default_num_predict, "
+    d = cli.Definer(fv)
+    d.integer("n_layer", 4, "Layers (the production benchmark row: 4 x 768).")
+    d.integer("d_model", 768, "Model width.")
+    d.integer("n_token", 32000, "Vocabulary.")
+    d.integer("batch", 8, "Batch size.")
+    d.integer("seq_len", 128, "Sequence length.")
+    d.integer("mem_len", 64, "Memory length (pretraining).")
+    d.integer("num_predict", 0, "Predicted tokens per sequence (0: harness.py's default_num_predict, "
                          "21 at 128).")
 
 
-def define_flags():
-    define_step_flags()
-    flags.DEFINE_integer("steps", 3, "Profiled steps (after two warm-up steps).")
-    define_report_flags()
+def define_flags(fv: flags.FlagValues = FLAGS):
+    define_step_flags(fv)
+    cli.Definer(fv).integer("steps", 3, "Profiled steps (after two warm-up steps).")
+    define_report_flags(fv)
 
 
-def define_report_flags():
+def define_report_flags(fv: flags.FlagValues):
     """The flags every thunk profile's report takes (also generation_profile.py's)."""
-    flags.DEFINE_string("output", None, "Write <output>.md and <output>.json.")
-    flags.DEFINE_string("note", "", "A sentence for the report (e.g. what else ran on the machine).")
-    flags.DEFINE_integer("top", 25, "Longest thunks listed.")
+    d = cli.Definer(fv)
+    d.string("output", None, "Write <output>.md and <output>.json.")
+    d.string("note", "", "A sentence for the report (e.g. what else ran on the machine).")
+    d.integer("top", 25, "Longest thunks listed.")
 
 
 def dump_optimized_hlo(work: str) -> str:
@@ -190,60 +194,60 @@ def profile_calls(work: str, run, calls: int):
     return thunk_times(xplane, calls), times
 
 
-def write_report(report: dict, text: str) -> None:
-    """Print the markdown `text`; with --output, write it and `report` as <output>.md and <output>.json."""
+def write_report(report: dict, text: str, output: str = None) -> None:
+    """Print the markdown `text`; with `output` (the --output of `define_report_flags`), write it and `report` as
+    <output>.md and <output>.json."""
     print(text)
-    if FLAGS.output:
-        with open(FLAGS.output + ".json", "w", encoding="utf-8") as f:
+    if output:
+        with open(output + ".json", "w", encoding="utf-8") as f:
             json.dump(report, f, indent=1)
-        with open(FLAGS.output + ".md", "w", encoding="utf-8") as f:
+        with open(output + ".md", "w", encoding="utf-8") as f:
             f.write(text)
 
 
-def num_predict_of_flags() -> int:
+def num_predict_of_flags(fv: flags.FlagValues) -> int:
+    """`define_step_flags`' --num_predict, or the harness's default at --seq_len."""
     from bench.speed import harness
 
-    return FLAGS.num_predict or harness.default_num_predict(FLAGS.seq_len)
+    return fv.num_predict or harness.default_num_predict(fv.seq_len)
 
 
-def step_of_flags(kind: str, model_dir: str):
+def step_of_flags(fv: flags.FlagValues, kind: str, model_dir: str):
     """The runners' `kind` step (ours.py `TrainerStep` of `production_trainer`) at `define_step_flags`' size,
     on one batch of harness.py's features, called twice (traced, compiled, warm). Memories only for "plm"."""
     import tensorflow as tf
 
     from bench.speed import harness, ours
 
-    mem_len = FLAGS.mem_len if kind == "plm" else 0
-    config = ours.bench_config(FLAGS.n_layer, FLAGS.d_model, mem_len=mem_len, n_token=FLAGS.n_token)
-    data, _ = harness.our_step_features(config, kind, FLAGS.batch, FLAGS.seq_len, num_predict_of_flags(), mem_len)
-    trainer = ours.production_trainer(kind, config, FLAGS.batch, FLAGS.seq_len, model_dir)
+    mem_len = fv.mem_len if kind == "plm" else 0
+    config = ours.bench_config(fv.n_layer, fv.d_model, mem_len=mem_len, n_token=fv.n_token)
+    data, _ = harness.our_step_features(config, kind, fv.batch, fv.seq_len, num_predict_of_flags(fv), mem_len)
+    trainer = ours.production_trainer(kind, config, fv.batch, fv.seq_len, model_dir)
     step = ours.TrainerStep(trainer, {k: tf.constant(v) for k, v in data.items()})
     step()
     step()
     return step
 
 
-def main(argv):
-    del argv
+def main():
     from bench import host
 
     work = tempfile.mkdtemp(prefix="step_profile_")
     dump = dump_optimized_hlo(work)
-    step = step_of_flags("plm", os.path.join(work, "model"))
+    step = step_of_flags(FLAGS, "plm", os.path.join(work, "model"))
     thunk_ms, times = profile_calls(work, step, FLAGS.steps)
     hlo_files = glob.glob(os.path.join(dump, "*replica_step*cpu_after_optimizations.txt"))
     if len(hlo_files) != 1:
-        raise SystemExit(f"expected one optimized HLO module of the step under {dump}, found {len(hlo_files)}")
+        raise RuntimeError(f"expected one optimized HLO module of the step under {dump}, found {len(hlo_files)}")
     with open(hlo_files[0], encoding="utf-8") as f:
         hlo_text = f.read()
-    report = {"host": host.describe(), "command": host.invocation("bench.speed.step_profile"), "note": FLAGS.note,
+    report = {"host": host.describe(), "command": cli.invocation("bench.speed.step_profile"), "note": FLAGS.note,
               "step_s": times, "summary": summarize(thunk_ms, hlo_text, FLAGS.top),
               "config": {**{k: FLAGS[k].value for k in ("n_layer", "d_model", "n_token", "batch", "seq_len", "mem_len",
-                                                         "steps")}, "num_predict": num_predict_of_flags()}}
-    write_report(report, markdown(report))
+                                                         "steps")}, "num_predict": num_predict_of_flags(FLAGS)}}
+    write_report(report, markdown(report), FLAGS.output)
     shutil.rmtree(work)  # the dump holds a file per fused kernel (over a thousand)
 
 
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    cli.run(FLAGS, define_flags, main)

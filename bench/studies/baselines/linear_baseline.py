@@ -17,6 +17,11 @@ from __future__ import annotations
 import collections
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from absl import flags
+
+from bench import cli
+
+FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
 C_GRID = (0.03, 0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0, 300.0, 1000.0)
 
 
@@ -74,11 +79,15 @@ def baselines(data_dir: str, task: str = "tsv", splits: Sequence[str] = ("dev", 
             "tfidf_logreg": {s: scores(evals[s][2], model.predict(x_eval[s])) for s in splits}, "C": c}
 
 
-def main(argv):
-    from absl import flags
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = cli.Definer(fv)
+    d.string("data_dir", None, "Folder of train/dev/test.tsv.")
+    d.string("task", "tsv", "The classifier runner's --task.")
+    d.list("splits", ["dev", "test"], "Splits scored; the first chooses C.")
+    flags.mark_flag_as_required("data_dir", flag_values=fv)
 
-    del argv
-    FLAGS = flags.FLAGS
+
+def main():
     out = baselines(FLAGS.data_dir, FLAGS.task, FLAGS.splits)
     for name in ("majority", "tfidf_logreg"):
         for split, row in out[name].items():
@@ -87,10 +96,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from absl import app, flags
-
-    flags.DEFINE_string("data_dir", None, "Folder of train/dev/test.tsv.")
-    flags.DEFINE_string("task", "tsv", "The classifier runner's --task.")
-    flags.DEFINE_list("splits", ["dev", "test"], "Splits scored; the first chooses C.")
-    flags.mark_flag_as_required("data_dir")
-    app.run(main)
+    cli.run(FLAGS, define_flags, main)

@@ -28,7 +28,13 @@ import math
 import os
 from typing import Dict, Iterable, List, Sequence
 
+from absl import flags
+
+from bench import cli
 from tfrecords.sets import cloze
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the repository root
+FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
 
 START, END = "<s>", "</s>"
 LAMBDA = 0.7
@@ -156,10 +162,21 @@ def baselines(cloze_dir: str, corpus_paths: Sequence[str], splits: Sequence[str]
     return out
 
 
-def main(argv):
-    from absl import flags
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = cli.Definer(fv)
+    d.string("cloze_dir", None, "tfrecords/sets/cloze.py's --output_dir.")
+    d.string("corpus_glob", os.path.join(os.path.dirname(REPO), "shared", "data", "corpus", "train", "*.txt"),
+             "The corpus of the n-gram models.")
+    d.string("lm_checkpoint", None, "A pretrained LM (e.g. ../shared/models/plm_cpu/final): adds the lm_zero_shot "
+             "column.")
+    d.string("lm_spiece_model", None, "The LM's SentencePiece model.")
+    d.list("predictions", [], "run_race.py predict_<split>.tsv files: print how often each one's choices are the "
+           "answer and each baseline's choice (which cue a fine-tuned model follows).")
+    d.string("split", "dev", "--predictions: the split they predict.")
+    flags.mark_flag_as_required("cloze_dir", flag_values=fv)
 
-    FLAGS = flags.FLAGS
+
+def main():
     model_scorer = load_scorer(FLAGS.lm_checkpoint, FLAGS.lm_spiece_model) if FLAGS.lm_checkpoint else None
     corpus = sorted(glob.glob(FLAGS.corpus_glob))
     if FLAGS.predictions:
@@ -177,16 +194,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    from absl import app, flags
-
-    flags.DEFINE_string("cloze_dir", None, "tfrecords/sets/cloze.py's --output_dir.")
-    flags.DEFINE_string("corpus_glob", os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "..", "..",
-                        "shared", "data", "corpus", "train", "*.txt")), "The corpus of the n-gram models.")
-    flags.DEFINE_string("lm_checkpoint", None, "A pretrained LM (e.g. ../shared/models/plm_cpu/final): adds the "
-                        "lm_zero_shot column.")
-    flags.DEFINE_string("lm_spiece_model", None, "The LM's SentencePiece model.")
-    flags.DEFINE_list("predictions", [], "run_race.py predict_<split>.tsv files: print how often each one's choices "
-                      "are the answer and each baseline's choice (which cue a fine-tuned model follows).")
-    flags.DEFINE_string("split", "dev", "--predictions: the split they predict.")
-    flags.mark_flag_as_required("cloze_dir")
-    app.run(main)
+    cli.run(FLAGS, define_flags, main)

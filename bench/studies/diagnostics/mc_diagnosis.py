@@ -27,16 +27,15 @@ import json
 import math
 import os
 import random
-import sys
 from typing import Dict, List
 
-from absl import app, flags
+from absl import flags
 
-from bench import figures, host
+from bench import cli, figures, host
 from bench.studies.transfer import transfer
 
 REPO = transfer.REPO
-FLAGS = flags.FLAGS
+FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
 RATES = {"scratch": "1e-3", "plm": "3e-4"}
 # (variant, init, steps)
 # (The larger budget is run from the PLM only: from scratch the 80-step run's loss never leaves log 4 and its
@@ -147,8 +146,7 @@ def zero_shot(mc_dir: str, plm_dir: str) -> Dict[str, float]:
 
 def write_report(runs: List[Dict], letter_counts: Dict, prefix: str, zero: Dict[str, float]) -> None:
     machine = host.describe()
-    report = {"machine": machine,
-              "command": " ".join(["python", "-m", "bench.studies.diagnostics.mc_diagnosis"] + sys.argv[1:]),
+    report = {"machine": machine, "command": cli.invocation("bench.studies.diagnostics.mc_diagnosis"),
               "log4": math.log(4), "answer_letters": letter_counts, "zero_shot_plm": zero, "runs": runs}
     with open(prefix + ".json", "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)
@@ -191,8 +189,19 @@ def write_report(runs: List[Dict], letter_counts: Dict, prefix: str, zero: Dict[
     figures.save(fig, prefix + ".png")
 
 
-def main(argv):
-    del argv
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = cli.Definer(fv)
+    d.string("work_dir", None, "Runs, data variants and records.")
+    d.string("data_root", os.path.join(os.path.dirname(REPO), "shared", "data"), "The shared data.")
+    d.string("plm_dir", os.path.join(os.path.dirname(REPO), "shared", "models", "plm_cpu"),
+             "The CPU recipe's PLM model (the transfer study's plm_model).")
+    d.list("only", [], "Run only these `variant-init-steps` (default: all of RUNS).")
+    d.string("results_prefix", os.path.join(REPO, "bench", "studies", "diagnostics", "results", "mc_diagnosis_cpu"),
+             "Report path.")
+    flags.mark_flag_as_required("work_dir", flag_values=fv)
+
+
+def main():
     work = os.path.abspath(FLAGS.work_dir)
     os.makedirs(work, exist_ok=True)
     for link, target in (("plm_model", FLAGS.plm_dir), ("spiece.model", os.path.join(FLAGS.plm_dir, "spiece.model"))):
@@ -207,12 +216,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    flags.DEFINE_string("work_dir", None, "Runs, data variants and records.")
-    flags.DEFINE_string("data_root", os.path.join(os.path.dirname(REPO), "shared", "data"), "The shared data.")
-    flags.DEFINE_string("plm_dir", os.path.join(os.path.dirname(REPO), "shared", "models", "plm_cpu"),
-                        "The CPU recipe's PLM model (bench/studies/transfer/transfer.py's plm_model).")
-    flags.DEFINE_list("only", [], "Run only these `variant-init-steps` (default: all of RUNS).")
-    flags.DEFINE_string("results_prefix", os.path.join(REPO, "bench", "studies", "diagnostics", "results",
-                                                       "mc_diagnosis_cpu"), "Report path.")
-    flags.mark_flag_as_required("work_dir")
-    app.run(main)
+    cli.run(FLAGS, define_flags, main)

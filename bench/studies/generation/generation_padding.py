@@ -16,29 +16,30 @@ import math
 import os
 import statistics
 
+from absl import flags
+
+from bench import cli
+
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the repository root
-
-from absl import app, flags
-
-FLAGS = flags.FLAGS
+FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
 
 
-def define_flags():
-    flags.DEFINE_string("model_dir", os.path.join(os.path.dirname(REPO), "shared", "models", "plm_cpu"),
-                        "A pretrained model: final/ (weights), final/xlnet_config.json, spiece.model.")
-    flags.DEFINE_string("heldout", os.path.join(os.path.dirname(REPO), "shared", "data", "corpus", "heldout.txt"),
-                        "Held-out text (one sentence per line, blank line between documents).")
-    flags.DEFINE_integer("num_passages", 48, "Documents scored.", lower_bound=2)
-    flags.DEFINE_integer("prompt_tokens", 16, "Prompt length in tokens (short: where the advice is given).",
-                         lower_bound=1)
-    flags.DEFINE_integer("continuation_tokens", 32, "Scored continuation length in tokens.", lower_bound=1)
-    flags.DEFINE_string("results_prefix",
-                        os.path.join(REPO, "bench", "studies", "generation", "results", "generation_padding_cpu"),
-                        "Where the .json / .md go.")
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = cli.Definer(fv)
+    d.string("model_dir", os.path.join(os.path.dirname(REPO), "shared", "models", "plm_cpu"),
+             "A pretrained model: final/ (weights), final/xlnet_config.json, spiece.model.")
+    d.string("heldout", os.path.join(os.path.dirname(REPO), "shared", "data", "corpus", "heldout.txt"),
+             "Held-out text (one sentence per line, blank line between documents).")
+    d.integer("num_passages", 48, "Documents scored.", lower_bound=2)
+    d.integer("prompt_tokens", 16, "Prompt length in tokens (short: where the advice is given).",
+              lower_bound=1)
+    d.integer("continuation_tokens", 32, "Scored continuation length in tokens.", lower_bound=1)
+    d.string("results_prefix",
+             os.path.join(REPO, "bench", "studies", "generation", "results", "generation_padding_cpu"),
+             "Where the .json / .md go.")
 
 
-def main(argv):
-    del argv
+def main():
     import numpy as np
 
     from bench import host
@@ -93,5 +94,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    cli.run(FLAGS, define_flags, main)

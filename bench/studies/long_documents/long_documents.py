@@ -5,8 +5,8 @@
       --spiece_model=<work>/spiece.model --work_dir=bench_out/long_documents \
       --output=bench/studies/long_documents/results/long_documents_cpu
 
-Two fine-tuning runs of run/run_classifier.py with the recipe `--flagfile` (default
-flags/brown_genre_long.flags), the same model, initialization, steps, batch and learning rate: `whole`
+Two fine-tuning runs of run/run_classifier.py with the recipe `--recipe` (the runner's flag file; default
+flags/brown_genre_long.flags of this study), the same model, initialization, steps, batch and learning rate: `whole`
 as the recipe says (every segment of the document, memories), `first` with `--max_segments=1` (the first
 `max_seq_length` tokens, today's truncation). `--learning_rates` (optional) first runs the `first` arm over
 those rates and uses its best dev rate for both arms (the choice favours the baseline; a tie in accuracy
@@ -28,7 +28,6 @@ vector extensions.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -36,8 +35,13 @@ import sys
 import time
 from typing import Dict, List
 
+from absl import flags
+
+from bench import cli
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the repository root
+FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
 
 
 def arm_dir(args, name: str, seed: int) -> str:
@@ -47,7 +51,7 @@ def arm_dir(args, name: str, seed: int) -> str:
 
 def run_runner(args, model_dir: str, extra: List[str], seed: int, log_path: str):
     """run/run_classifier.py with the recipe and this benchmark's paths; returns the child's rusage."""
-    cmd = [sys.executable, "run/run_classifier.py", f"--flagfile={args.flagfile}", f"--data_dir={args.data_dir}",
+    cmd = [sys.executable, "run/run_classifier.py", f"--flagfile={args.recipe}", f"--data_dir={args.data_dir}",
            f"--record_dir={os.path.join(args.work_dir, 'records_' + os.path.basename(model_dir).split('-')[0])}",
            f"--model_dir={model_dir}", f"--spiece_model_file={args.spiece_model}",
            f"--model_config_path={args.model_config_path}", f"--seed={seed}", *extra]
@@ -211,32 +215,36 @@ def mean_sd(values: List[float]) -> str:
     return f"{statistics.mean(values):.1f} ± {statistics.stdev(values):.1f}"
 
 
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = cli.Definer(fv)
+    d.string("data_dir", None, "train/dev(/test).tsv with id, text, label (tfrecords/sets/brown_genre.py).")
+    d.string("recipe", os.path.join(REPO, "bench", "studies", "long_documents", "flags", "brown_genre_long.flags"),
+             "The runner's flag file of both arms (run_classifier.py --flagfile).")
+    d.string("init_checkpoint", None, "The pretrained weights both arms start from.")
+    d.string("model_config_path", None, "Their xlnet_config.json.")
+    d.string("spiece_model", None, "Their SentencePiece model.")
+    d.string("work_dir", os.path.join(REPO, "bench_out", "long_documents"), "The runs and their records.")
+    d.list("learning_rates", [], "Rates tried for the first-segment arm (optional; first seed).")
+    d.list("seeds", ["0"], "Fine-tuning seeds of both arms.")
+    d.list("held_out_splits", ["dev"], "Splits predicted and tested (dev first: it picks the rate).")
+    d.string("output", None, "Report path prefix (.json, .md).")
+    for name in ("data_dir", "model_config_path", "spiece_model"):
+        flags.mark_flag_as_required(name, flag_values=fv)
+
+
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data_dir", required=True, help="train/dev(/test).tsv with id, text, label (brown_genre.py)")
-    p.add_argument("--flagfile", default=os.path.join(REPO, "bench", "studies", "long_documents", "flags",
-                                                      "brown_genre_long.flags"))
-    p.add_argument("--init_checkpoint", default=None)
-    p.add_argument("--model_config_path", required=True)
-    p.add_argument("--spiece_model", required=True)
-    p.add_argument("--work_dir", default=os.path.join(REPO, "bench_out", "long_documents"))
-    p.add_argument("--learning_rates", default="", help="rates tried for the first-segment arm (optional; first seed)")
-    p.add_argument("--seeds", default="0", help="fine-tuning seeds of both arms (comma-separated)")
-    p.add_argument("--held_out_splits", default="dev", help="splits predicted and tested (dev first: it picks the rate)")
-    p.add_argument("--output", default=None, help="report path prefix (.json, .md)")
-    args = p.parse_args()
-    args.work_dir = os.path.abspath(args.work_dir)
-    seeds = [int(x) for x in args.seeds.split(",")]
-    splits = ["dev"] + [x for x in args.held_out_splits.split(",") if x and x != "dev"]
+    FLAGS.work_dir = os.path.abspath(FLAGS.work_dir)
+    seeds = [int(x) for x in FLAGS.seeds]
+    splits = ["dev"] + [x for x in FLAGS.held_out_splits if x and x != "dev"]
 
     from bench import host
     from bench.studies.transfer.transfer import read_flagfile
 
-    recipe = read_flagfile(args.flagfile)
+    recipe = read_flagfile(FLAGS.recipe)
     rate = recipe["learning_rate"]
     grid, grid_f1 = {}, {}
-    for lr in [r for r in args.learning_rates.split(",") if r]:
-        out = run_arm(args, f"first-lr{lr}", ["--max_segments=1", f"--learning_rate={lr}"], seeds[0])
+    for lr in [r for r in FLAGS.learning_rates if r]:
+        out = run_arm(FLAGS, f"first-lr{lr}", ["--max_segments=1", f"--learning_rate={lr}"], seeds[0])
         grid[lr], grid_f1[lr] = out["accuracy"], out["macro_f1"]
     if grid:
         rate = best_rate(grid, grid_f1)
@@ -244,12 +252,12 @@ def main():
     runs: Dict[str, List[Dict]] = {name: [] for name in arms}
     for seed in seeds:
         for name in ("first", "whole"):
-            out = run_arm(args, f"{name}-lr{rate}", arms[name], seed)
+            out = run_arm(FLAGS, f"{name}-lr{rate}", arms[name], seed)
             preds = {"dev": out.pop("predictions")}
             for split in splits[1:]:
-                preds[split] = held_out_predictions(args, f"{name}-lr{rate}", arms[name], seed, split)
+                preds[split] = held_out_predictions(FLAGS, f"{name}-lr{rate}", arms[name], seed, split)
             runs[name].append({"seed": seed, **out, "predictions": preds})
-    labels = {split: gold(args.data_dir, split) for split in splits}
+    labels = {split: gold(FLAGS.data_dir, split) for split in splits}
     every = {f"{split}/{k}": y for split in splits for k, y in labels[split].items()}
     both = lambda name: [{f"{sp}/{k}": y for sp in splits for k, y in r["predictions"][sp].items()}  # noqa: E731
                          for r in runs[name]]
@@ -262,13 +270,13 @@ def main():
                                [r["predictions"][split] for r in runs["first"]]) for split in splits}
     if len(splits) > 1:
         pooled["+".join(splits)] = sign_test(every, both("whole"), both("first"))
-    infer = inference_ms_per_doc(args, recipe)
+    infer = inference_ms_per_doc(FLAGS, recipe)
     words = int(recipe["max_seq_length"]) * 2 // 3  # ~1.45 pieces per word in the CPU recipe's vocabulary
-    bow = bag_of_words(args.data_dir, splits, words)
+    bow = bag_of_words(FLAGS.data_dir, splits, words)
     report = {
-        "command": "python -m bench.studies.long_documents.long_documents " + " ".join(sys.argv[1:]),
+        "command": cli.invocation("bench.studies.long_documents.long_documents"),
         "machine": host.summary(),
-        "recipe": args.flagfile, "learning_rate": rate, "first_segment_grid": grid,
+        "recipe": FLAGS.recipe, "learning_rate": rate, "first_segment_grid": grid,
         "first_segment_grid_macro_f1": grid_f1, "seeds": seeds,
         "documents": {split: len(labels[split]) for split in splits},
         "majority_baseline": {split: max(list(v.values()).count(y) for y in set(v.values())) / len(v)
@@ -283,7 +291,7 @@ def main():
         f"# Long documents: whole document with memories vs first segment ({report['machine']['cpu']}, "
         f"{report['machine']['cores']} cores; {report['machine']['vector_extensions']})", "",
         f"Command: `{report['command']}`", "",
-        f"Recipe `{os.path.relpath(args.flagfile, REPO)}`: segments of {L} tokens; whole = {S} segments with "
+        f"Recipe `{os.path.relpath(FLAGS.recipe, REPO)}`: segments of {L} tokens; whole = {S} segments with "
         f"memories of {recipe['mem_len']} positions, first = `--max_segments=1`; learning rate {rate}"
         + (f" (best dev accuracy of the first-segment grid {grid}, ties to the better macro F1 "
            f"{ {lr: round(f1, 3) for lr, f1 in grid_f1.items()} }, seed {seeds[0]})" if grid else "")
@@ -321,13 +329,13 @@ def main():
                   "of 3 alternating repeats; peak RSS: the whole training process (TensorFlow runtime included), "
                   "the largest over seeds."]
     print("\n".join(lines))
-    if args.output:
-        os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-        with open(args.output + ".json", "w", encoding="utf-8") as f:
+    if FLAGS.output:
+        os.makedirs(os.path.dirname(os.path.abspath(FLAGS.output)), exist_ok=True)
+        with open(FLAGS.output + ".json", "w", encoding="utf-8") as f:
             json.dump(report, f, indent=2)
-        with open(args.output + ".md", "w", encoding="utf-8") as f:
+        with open(FLAGS.output + ".md", "w", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(FLAGS, define_flags, main)

@@ -16,16 +16,19 @@ first `--max_tokens` tokens (documents joined by `<eod>`) are scored in segments
 
 from __future__ import annotations
 
-import argparse
 import collections
 import csv
 import json
 import os
 from typing import Dict, List
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the repository root
+from absl import flags
 
-from bench import labelled_paths  # noqa: E402
+from bench import cli, labelled_paths
+from xlnet_tf.errors import UserError
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the repository root
+FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
 
 
 def read_documents(path: str) -> List[List[str]]:
@@ -34,7 +37,7 @@ def read_documents(path: str) -> List[List[str]]:
         with open(path, encoding="utf-8", newline="") as f:
             rows = list(csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
         if not rows or "text" not in rows[0]:
-            raise SystemExit(f"--sets: {path} has no 'text' column in its header row")
+            raise UserError(f"--sets: {path} has no 'text' column in its header row")
         column = rows[0].index("text")
         return [[row[column]] for row in rows[1:] if len(row) > column and row[column].strip()]
     from tfrecords.readers import corpus
@@ -106,32 +109,36 @@ def markdown(out: Dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = cli.Definer(fv)
+    d.string("checkpoint", None, "The pretrained model (a pretraining run's final/ or a kept ckpt-N).")
+    d.string("spiece_model", None, "Its SentencePiece model.")
+    d.string("model_config_path", None, "Its xlnet_config.json (default: beside the checkpoint).")
+    d.list("sets", None, "The texts, as NAME=PATH (.tsv or .txt).")
+    d.integer("max_tokens", 20000, "Tokens scored per set (its first).")
+    d.integer("seg_len", 64, "Segment length.")
+    d.integer("batch_size", 8, "Rows per batch.")
+    d.string("output", None, "Path prefix of the .json/.md report.")
+    for name in ("checkpoint", "spiece_model", "sets"):
+        flags.mark_flag_as_required(name, flag_values=fv)
+
+
 def main():
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", required=True)
-    p.add_argument("--spiece_model", required=True)
-    p.add_argument("--model_config_path", default=None)
-    p.add_argument("--sets", required=True, help="comma-separated name=path (.tsv or .txt)")
-    p.add_argument("--max_tokens", type=int, default=20000)
-    p.add_argument("--seg_len", type=int, default=64)
-    p.add_argument("--batch_size", type=int, default=8)
-    p.add_argument("--output", default=None, help="path prefix of the .json/.md report")
-    args = p.parse_args()
-    sets = labelled_paths.parse("sets", args.sets.split(","), exists=os.path.isfile)
+    sets = labelled_paths.parse("sets", FLAGS.sets, exists=os.path.isfile)
 
     from bench import host
     from xlnet_tf.inference.pretrained_lm import lm_tokenizer, load_lm
     from xlnet_tf.inference import lm_eval
 
-    tokenizer, _ = lm_tokenizer(args.checkpoint, args.spiece_model)
-    model = load_lm(args.checkpoint, args.model_config_path, tokenizer, args.spiece_model, args.seg_len)
+    tokenizer, _ = lm_tokenizer(FLAGS.checkpoint, FLAGS.spiece_model)
+    model = load_lm(FLAGS.checkpoint, FLAGS.model_config_path, tokenizer, FLAGS.spiece_model, FLAGS.seg_len)
     rows = []
     for name, path in sets.items():
-        stream = set_stream(read_documents(path), tokenizer, args.max_tokens)
-        needed = lm_eval.rows_needed(args.seg_len, args.batch_size)
+        stream = set_stream(read_documents(path), tokenizer, FLAGS.max_tokens)
+        needed = lm_eval.rows_needed(FLAGS.seg_len, FLAGS.batch_size)
         if len(stream["ids"]) < needed:
-            raise SystemExit(f"--sets: {name} gives {len(stream['ids'])} tokens, fewer than {needed}")
-        report = lm_eval.compare(model, stream["ids"], args.seg_len, tokenizer, batch_size=args.batch_size)
+            raise UserError(f"--sets: {name} gives {len(stream['ids'])} tokens, fewer than {needed}")
+        report = lm_eval.compare(model, stream["ids"], FLAGS.seg_len, tokenizer, batch_size=FLAGS.batch_size)
         row = {"set": name, "path": os.path.relpath(path, REPO) if path.startswith(REPO) else path,
                "tokens": len(stream["ids"]), "pieces_per_word": round(stream["pieces_per_word"], 3),
                "unknown_piece_share": round(stream["unknown_piece_share"], 4),
@@ -141,15 +148,15 @@ def main():
         print(json.dumps(row), flush=True)
         rows.append(row)
     machine = host.describe()
-    out = {"machine": machine, "checkpoint": args.checkpoint, "seg_len": args.seg_len, "max_tokens": args.max_tokens,
-           "command": host.command_line("bench.studies.transfer.domain_shift", args),
+    out = {"machine": machine, "checkpoint": FLAGS.checkpoint, "seg_len": FLAGS.seg_len,
+           "max_tokens": FLAGS.max_tokens, "command": cli.command_line("bench.studies.transfer.domain_shift", FLAGS),
            "rows": rows}
-    if args.output:
+    if FLAGS.output:
         from xlnet_tf import files
 
-        files.write_json_atomic(args.output + ".json", out)
-        files.write_text_atomic(args.output + ".md", markdown(out))
+        files.write_json_atomic(FLAGS.output + ".json", out)
+        files.write_text_atomic(FLAGS.output + ".md", markdown(out))
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(FLAGS, define_flags, main)

@@ -23,14 +23,16 @@ TF-IDF baseline of the same rows are listed beside.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 from typing import Any, Dict, List, Sequence
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the repository root
+from absl import flags
 
-from bench import labelled_paths  # noqa: E402
+from bench import cli, labelled_paths
+from xlnet_tf.errors import UserError
+
+FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
 
 SUMMARIES = ("cls", "mean")
 # the probe's regularization grid: standardized dense features of a few hundred dimensions need a strong prior
@@ -142,38 +144,43 @@ def markdown(out: Dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data_dir", required=True, help="train/dev/test.tsv of a classification set (label, text)")
-    p.add_argument("--task", default="tsv", help="the classifier runner's --task")
-    p.add_argument("--models", required=True, help="comma-separated LABEL=CHECKPOINT or `random`")
-    p.add_argument("--spiece_model", required=True)
-    p.add_argument("--config", required=True, help="xlnet_config.json (of every model; random's shape)")
-    p.add_argument("--sequence_length", type=int, default=128)
-    p.add_argument("--random_seeds", default="0,1,2")
-    p.add_argument("--output", default=None, help="path prefix of the .json/.md report")
-    args = p.parse_args(argv)
-    models = parse_models([m for m in args.models.split(",") if m])
-    for name, path in (("--spiece_model", args.spiece_model), ("--config", args.config)):
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = cli.Definer(fv)
+    d.string("data_dir", None, "train/dev/test.tsv of a classification set (label, text).")
+    d.string("task", "tsv", "The classifier runner's --task.")
+    d.list("models", None, "LABEL=CHECKPOINT entries, or `random`.")
+    d.string("spiece_model", None, "The SentencePiece model.")
+    d.string("config", None, "xlnet_config.json (of every model; random's shape).")
+    d.integer("sequence_length", 128, "Packed length (the task flag file's --max_seq_length).")
+    d.list("random_seeds", ["0", "1", "2"], "Seeds of the `random` model.")
+    d.string("output", None, "Path prefix of the .json/.md report.")
+    for name in ("data_dir", "models", "spiece_model", "config"):
+        flags.mark_flag_as_required(name, flag_values=fv)
+
+
+def main():
+    """Probes every model of the flags; returns the report."""
+    models = parse_models([m for m in FLAGS.models if m])
+    for name, path in (("--spiece_model", FLAGS.spiece_model), ("--config", FLAGS.config)):
         if not os.path.isfile(path):
-            raise SystemExit(f"{name}={path} does not exist")
+            raise UserError(f"{name}={path} does not exist")
     for split in ("train", "dev", "test"):
-        if not os.path.isfile(os.path.join(args.data_dir, f"{split}.tsv")):
-            raise SystemExit(f"--data_dir={args.data_dir} has no {split}.tsv")
-    seeds = [int(s) for s in args.random_seeds.split(",") if s]
+        if not os.path.isfile(os.path.join(FLAGS.data_dir, f"{split}.tsv")):
+            raise UserError(f"--data_dir={FLAGS.data_dir} has no {split}.tsv")
+    seeds = [int(s) for s in FLAGS.random_seeds if s]
 
     from bench import host
     from bench.studies.baselines.linear_baseline import baselines, read_split
     from xlnet_tf import files
 
-    data = {s: read_split(args.data_dir, s, args.task) for s in ("train", "dev", "test")}
+    data = {s: read_split(FLAGS.data_dir, s, FLAGS.task) for s in ("train", "dev", "test")}
     if any(b is not None for _, b, _ in data.values()):
-        raise SystemExit(f"--data_dir={args.data_dir}: a pair task (text_b); the probe reads single texts")
+        raise UserError(f"--data_dir={FLAGS.data_dir}: a pair task (text_b); the probe reads single texts")
     rows = []
     for label, path in models.items():
         runs = {name: [] for name in SUMMARIES}
         for seed in (seeds if path == "random" else [0]):
-            model = load(path, args, seed)
+            model = load(path, FLAGS, seed)
             feats = {s: features(model, texts) for s, (texts, _, _) in data.items()}
             for name in SUMMARIES:
                 runs[name].append(probe(feats["train"][name], data["train"][2],
@@ -182,15 +189,15 @@ def main(argv=None):
             row = {"model": label, "checkpoint": path, "features": name, **summarize(runs[name], ("dev", "test"))}
             print(row, flush=True)
             rows.append(row)
-    out = {"machine": host.describe(), "set": os.path.basename(os.path.normpath(args.data_dir)),
-           "command": host.command_line("bench.studies.transfer.feature_probe", args),
+    out = {"machine": host.describe(), "set": os.path.basename(os.path.normpath(FLAGS.data_dir)),
+           "command": cli.command_line("bench.studies.transfer.feature_probe", FLAGS),
            "random_seeds": seeds, "examples": {s: len(d[0]) for s, d in data.items()},
-           "baselines": baselines(args.data_dir, args.task), "rows": rows}
-    if args.output:
-        files.write_json_atomic(args.output + ".json", out)
-        files.write_text_atomic(args.output + ".md", markdown(out))
+           "baselines": baselines(FLAGS.data_dir, FLAGS.task), "rows": rows}
+    if FLAGS.output:
+        files.write_json_atomic(FLAGS.output + ".json", out)
+        files.write_text_atomic(FLAGS.output + ".md", markdown(out))
     return out
 
 
 if __name__ == "__main__":
-    main()
+    cli.run(FLAGS, define_flags, main)

@@ -38,14 +38,14 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the repository root
+from absl import flags
 
-from absl import app, flags
-
-from bench import figures
+from bench import cli, figures
 from bench.studies.transfer import transfer_ledger
+from xlnet_tf.errors import UserError
 
-FLAGS = flags.FLAGS
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the repository root
+FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
 STAGES = ("corpus", "spm", "records", "pretrain", "finetune", "report")
 INITS = ("scratch", "mlm", "plm")
 CORPUS_FILES = ("sotu.txt", "austen.txt", "moby_dick.txt", "brown.txt", "wiki.txt")
@@ -126,56 +126,57 @@ def tasks(labeled: str, pos_dir: Optional[str] = None, cloze_dir: Optional[str] 
     )}
 
 
-def define_flags():
-    flags.DEFINE_string("work_dir", None, "Everything the stages write (corpus, records, models, runs).")
-    flags.DEFINE_string("data_root", os.path.join(os.path.dirname(REPO), "shared", "data"),
-                        "The shared data folder (corpus/ and labeled/).")
-    flags.DEFINE_list("stages", list(STAGES), f"Stages to run, of {STAGES}.")
-    flags.DEFINE_string("pretrain_flagfile", os.path.join(REPO, "run", "flags", "pretrain_cpu.flags"),
-                        "Pretraining recipe (model, data layout, optimizer, steps) shared by both objectives.")
-    flags.DEFINE_list("objectives", ["plm", "mlm"], "Pretraining objectives.")
-    flags.DEFINE_integer("vocab_size", 8000, "SentencePiece vocabulary (must equal the recipe's --n_token).")
-    flags.DEFINE_string("pos_data_dir", None, "Brown part-of-speech CoNLL split for the pos_brown task "
-                        "(python tfrecords/sets/brown_pos.py --output_dir=DIR; default: <data_root>/labeled/brown_pos).")
-    flags.DEFINE_enum("selection", "last", ["last", "best_checkpoint"], "How a run is scored on dev: its last "
-                      "checkpoint (the flag file's budget, the same for every init), or its best of "
-                      "--checkpoints_per_run checkpoints over --steps_multiplier times that budget (the number of "
-                      "steps chosen on dev, like the rate; test is then scored at that checkpoint).")
-    flags.DEFINE_integer("steps_multiplier", 4, "--selection=best_checkpoint: run length over the flag file's steps.",
-                         lower_bound=1)
-    flags.DEFINE_integer("checkpoints_per_run", 8, "--selection=best_checkpoint: checkpoints scored on dev.",
-                         lower_bound=1)
-    flags.DEFINE_string("ood_data_dir", None, "The out-of-domain sets' folder (python tfrecords/sets/ood.py "
-                        "--output_dir=DIR; default: <data_root>/labeled/ood), for the tweets and spam tasks.")
-    flags.DEFINE_string("cloze_data_dir", None, "The cloze task's RACE folders for the cloze task (python "
-                        "tfrecords/sets/cloze.py --output_dir=DIR ...; default: <data_root>/labeled/cloze).")
-    flags.DEFINE_list("tasks", ["topic", "paraphrase", "mc_wordnet", "squad_v1", "squad_v2"], "Tasks.")
-    flags.DEFINE_list("inits", list(INITS), "Initialisations: scratch, mlm, plm, and <mlm|plm>@<step> for the "
-                      "pretraining run's checkpoint kept at that step (the transfer-against-pretraining-steps "
-                      "curve; the recipe keeps every --keep_checkpoint_steps).")
-    flags.DEFINE_list("learning_rates", ["1e-4", "3e-4"], "Fine-tuning learning-rate grid (seed 0).")
-    flags.DEFINE_list("seeds", ["0"], "Seeds at each init's best learning rate (the grid runs seed 0).")
-    flags.DEFINE_integer("max_grid_extensions", 2, "Extra learning rates (one step of the ladder 1e-5, 3e-5, "
-                         "1e-4, ...) tried while an init's best rate is at the edge of its grid.")
-    flags.DEFINE_string("extra_finetune_flags", "", "Flags added to every fine-tuning run.")
-    flags.DEFINE_string("results_prefix", os.path.join(REPO, "bench", "studies", "transfer", "results", "transfer_cpu"),
-                        "Report path without extension (.json, .md, .png).")
-    flags.DEFINE_integer("num_processes", 2, "Record builder processes.")
-    flags.DEFINE_string("runs_ledger", None, "The run ledger (transfer_ledger.py): every finished run's scores "
-                        "and what shaped them, kept so that a table outlives its machine; runs missing from the "
-                        "work_dir are restored from it when their provenance matches. Default "
-                        "<results_prefix>_runs.json; 'none' for no ledger.")
-    flags.DEFINE_list("restore_from", [], "Other tables' run ledgers, read only: their runs this table needs are "
-                      "restored (provenance checked as for its own ledger) and copied into its own ledger as they are "
-                      "(e.g. a pretraining-steps table reusing the main table's scratch runs).")
-    flags.DEFINE_string("corpus_task", None, "The corpus stage writes this classification task's train texts (its "
-                        "train.tsv `text` column, labels dropped; one document per row) as the pretraining corpus "
-                        "instead of the shared corpus: task-adaptive pretraining (Gururangan et al. 2020), continued "
-                        "from the --init_checkpoint of --pretrain_flagfile (flags/pretrain_cpu_tapt.flags).")
-    flags.DEFINE_string("carry_over", None, "An earlier report (.json) of this command whose seed-0 runs (its "
-                        "learning-rate grids) stand for the runs this work_dir has not made: only when its "
-                        "pretraining recipe is the same and, for mlm/plm, its pretraining held-out curve equals "
-                        "this work_dir's (the same pretrained model); cells using them are marked in the report.")
+def define_flags(fv: flags.FlagValues = FLAGS):
+    d = cli.Definer(fv)
+    d.string("work_dir", None, "Everything the stages write (corpus, records, models, runs).")
+    d.string("data_root", os.path.join(os.path.dirname(REPO), "shared", "data"),
+             "The shared data folder (corpus/ and labeled/).")
+    d.list("stages", list(STAGES), f"Stages to run, of {STAGES}.")
+    d.string("pretrain_flagfile", os.path.join(REPO, "run", "flags", "pretrain_cpu.flags"),
+             "Pretraining recipe (model, data layout, optimizer, steps) shared by both objectives.")
+    d.list("objectives", ["plm", "mlm"], "Pretraining objectives.")
+    d.integer("vocab_size", 8000, "SentencePiece vocabulary (must equal the recipe's --n_token).")
+    d.string("pos_data_dir", None, "Brown part-of-speech CoNLL split for the pos_brown task "
+             "(python tfrecords/sets/brown_pos.py --output_dir=DIR; default: <data_root>/labeled/brown_pos).")
+    d.enum("selection", "last", ["last", "best_checkpoint"], "How a run is scored on dev: its last "
+           "checkpoint (the flag file's budget, the same for every init), or its best of "
+           "--checkpoints_per_run checkpoints over --steps_multiplier times that budget (the number of "
+           "steps chosen on dev, like the rate; test is then scored at that checkpoint).")
+    d.integer("steps_multiplier", 4, "--selection=best_checkpoint: run length over the flag file's steps.",
+              lower_bound=1)
+    d.integer("checkpoints_per_run", 8, "--selection=best_checkpoint: checkpoints scored on dev.",
+              lower_bound=1)
+    d.string("ood_data_dir", None, "The out-of-domain sets' folder (python tfrecords/sets/ood.py "
+             "--output_dir=DIR; default: <data_root>/labeled/ood), for the tweets and spam tasks.")
+    d.string("cloze_data_dir", None, "The cloze task's RACE folders for the cloze task (python "
+             "tfrecords/sets/cloze.py --output_dir=DIR ...; default: <data_root>/labeled/cloze).")
+    d.list("tasks", ["topic", "paraphrase", "mc_wordnet", "squad_v1", "squad_v2"], "Tasks.")
+    d.list("inits", list(INITS), "Initialisations: scratch, mlm, plm, and <mlm|plm>@<step> for the "
+           "pretraining run's checkpoint kept at that step (the transfer-against-pretraining-steps "
+           "curve; the recipe keeps every --keep_checkpoint_steps).")
+    d.list("learning_rates", ["1e-4", "3e-4"], "Fine-tuning learning-rate grid (seed 0).")
+    d.list("seeds", ["0"], "Seeds at each init's best learning rate (the grid runs seed 0).")
+    d.integer("max_grid_extensions", 2, "Extra learning rates (one step of the ladder 1e-5, 3e-5, "
+              "1e-4, ...) tried while an init's best rate is at the edge of its grid.")
+    d.string("extra_finetune_flags", "", "Flags added to every fine-tuning run.")
+    d.string("results_prefix", os.path.join(REPO, "bench", "studies", "transfer", "results", "transfer_cpu"),
+             "Report path without extension (.json, .md, .png).")
+    d.integer("num_processes", 2, "Record builder processes.")
+    d.string("runs_ledger", None, "The run ledger (transfer_ledger.py): every finished run's scores "
+             "and what shaped them, kept so that a table outlives its machine; runs missing from the "
+             "work_dir are restored from it when their provenance matches. Default "
+             "<results_prefix>_runs.json; 'none' for no ledger.")
+    d.list("restore_from", [], "Other tables' run ledgers, read only: their runs this table needs are "
+           "restored (provenance checked as for its own ledger) and copied into its own ledger as they are "
+           "(e.g. a pretraining-steps table reusing the main table's scratch runs).")
+    d.string("corpus_task", None, "The corpus stage writes this classification task's train texts (its "
+             "train.tsv `text` column, labels dropped; one document per row) as the pretraining corpus "
+             "instead of the shared corpus: task-adaptive pretraining (Gururangan et al. 2020), continued "
+             "from the --init_checkpoint of --pretrain_flagfile (flags/pretrain_cpu_tapt.flags).")
+    d.string("carry_over", None, "An earlier report (.json) of this command whose seed-0 runs (its "
+             "learning-rate grids) stand for the runs this work_dir has not made: only when its "
+             "pretraining recipe is the same and, for mlm/plm, its pretraining held-out curve equals "
+             "this work_dir's (the same pretrained model); cells using them are marked in the report.")
 
 
 # ---- helpers ----------------------------------------------------------------------------------------------
@@ -257,13 +258,13 @@ def stage_task_corpus(work: str, task: TransferSet) -> str:
 
     data_dir = next((a.split("=", 1)[1] for a in task.data_args if a.startswith("--data_dir=")), None)
     if task.runner != "run_classifier.py" or data_dir is None:
-        raise app.UsageError(f"--corpus_task={task.name}: only a classification task's train.tsv can be a corpus")
+        raise UserError(f"--corpus_task={task.name}: only a classification task's train.tsv can be a corpus")
     out = os.path.join(work, "corpus")
     os.makedirs(out, exist_ok=True)
     dst = os.path.join(out, f"{task.name}_train.txt")
     others = sorted(set(os.listdir(out)) - {os.path.basename(dst)})
     if others:
-        raise app.UsageError(f"--corpus_task={task.name}: {out} also holds {others}; the task's text would be "
+        raise UserError(f"--corpus_task={task.name}: {out} also holds {others}; the task's text would be "
                              "pretrained on mixed with them: use a work_dir of its own")
     if not os.path.exists(dst):
         table = tables.read_table(os.path.join(data_dir, "train.tsv"))
@@ -372,10 +373,10 @@ def check_extra_flags(extra: str) -> None:
     `--name` / `--noname`, each a token of its own; no --flagfile (its content would go unrecorded)."""
     for token in extra.split():
         if not token.startswith("--"):
-            raise app.UsageError(f"--extra_finetune_flags: '{token}' is not a --name=value flag (write "
+            raise UserError(f"--extra_finetune_flags: '{token}' is not a --name=value flag (write "
                                  "--name=value, not --name value)")
         if token[2:].split("=", 1)[0] == "flagfile":
-            raise app.UsageError("--extra_finetune_flags: no --flagfile (its content would not be part of the runs' "
+            raise UserError("--extra_finetune_flags: no --flagfile (its content would not be part of the runs' "
                                  "identity); list the flags themselves")
 
 
@@ -387,7 +388,7 @@ def final_step(task: TransferSet) -> int:
         if arg.startswith("--train_steps="):
             steps = arg.split("=", 1)[1]
     if steps is None:
-        raise app.UsageError(f"{task.flagfile}: no --train_steps (every transfer task's flag file sets one)")
+        raise UserError(f"{task.flagfile}: no --train_steps (every transfer task's flag file sets one)")
     return int(steps)
 
 
@@ -459,7 +460,7 @@ def run_score(work: str, task: TransferSet, init: str, lr: str, seed: str) -> Op
         wanted = run_provenance(work, task, init, lr, seed, restored.get("init_checkpoint_sha256")).to_dict()
         differs = differing_keys(restored, wanted)
         if differs:
-            raise app.UsageError(f"{out}: restored from the ledger for a table with other {', '.join(differs)} than "
+            raise UserError(f"{out}: restored from the ledger for a table with other {', '.join(differs)} than "
                                  "this one's; give this table its own --work_dir")
         return score
     made = made_by(out)
@@ -470,11 +471,11 @@ def run_score(work: str, task: TransferSet, init: str, lr: str, seed: str) -> Op
     wanted_args = run_command(work, task, init, lr, seed, FLAGS.extra_finetune_flags)[1:]
     if args != wanted_args:
         differs = sorted(set(args) ^ set(wanted_args)) or ["the order of the arguments"]
-        raise app.UsageError(f"{out}: made by another command than this table's (differs in {' '.join(differs)}); "
+        raise UserError(f"{out}: made by another command than this table's (differs in {' '.join(differs)}); "
                              "give a table with other fine-tuning flags its own --work_dir (with links to the "
                              "pretrained models and spiece.model; a moved work_dir also differs, in its paths)")
     if flagfile_sha is not None and flagfile_sha != transfer_ledger.fingerprint(task.flagfile):
-        raise app.UsageError(f"{out}: made with another {task.flagfile} (edited since); train it again in a new "
+        raise UserError(f"{out}: made with another {task.flagfile} (edited since); train it again in a new "
                              "--work_dir, or restore the flag file")
     return score
 
@@ -868,7 +869,7 @@ def stage_finetune(work: str, task_map: Dict[str, TransferSet], carried: Optiona
     Seed-0 runs `carried` from an earlier report are not run again."""
     for lr in FLAGS.learning_rates:
         if lr not in LR_LADDER:
-            raise app.UsageError(f"--learning_rates: {lr} is not on the ladder {LR_LADDER}")
+            raise UserError(f"--learning_rates: {lr} is not on the ladder {LR_LADDER}")
     for name in FLAGS.tasks:
         task = task_map[name]
         for init in FLAGS.inits:
@@ -983,17 +984,17 @@ def carried_grids(path: str, recipe: Dict[str, str], curves: Dict,
         return {k: v for k, v in (r or {}).items() if k not in RECIPE_BOOKKEEPING}
 
     if shaping(earlier.get("pretrain_recipe")) != shaping(recipe):
-        raise app.UsageError(f"--carry_over={path}: another pretraining recipe; its cells do not belong here")
+        raise UserError(f"--carry_over={path}: another pretraining recipe; its cells do not belong here")
     theirs, ours = earlier.get("finetune_settings", LEGACY_FINETUNE_SETTINGS), finetune_settings()
     if theirs != ours:
         differs = differing_keys(theirs, ours)
-        raise app.UsageError(f"--carry_over={path}: made with other fine-tuning settings ("
+        raise UserError(f"--carry_over={path}: made with other fine-tuning settings ("
                              + ", ".join(f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here" for k in differs)
                              + "); its cells do not belong here")
     recorded = earlier.get("task_flagfile_sha256", {})
     for name, task in (task_map or {}).items():
         if name in FLAGS.tasks and name in recorded and recorded[name] != transfer_ledger.fingerprint(task.flagfile):
-            raise app.UsageError(f"--carry_over={path}: its {name} runs were made with another {task.flagfile}; "
+            raise UserError(f"--carry_over={path}: its {name} runs were made with another {task.flagfile}; "
                                  "its cells do not belong here")
     same_model = {o for o in FLAGS.objectives
                   if o in curves and earlier.get("pretrain_heldout", {}).get(o) == curves[o]}
@@ -1110,7 +1111,7 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
                        + "; learning rate = best of the grid on dev with seed 0, then mean and sample std over the "
                          "seeds at that rate" + (f"; every run adds the runner flags `{FLAGS.extra_finetune_flags}`"
                                                  if FLAGS.extra_finetune_flags else "") + ".",
-        "command": " ".join(["python", "-m", "bench.studies.transfer.transfer", *sys.argv[1:]])
+        "command": cli.invocation("bench.studies.transfer.transfer")
                    + (f" --carry_over={carried[0]}" if carried else ""),
         "machine": machine(),
         "learning_rates": FLAGS.learning_rates,
@@ -1333,25 +1334,23 @@ def plot(rows, curves, baselines, path):
     figures.save(fig, path)
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+def main():
     if not FLAGS.work_dir:
-        raise app.UsageError("--work_dir is required")
+        raise UserError("--work_dir is required")
     bad = sorted(set(FLAGS.stages) - set(STAGES))
     if bad:
-        raise app.UsageError(f"unknown stage {bad}; stages are {STAGES}")
+        raise UserError(f"unknown stage {bad}; stages are {STAGES}")
     check_extra_flags(FLAGS.extra_finetune_flags)
     for init in FLAGS.inits:
         try:
             parse_init(init)
         except ValueError as e:
-            raise app.UsageError(f"--inits: {e}") from None
+            raise UserError(f"--inits: {e}") from None
     work, data_root = os.path.abspath(FLAGS.work_dir), os.path.abspath(FLAGS.data_root)
     recipe_path = os.path.abspath(FLAGS.pretrain_flagfile)
     recipe = read_flagfile(recipe_path)
     if int(recipe["n_token"]) != FLAGS.vocab_size:
-        raise app.UsageError(f"--vocab_size={FLAGS.vocab_size} but {recipe_path} has --n_token={recipe['n_token']}")
+        raise UserError(f"--vocab_size={FLAGS.vocab_size} but {recipe_path} has --n_token={recipe['n_token']}")
     task_map = tasks(os.path.join(data_root, "labeled"), FLAGS.pos_data_dir and os.path.abspath(FLAGS.pos_data_dir),
                      FLAGS.cloze_data_dir and os.path.abspath(FLAGS.cloze_data_dir),
                      FLAGS.ood_data_dir and os.path.abspath(FLAGS.ood_data_dir))
@@ -1359,9 +1358,9 @@ def main(argv):
         task.selection = FLAGS.selection
     unknown = sorted(set(FLAGS.tasks) - set(task_map))
     if unknown:
-        raise app.UsageError(f"unknown task(s) {unknown}; known: {sorted(task_map)}")
+        raise UserError(f"unknown task(s) {unknown}; known: {sorted(task_map)}")
     if FLAGS.corpus_task and FLAGS.corpus_task not in task_map:
-        raise app.UsageError(f"--corpus_task={FLAGS.corpus_task}: unknown task; known: {sorted(task_map)}")
+        raise UserError(f"--corpus_task={FLAGS.corpus_task}: unknown task; known: {sorted(task_map)}")
     os.makedirs(work, exist_ok=True)
     if "corpus" in FLAGS.stages:
         if FLAGS.corpus_task:
@@ -1383,7 +1382,7 @@ def main(argv):
         try:
             sync_ledger(work, task_map)
         except transfer_ledger.LedgerError as e:  # before any run: a ledger it cannot read changes nothing
-            raise app.UsageError(f"--runs_ledger: {e}") from None
+            raise UserError(f"--runs_ledger: {e}") from None
     if "finetune" in FLAGS.stages:
         stage_finetune(work, task_map, carried)
     if "report" in FLAGS.stages:
@@ -1395,5 +1394,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    cli.run(FLAGS, define_flags, main)

@@ -33,17 +33,16 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from typing import Dict, List, Optional, Tuple
 
-REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the repository root
+from absl import flags
 
-from absl import app, flags
-
-from bench import figures, labelled_paths
+from bench import cli, figures, labelled_paths
 from xlnet_tf import files
+from xlnet_tf.errors import UserError
 
-FLAGS = flags.FLAGS
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))  # the repository root
+FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
 RESULTS = os.path.join(REPO, "bench", "studies", "transfer", "results")
 # (task, metric, kind): the rows of the composed table, in order.
 ROWS = (("topic", "accuracy", "in-domain"), ("tweets", "test_accuracy", "out-of-domain"),
@@ -51,30 +50,31 @@ ROWS = (("topic", "accuracy", "in-domain"), ("tweets", "test_accuracy", "out-of-
 RECIPE_STEPS = 3000  # run/flags/pretrain_cpu.flags --train_steps: the 1x recipe, annealed at its end
 
 
-def define_flags() -> None:
-    flags.DEFINE_string("indomain_report", os.path.join(RESULTS, "transfer_cpu.json"), "The transfer table.")
-    flags.DEFINE_string("indomain_steps_report", os.path.join(RESULTS, "transfer_topic_cpu_steps.json"),
-                        "The in-domain table against the 10x run's checkpoints.")
-    flags.DEFINE_string("ood_report", os.path.join(RESULTS, "transfer_ood_cpu.json"), "The out-of-domain table.")
-    flags.DEFINE_string("indomain_steps_3x_report", os.path.join(RESULTS, "transfer_topic_cpu_steps_3x.json"),
-                        "Topic fine-tuned from the 3x recipe's run (flags/pretrain_cpu_3x.flags).")
-    flags.DEFINE_string("ood_steps_3x_report", os.path.join(RESULTS, "transfer_ood_cpu_steps_3x.json"),
-                        "The out-of-domain rows fine-tuned from the 3x recipe's run "
-                        "(flags/transfer_cpu_ood_steps_3x.flags).")
-    flags.DEFINE_string("ood_steps_report", os.path.join(RESULTS, "transfer_ood_cpu_steps.json"),
-                        "The out-of-domain table against the 10x run's checkpoints.")
-    flags.DEFINE_list("adapted_reports", [f"{t}=" + os.path.join(RESULTS, f"transfer_ood_cpu_tapt_{t}.json")
-                                          for t in ("tweets", "spam")],
-                      "Task-adaptive pretraining tables as TASK=PATH.json (transfer.py --corpus_task=TASK).")
-    flags.DEFINE_list("screen_reports", [f"{k}=" + os.path.join(RESULTS, f"transfer_ood_cpu_{k}.json")
-                                         for k in ("mlm", "layer_decay", "mean")],
-                      "Seed-0 screens of one change each on the OOD rows (another init or fine-tuning flag), "
-                      "as LABEL=PATH.json.")
-    flags.DEFINE_list("domain_shift", [], "domain_shift.py reports of the same PLM runs, as LABEL=PATH.json: "
-                      "LABEL is `1x` (the recipe's run, annealed), a step of the 10x run (its kept checkpoint) or "
-                      "`adapted-TASK` (the recipe's model after task-adaptive pretraining on TASK); "
-                      "adds each set's LM loss (bits per character, no memories) against the pretraining step.")
-    flags.DEFINE_string("output_prefix", os.path.join(RESULTS, "transfer_steps_cpu"), "Report path, no extension.")
+def define_flags(fv: flags.FlagValues = FLAGS) -> None:
+    d = cli.Definer(fv)
+    d.string("indomain_report", os.path.join(RESULTS, "transfer_cpu.json"), "The transfer table.")
+    d.string("indomain_steps_report", os.path.join(RESULTS, "transfer_topic_cpu_steps.json"),
+             "The in-domain table against the 10x run's checkpoints.")
+    d.string("ood_report", os.path.join(RESULTS, "transfer_ood_cpu.json"), "The out-of-domain table.")
+    d.string("indomain_steps_3x_report", os.path.join(RESULTS, "transfer_topic_cpu_steps_3x.json"),
+             "Topic fine-tuned from the 3x recipe's run (flags/pretrain_cpu_3x.flags).")
+    d.string("ood_steps_3x_report", os.path.join(RESULTS, "transfer_ood_cpu_steps_3x.json"),
+             "The out-of-domain rows fine-tuned from the 3x recipe's run "
+             "(flags/transfer_cpu_ood_steps_3x.flags).")
+    d.string("ood_steps_report", os.path.join(RESULTS, "transfer_ood_cpu_steps.json"),
+             "The out-of-domain table against the 10x run's checkpoints.")
+    d.list("adapted_reports", [f"{t}=" + os.path.join(RESULTS, f"transfer_ood_cpu_tapt_{t}.json")
+                               for t in ("tweets", "spam")],
+           "Task-adaptive pretraining tables as TASK=PATH.json (transfer.py --corpus_task=TASK).")
+    d.list("screen_reports", [f"{k}=" + os.path.join(RESULTS, f"transfer_ood_cpu_{k}.json")
+                              for k in ("mlm", "layer_decay", "mean")],
+           "Seed-0 screens of one change each on the OOD rows (another init or fine-tuning flag), "
+           "as LABEL=PATH.json.")
+    d.list("domain_shift", [], "domain_shift.py reports of the same PLM runs, as LABEL=PATH.json: "
+           "LABEL is `1x` (the recipe's run, annealed), a step of the 10x run (its kept checkpoint) or "
+           "`adapted-TASK` (the recipe's model after task-adaptive pretraining on TASK); "
+           "adds each set's LM loss (bits per character, no memories) against the pretraining step.")
+    d.string("output_prefix", os.path.join(RESULTS, "transfer_steps_cpu"), "Report path, no extension.")
 
 
 def load(path: str) -> Optional[Dict]:
@@ -83,7 +83,7 @@ def load(path: str) -> Optional[Dict]:
     with open(path, encoding="utf-8") as f:
         report = json.load(f)
     if "rows" not in report:
-        raise app.UsageError(f"{path}: not a report of bench.studies.transfer.transfer (no 'rows'); pass the "
+        raise UserError(f"{path}: not a report of bench.studies.transfer.transfer (no 'rows'); pass the "
                              "report's .json")
     return report
 
@@ -172,17 +172,17 @@ def domain_shift_points(entries: List[str]) -> List[Dict]:
     form = "LABEL=PATH with LABEL `1x`, `3x`, a step or `adapted-TASK`"
     out = []
     for label, path in labelled_paths.parse("domain_shift", entries, exists=None, form=form,
-                                            error=app.UsageError).items():
+                                            error=UserError).items():
         adapted_task = label[len("adapted-"):] if label.startswith("adapted-") else ""
         if not (label in ("1x", "3x") or label.isdigit() or adapted_task):
-            raise app.UsageError(f"--domain_shift: {label + '=' + path!r} is not {form}")
+            raise UserError(f"--domain_shift: {label + '=' + path!r} is not {form}")
         if not os.path.exists(path):
-            raise app.UsageError(f"--domain_shift: {path} does not exist (make it with python -m "
+            raise UserError(f"--domain_shift: {path} does not exist (make it with python -m "
                                  "bench.studies.transfer.domain_shift)")
         with open(path, encoding="utf-8") as f:
             report = json.load(f)
         if "rows" not in report or not all("without_memories_bits_per_character" in r for r in report["rows"]):
-            raise app.UsageError(f"--domain_shift: {path} is not a report of bench.studies.transfer.domain_shift")
+            raise UserError(f"--domain_shift: {path} is not a report of bench.studies.transfer.domain_shift")
         if adapted_task:
             run, step = f"{ADAPTED_RUN} on {adapted_task}", RECIPE_STEPS
         elif label == "1x":
@@ -201,7 +201,7 @@ def domain_shift_points(entries: List[str]) -> List[Dict]:
 def labelled(flag: str, entries: List[str]) -> Dict[str, str]:
     """{label: absolute path} of a LABEL=PATH list flag (a missing report is reported by the composer, which names
     what makes it)."""
-    parsed = labelled_paths.parse(flag, entries, exists=None, error=app.UsageError)
+    parsed = labelled_paths.parse(flag, entries, exists=None, error=UserError)
     return {label: os.path.abspath(path) for label, path in parsed.items()}
 
 
@@ -209,7 +209,7 @@ def adapted_steps(report: Dict, path: str) -> int:
     """The task-adaptive run's own pretraining steps (its report's recipe, after the 1x recipe's)."""
     steps = (report.get("pretrain_recipe") or {}).get("train_steps")
     if steps is None or not str(steps).isdigit():
-        raise app.UsageError(f"{path}: its pretrain_recipe has no train_steps; is it a task-adaptive table "
+        raise UserError(f"{path}: its pretrain_recipe has no train_steps; is it a task-adaptive table "
                              "(bench.studies.transfer.transfer --corpus_task with the pretrain stage)?")
     return int(steps)
 
@@ -295,7 +295,7 @@ def compose(reports: Dict[str, Optional[Dict]], paths: Dict[str, str], shift: Li
             "diagnosis": diagnosis(reports, adapted, screens),
             "inputs": {key: os.path.relpath(path, REPO) for key, path in paths.items()},
             "missing": sorted(os.path.relpath(path, REPO) for key, path in paths.items() if reports[key] is None),
-            "command": " ".join(["python", "-m", "bench.studies.transfer.transfer_steps", *sys.argv[1:]])}
+            "command": cli.invocation("bench.studies.transfer.transfer_steps")}
 
 
 def input_paths() -> Dict[str, str]:
@@ -436,13 +436,11 @@ def plot(out: Dict, path: str) -> None:
     figures.save(fig, path)
 
 
-def main(argv):
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+def main():
     paths = input_paths()
     reports = {key: load(path) for key, path in paths.items()}
     if reports["indomain"] is None and reports["ood"] is None:
-        raise app.UsageError(f"neither --indomain_report={FLAGS.indomain_report} nor --ood_report="
+        raise UserError(f"neither --indomain_report={FLAGS.indomain_report} nor --ood_report="
                              f"{FLAGS.ood_report} exists: make them with python -m bench.studies.transfer.transfer "
                              "first")
     adapted = {}
@@ -459,5 +457,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    define_flags()
-    app.run(main)
+    cli.run(FLAGS, define_flags, main)
