@@ -1,0 +1,86 @@
+"""Every task family through the shared harness (tests/task_harness.py): build tiny, fit a step, predict, `.keras`
+round trip, export and reload, the outputs compared at each hand-over."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tests import data_fixtures, task_harness
+
+FAMILIES = {f.name: f for f in task_harness.FAMILIES}
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    """name -> (model after one fit step, features, its predictions, weights before the step)."""
+    out = {}
+    for family in task_harness.FAMILIES:
+        keras.utils.set_random_seed(0)
+        rng = np.random.RandomState(0)
+        model = family.build(task_harness.tiny_config())
+        x, y = family.data(rng)
+        model.compile(optimizer=keras.optimizers.Adam(1e-2))
+        before = [np.array(w) for w in model.trainable_weights]
+        history = model.fit(x, y, batch_size=task_harness.BATCH, epochs=1, verbose=0, shuffle=False).history
+        out[family.name] = (model, x, model.predict(x, batch_size=task_harness.BATCH, verbose=0), before,
+                            history["loss"][0])
+    return out
+
+
+def _compared(family, outputs):
+    return {k: np.asarray(outputs[k]) for k in family.compared}
+
+
+def test_the_harness_covers_every_task_model():
+    from xlnet_tf.models import TASK_MODELS
+    from xlnet_tf.serving import SERVING_MODULES
+
+    exported = {f.export_task for f in task_harness.FAMILIES}
+    assert exported == set(TASK_MODELS) - {"embedding"}  # embedding: a classifier's backbone, exported below
+    assert exported <= set(SERVING_MODULES)
+    built = {type(f.build(task_harness.tiny_config())) for f in task_harness.FAMILIES}
+    assert built == set(TASK_MODELS.values())
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_one_fit_step_moves_the_weights_and_predict_gives_finite_outputs(fitted, name):
+    model, x, predicted, before, loss = fitted[name]
+    assert np.isfinite(loss)
+    moved = [np.abs(np.array(w) - b).max() for w, b in zip(model.trainable_weights, before)]
+    assert max(moved) > 0, "fit changed no weight"
+    for key, value in _compared(FAMILIES[name], predicted).items():
+        assert value.shape[0] == task_harness.BATCH and np.all(np.isfinite(value)), key
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_a_keras_file_restores_the_same_model(fitted, tmp_path, name):
+    model, x, predicted, _, _ = fitted[name]
+    path = str(tmp_path / f"{name}.keras")
+    model.save(path)
+    restored = keras.models.load_model(path)
+    assert type(restored) is type(model) and restored.get_config() == model.get_config()
+    again = restored.predict(x, batch_size=task_harness.BATCH, verbose=0)
+    for key, value in _compared(FAMILIES[name], predicted).items():
+        np.testing.assert_allclose(np.asarray(again[key]), value, atol=1e-5, err_msg=key)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_an_export_reloaded_answers_from_ids_as_the_model(fitted, tmp_path, name):
+    from xlnet_tf import serving
+
+    family = FAMILIES[name]
+    model, x, predicted, _, _ = fitted[name]
+    path = serving.export(model, family.export_task, data_fixtures.tiny_spm(), str(tmp_path / "export"), 1,
+                          task_harness.LENGTH, **family.export_options)
+    assert os.path.basename(path) == "1"
+    loaded = tf.saved_model.load(path)
+    assert {"serving_default", "from_ids", "features"} <= set(loaded.signatures)
+    served = loaded.signatures["from_ids"](**{k: tf.constant(x[k]) for k in family.id_inputs})
+    for key, value in _compared(family, predicted).items():
+        got = served[key].numpy()
+        if name == "tagger":  # the export returns the positions' logits as the model
+            got = got.reshape(value.shape)
+        np.testing.assert_allclose(got, value, atol=1e-4, err_msg=key)
