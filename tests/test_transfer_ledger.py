@@ -48,6 +48,32 @@ def test_ledger_returns_a_run_only_for_the_same_provenance(tmp_path):
     assert ledger.lookup(ledger.read(path)["runs"], key, provenance()) is None
 
 
+def test_the_committed_ledgers_and_reports_name_todays_task_flag_files():
+    """Every run of a committed run ledger, and every report's task_flagfile_sha256, was made with the bytes of the
+    task flag file the table runs today: a flag file edited in any way (a comment too) makes those runs another
+    table's (trained again instead of restored; carried cells refused), so the task flag files keep their bytes."""
+    import glob
+
+    from bench.studies.transfer import transfer
+
+    flagfiles = {name: task.flagfile for name, task in transfer.tasks("labeled").items()}
+    checked = 0
+    for path in sorted(glob.glob(os.path.join(REPO, "bench", "studies", "*", "results", "*.json"))):
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+        if not isinstance(values, dict):
+            continue
+        if values.get("schema") == ledger.SCHEMA:
+            made = [(key.split("/")[0], entry["provenance"]["flagfile_sha256"])
+                    for key, entry in values["runs"].items()]
+        else:
+            made = list(values.get("task_flagfile_sha256", {}).items())
+        for task, sha in made:
+            assert sha == ledger.fingerprint(flagfiles[task]), (os.path.relpath(path, REPO), task)
+            checked += 1
+    assert checked >= 80, checked
+
+
 def test_a_run_keeps_the_code_each_of_its_processes_started_from(tmp_path, monkeypatch):
     from bench.studies.transfer import transfer
 
