@@ -141,13 +141,14 @@ def test_transfer_flag_file_parses_and_names_real_tasks():
 
 
 CARRY_CHECK = r'''
-import json, os, sys
+import dataclasses, json, os, sys
 from bench.studies.transfer import transfer
 from xlnet_tf.artifacts import results
 transfer.define_flags()
 work = os.path.dirname(sys.argv[1])
 transfer.FLAGS(["transfer", "--tasks=topic", "--objectives=plm,mlm", f"--work_dir={work}", "--seeds=0,1",
                 "--learning_rates=3e-4,1e-3"])
+settings = transfer.TransferSettings.from_flags(transfer.FLAGS)
 task = transfer.tasks("data/finetune")["topic"]  # the shipped slice: its linear baseline is computed for real
 recipe = {"n_token": "8000"}
 curve = [{"step": 0, "loss": 9.0, "accuracy": 0.0}, {"step": 300, "loss": 6.1, "accuracy": 0.1}]
@@ -161,15 +162,15 @@ old = {"pretrain_recipe": recipe, "pretrain_heldout": {"plm": curve, "mlm": curv
 json.dump(old, open(sys.argv[1], "w"))
 def run(init, lr, seed, acc):  # a finished run in the work_dir
     results.record(transfer.run_dir(work, "topic", init, lr, seed), "classifier", "accuracy",
-                   transfer.final_step(task), {"accuracy": acc / 100, "macro_f1": acc / 200})
+                   transfer.final_step(task, settings), {"accuracy": acc / 100, "macro_f1": acc / 200})
 other_mlm = {"plm": curve, "mlm": curve[:1]}
-grids = transfer.carried_grids(sys.argv[1], recipe, other_mlm)
+grids = transfer.carried_grids(settings, sys.argv[1], recipe, other_mlm)
 assert grids[("topic", "plm")] == {"3e-4": {"accuracy": 40.0, "macro_f1": 30.0},
                                   "1e-3": {"accuracy": 50.0, "macro_f1": 40.0}}, grids
 assert ("topic", "mlm") not in grids and ("topic", "scratch") in grids  # another pretrained model: not carried
 run("plm", "1e-3", "1", 60.0)
 run("scratch", "3e-4", "0", 70.0)  # run here: this run, not the carried one
-rows = {r["metric"]: r for r in transfer.collect(work, {"topic": task}, grids, "earlier.json")}
+rows = {r["metric"]: r for r in transfer.collect(settings, work, {"topic": task}, grids, "earlier.json")}
 acc = rows["accuracy"]
 assert acc["plm"] == 55.0 and acc["plm_seeds"] == 2 and acc["plm_from"] == "earlier.json", acc  # carried seed 0
 assert rows["macro_f1"]["plm"] == 35.0, rows["macro_f1"]
@@ -177,20 +178,21 @@ assert acc["scratch_best_lr"] == "3e-4" and acc["scratch_seeds"] == 1 and acc["s
 assert "mlm" not in acc, acc
 assert 9 < acc["majority"] < 30 < acc["baseline"] <= 100, acc  # 11 topics; TF-IDF + logistic regression learns
 ran = []
-def fake_finetune(work, task, init, lr, seed, extra):  # transfer.finetune without the training
-    done = transfer.read_score(transfer.run_dir(work, task.name, init, lr, seed), task)
+def fake_finetune(settings, work, task, init, lr, seed):  # transfer.finetune without the training
+    done = transfer.read_score(transfer.run_dir(work, task.name, init, lr, seed), task,
+                               transfer.final_step(task, settings))
     if done is None:
         ran.append((init, lr, seed))
         run(init, lr, seed, 10.0)
 transfer.finetune = fake_finetune
-transfer.FLAGS.max_grid_extensions = 0
-transfer.stage_finetune(work, {"topic": task}, grids)
+settings = dataclasses.replace(settings, max_grid_extensions=0)
+transfer.stage_finetune(settings, work, {"topic": task}, grids)
 assert sorted(ran) == [("mlm", "1e-3", "0"), ("mlm", "3e-4", "0"), ("mlm", "3e-4", "1"),
                        ("scratch", "3e-4", "1")], ran  # neither the carried runs nor those here again
-grids = transfer.carried_grids(sys.argv[1], {**recipe, "keep_checkpoint_steps": "900"}, other_mlm)
+grids = transfer.carried_grids(settings, sys.argv[1], {**recipe, "keep_checkpoint_steps": "900"}, other_mlm)
 assert ("topic", "scratch") in grids  # checkpoint bookkeeping is not the recipe
 try:
-    transfer.carried_grids(sys.argv[1], {"n_token": "4000"}, other_mlm)
+    transfer.carried_grids(settings, sys.argv[1], {"n_token": "4000"}, other_mlm)
     raise SystemExit("a report of another recipe was carried over")
 except Exception as e:  # UserError
     assert "another pretraining recipe" in str(e)
@@ -198,33 +200,34 @@ except Exception as e:  # UserError
 # tie) is the run's score, and its test evaluation is the test score
 spam = transfer.tasks("data/finetune")["spam"]
 spam.selection = "best_checkpoint"
-assert transfer.budget_flags(spam) == ["--train_steps=480", "--warmup_steps=48", "--save_steps=60",
-                                       "--steps_per_loop=20",  # the flag file's 40 ends no loop at 60
-                                       "--keep_checkpoints=8", "--eval_all_checkpoints=true"]
+assert transfer.budget_flags(spam, settings) == ["--train_steps=480", "--warmup_steps=48", "--save_steps=60",
+                                                 "--steps_per_loop=20",  # the flag file's 40 ends no loop at 60
+                                                 "--keep_checkpoints=8", "--eval_all_checkpoints=true"]
 out = os.path.join(work, "best")
 def scored(steps, dev, test):
     for step, d, t in zip(steps, dev, test):
         for split, acc in (("dev", d), ("test", t)):
             results.record(out, "classifier", "accuracy", step, {"accuracy": acc, "macro_f1": acc / 2}, split=split)
 scored((60, 120, 180, 240), (0.5, 0.7, 0.7, 0.6), (0.9, 0.6, 0.95, 0.99))
-assert transfer.final_step(spam) == 480
-assert transfer.read_score(out, spam) is None  # killed while scoring its checkpoints: 4 of 8 scored, not a result
+assert transfer.final_step(spam, settings) == 480
+assert transfer.read_score(out, spam, 480) is None  # killed while scoring its checkpoints: 4 of 8 scored, not a result
 scored((300, 360, 420, 480), (0.6, 0.4, 0.5, 0.6), (0.9, 0.9, 0.9, 0.9))
-score = transfer.read_score(out, spam)
+score = transfer.read_score(out, spam, 480)
 assert score == {"accuracy": 70.0, "step": 120, "test_accuracy": 60.0}, score  # accuracy only (transfer.tasks)
 spam.selection = "last"
-assert transfer.budget_flags(spam) == [] and transfer.final_step(spam) == 120
-assert transfer.read_score(out, spam)["step"] == 480
-transfer.FLAGS.extra_finetune_flags = "--dropout=0.1 --train_steps=240"  # the last --train_steps counts
-assert transfer.final_step(spam) == 240
-transfer.FLAGS.extra_finetune_flags = ""
+assert transfer.budget_flags(spam, settings) == [] and transfer.final_step(spam, settings) == 120
+assert transfer.read_score(out, spam, 480)["step"] == 480
+# the last --train_steps counts
+settings = dataclasses.replace(settings, extra_finetune_flags="--dropout=0.1 --train_steps=240")
+assert transfer.final_step(spam, settings) == 240
+settings = dataclasses.replace(settings, extra_finetune_flags="")
 # zero-shot cells (cloze): a pretrained init's score without fine-tuning, none where there is no model
 cloze_task = transfer.tasks("data/finetune")["cloze"]
 assert cloze_task.zero_shot(work, "plm") is None  # this work_dir has no pretrained model
 cloze_task.zero_shot = lambda work, init: {"accuracy": 44.0, "test_accuracy": 47.0} if init == "plm" else None
 cloze_task.baseline = None
-transfer.FLAGS.tasks = ["cloze"]
-rows = {r["metric"]: r for r in transfer.collect(work, {"cloze": cloze_task})}
+settings = dataclasses.replace(settings, tasks=("cloze",))
+rows = {r["metric"]: r for r in transfer.collect(settings, work, {"cloze": cloze_task})}
 assert rows["accuracy"]["plm_zero_shot"] == 44.0 and rows["test_accuracy"]["plm_zero_shot"] == 47.0, rows
 assert "mlm_zero_shot" not in rows["accuracy"] and "scratch_zero_shot" not in rows["accuracy"], rows
 print("ok")
@@ -293,11 +296,12 @@ def test_mc_diagnosis_variants_keep_each_answer_and_drop_the_article(tmp_path):
 
 
 CARRY_SETTINGS_CHECK = r'''
-import json, os, sys
+import dataclasses, json, os, sys
 from bench.studies.transfer import transfer
 transfer.define_flags()
 root = sys.argv[1]
 transfer.FLAGS(["transfer", "--tasks=topic", f"--work_dir={root}", "--objectives=plm", "--inits=scratch,plm"])
+settings = transfer.TransferSettings.from_flags(transfer.FLAGS)
 recipe, curve = {"n_token": "8000"}, [{"step": 0, "loss": 9.0, "accuracy": 0.0}]
 task_map = transfer.tasks("data/finetune")
 row = {"task": "topic", "metric": "accuracy", "primary": True, "scratch_grid": {"3e-4": 40.0},
@@ -309,25 +313,27 @@ def report(**recorded):
     return path
 def refused(path, *words):
     try:
-        transfer.carried_grids(path, recipe, {"plm": curve}, task_map)
+        transfer.carried_grids(settings, path, recipe, {"plm": curve}, task_map)
     except Exception as e:  # UserError
         assert all(w in str(e) for w in words), e
         return
     raise SystemExit(f"carried over: {words}")
 # a report made before settings were recorded: the default protocol, no added flags
-assert transfer.carried_grids(report(), recipe, {"plm": curve}, task_map)[("topic", "plm")] == {
+assert transfer.carried_grids(settings, report(), recipe, {"plm": curve}, task_map)[("topic", "plm")] == {
     "3e-4": {"accuracy": 50.0}}
-transfer.FLAGS.selection = "best_checkpoint"  # a dev-chosen budget here: the fixed-budget cells do not belong
+# a dev-chosen budget here: the fixed-budget cells do not belong
+settings = dataclasses.replace(settings, selection="best_checkpoint")
 refused(report(), "other fine-tuning settings", "selection: 'last' there, 'best_checkpoint' here")
-transfer.FLAGS.selection = "last"
-same = dict(finetune_settings=transfer.finetune_settings(),
-            task_flagfile_sha256=transfer.task_flagfile_hashes(list(task_map.values())))
+settings = dataclasses.replace(settings, selection="last")
+same = dict(finetune_settings=transfer.finetune_settings(settings),
+            task_flagfile_sha256=transfer.task_flagfile_hashes(list(task_map.values()), settings.tasks))
 assert list(same["task_flagfile_sha256"]) == ["topic"]
-assert transfer.carried_grids(report(**same), recipe, {"plm": curve}, task_map)[("topic", "scratch")] == {
+assert transfer.carried_grids(settings, report(**same), recipe, {"plm": curve}, task_map)[("topic", "scratch")] == {
     "3e-4": {"accuracy": 40.0}}
-transfer.FLAGS.extra_finetune_flags = "--dropout=0.1 --dropatt=0.1"  # e.g. a diagnosis row's table
+# e.g. a diagnosis row's table
+settings = dataclasses.replace(settings, extra_finetune_flags="--dropout=0.1 --dropatt=0.1")
 refused(report(**same), "extra_finetune_flags: [] there, ['--dropout=0.1', '--dropatt=0.1'] here")
-transfer.FLAGS.extra_finetune_flags = ""
+settings = dataclasses.replace(settings, extra_finetune_flags="")
 refused(report(**{**same, "task_flagfile_sha256": {"topic": "0" * 64}}), "topic runs", "transfer_topic.flags")
 print("ok")
 '''

@@ -48,6 +48,29 @@ def test_ledger_returns_a_run_only_for_the_same_provenance(tmp_path):
     assert ledger.lookup(ledger.read(path)["runs"], key, provenance()) is None
 
 
+def test_the_table_settings_are_its_flags_read_once():
+    """transfer.TransferSettings holds every flag of transfer.define_flags as parsed (lists as tuples), frozen: a
+    flag added without its field would not reach the table."""
+    import dataclasses
+
+    from absl import flags
+
+    from bench import cli
+    from bench.studies.transfer import transfer
+
+    fv = cli.parse(flags.FlagValues(), transfer.define_flags, ["--work_dir=w", "--seeds=0,1",
+                                                               "--extra_finetune_flags=--dropout=0.1",
+                                                               "--selection=best_checkpoint"])
+    settings = transfer.TransferSettings.from_flags(fv)
+    assert [f.name for f in dataclasses.fields(settings)] == list(fv.flag_values_dict())
+    assert (settings.work_dir, settings.seeds, settings.extra_finetune_flags) == ("w", ("0", "1"), "--dropout=0.1")
+    assert settings.inits == ("scratch", "mlm", "plm") and settings.restore_from == ()
+    assert transfer.finetune_settings(settings) == {"selection": "best_checkpoint", "extra_finetune_flags": [
+        "--dropout=0.1"], "steps_multiplier": 4, "checkpoints_per_run": 8}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        settings.seeds = ("0",)
+
+
 def test_the_committed_ledgers_and_reports_name_todays_task_flag_files():
     """Every run of a committed run ledger, and every report's task_flagfile_sha256, was made with the bytes of the
     task flag file the table runs today: a flag file edited in any way (a comment too) makes those runs another
@@ -123,7 +146,7 @@ def test_fingerprints_change_with_any_file_of_a_folder_or_checkpoint(tmp_path):
 
 
 RESTORE_CHECK = r'''
-import os, shutil, sys
+import dataclasses, os, shutil, sys
 from bench.studies.transfer import transfer, transfer_ledger
 from xlnet_tf.artifacts import results
 transfer.define_flags()
@@ -141,108 +164,111 @@ first, second = work_dir("first"), work_dir("second")
 path = os.path.join(root, "table_runs.json")
 transfer.FLAGS(["transfer", "--tasks=topic", "--objectives=plm", f"--work_dir={first}", "--seeds=0,1",
                 "--inits=scratch,plm", f"--runs_ledger={path}", "--learning_rates=3e-4"])
+settings = transfer.TransferSettings.from_flags(transfer.FLAGS)
 task = transfer.tasks("data/finetune")["topic"]
 task.test_split = "test"
 task.metrics = ("accuracy", "test_accuracy")
+def read_score(out):  # the score of a finished run of the table
+    return transfer.read_score(out, task, transfer.final_step(task, settings))
 def run(work, init, lr, seed, acc, test=None):  # a finished run in a work_dir: scored at its final step
-    out, step = transfer.run_dir(work, "topic", init, lr, seed), transfer.final_step(task)
+    out, step = transfer.run_dir(work, "topic", init, lr, seed), transfer.final_step(task, settings)
     results.record(out, "classifier", "accuracy", step, {"accuracy": acc / 100}, split="dev")
     if test is not None:
         results.record(out, "classifier", "accuracy", step, {"accuracy": test / 100}, split="test")
 run(first, "plm", "3e-4", "0", 60.0, 58.0)
 run(first, "scratch", "3e-4", "0", 40.0)
 run(first, "scratch", "3e-4", "1", 45.0, 44.0)
-transfer.sync_ledger(first, {"topic": task})  # keeps the three finished runs
+transfer.sync_ledger(settings, first, {"topic": task})  # keeps the three finished runs
 assert sorted(transfer_ledger.read(path)["runs"]) == ["topic/plm/lr3e-4-seed0", "topic/scratch/lr3e-4-seed0",
                                                       "topic/scratch/lr3e-4-seed1"]
 # the second work_dir's PLM weights differ: its PLM run is not restored, the scratch runs are
 with open(os.path.join(second, "plm_model/final/xlnet_model.ckpt.data-00000-of-00001"), "w") as f:
     f.write("other weights")
-transfer.sync_ledger(second, {"topic": task})
-assert transfer.read_score(transfer.run_dir(second, "topic", "plm", "3e-4", "0"), task) is None
+transfer.sync_ledger(settings, second, {"topic": task})
+assert read_score(transfer.run_dir(second, "topic", "plm", "3e-4", "0")) is None
 restored = transfer.run_dir(second, "topic", "scratch", "3e-4", "1")
-score = transfer.read_score(restored, task)
-assert score == transfer.read_score(transfer.run_dir(first, "topic", "scratch", "3e-4", "1"), task), score
+score = read_score(restored)
+assert score == read_score(transfer.run_dir(first, "topic", "scratch", "3e-4", "1")), score
 assert score["accuracy"] == 45.0 and abs(score["test_accuracy"] - 44) < 1e-9, score
 assert os.path.exists(os.path.join(restored, transfer_ledger.RESTORED_MARKER))
 # a work_dir without the PLM model (a report made elsewhere): the ledger's PLM runs, all of one checkpoint, stand
 third = work_dir("third")
 shutil.rmtree(os.path.join(third, "plm_model", "final"))
-transfer.sync_ledger(third, {"topic": task})
-assert abs(transfer.read_score(transfer.run_dir(third, "topic", "plm", "3e-4", "0"), task)["test_accuracy"] - 58) < 1e-9
-summary = transfer.ledger_summary(third)
+transfer.sync_ledger(settings, third, {"topic": task})
+assert abs(read_score(transfer.run_dir(third, "topic", "plm", "3e-4", "0"))["test_accuracy"] - 58) < 1e-9
+summary = transfer.ledger_summary(settings, third)
 assert summary["runs"] == summary["restored"] == 3 and len(summary["machines"]) == 1, summary
 assert "3 of them restored" in transfer.ledger_lines(summary)[0]
 run(second, "plm", "3e-4", "1", 61.0)  # a run of the second work_dir's other PLM weights enters the ledger
-transfer.sync_ledger(second, {"topic": task})
+transfer.sync_ledger(settings, second, {"topic": task})
 assert len(transfer_ledger.init_checkpoints(transfer_ledger.read(path)["runs"], "plm")) == 2
 fourth = work_dir("fourth")
 shutil.rmtree(os.path.join(fourth, "plm_model", "final"))
-transfer.sync_ledger(fourth, {"topic": task})  # which of the two? not without the model
-assert transfer.read_score(transfer.run_dir(fourth, "topic", "plm", "3e-4", "0"), task) is None
-assert transfer.read_score(transfer.run_dir(fourth, "topic", "scratch", "3e-4", "0"), task)["accuracy"] == 40.0
+transfer.sync_ledger(settings, fourth, {"topic": task})  # which of the two? not without the model
+assert read_score(transfer.run_dir(fourth, "topic", "plm", "3e-4", "0")) is None
+assert read_score(transfer.run_dir(fourth, "topic", "scratch", "3e-4", "0"))["accuracy"] == 40.0
 # a restored run without its test score is trained again (it has no weights) before its test evaluation
 trained, evaluated = [], []
-def fake_finetune(work, task, init, lr, seed, extra):
+def fake_finetune(settings, work, task, init, lr, seed):
     trained.append((init, lr, seed))
     run(work, init, lr, seed, 40.0)
 transfer.finetune = fake_finetune
 transfer.run_logged = lambda cmd, log: evaluated.append(cmd)
-transfer.evaluate_test(second, task, "scratch", "3e-4", "0")
+transfer.evaluate_test(settings, second, task, "scratch", "3e-4", "0")
 assert trained == [("scratch", "3e-4", "0")] and len(evaluated) == 1, (trained, evaluated)
 assert not os.path.exists(os.path.join(transfer.run_dir(second, "topic", "scratch", "3e-4", "0"),
                                        transfer_ledger.RESTORED_MARKER))
-transfer.evaluate_test(second, task, "scratch", "3e-4", "1")  # it has its test score: nothing to do
+transfer.evaluate_test(settings, second, task, "scratch", "3e-4", "1")  # it has its test score: nothing to do
 assert len(trained) == 1 and len(evaluated) == 1
 # 'none': no ledger
-transfer.FLAGS.runs_ledger = "none"
+settings = dataclasses.replace(settings, runs_ledger="none")
 shutil.rmtree(os.path.join(second, "finetune"))
-transfer.sync_ledger(second, {"topic": task})
+transfer.sync_ledger(settings, second, {"topic": task})
 assert not os.path.exists(os.path.join(second, "finetune"))
 # the test evaluation runs the run's own command with training off: with extra flags (dropout) the runner would
 # refuse any other (the model_dir's settings differ)
-transfer.FLAGS.extra_finetune_flags = "--dropout=0.1 --dropatt=0.1"
+settings = dataclasses.replace(settings, extra_finetune_flags="--dropout=0.1 --dropatt=0.1")
 commands = []
 transfer.run_logged = lambda cmd, log: commands.append(cmd)
 run(second, "plm", "1e-3", "0", 50.0)
-transfer.evaluate_test(second, task, "plm", "1e-3", "0")
-trained = transfer.run_command(second, task, "plm", "1e-3", "0", transfer.FLAGS.extra_finetune_flags)
+transfer.evaluate_test(settings, second, task, "plm", "1e-3", "0")
+trained = transfer.run_command(settings, second, task, "plm", "1e-3", "0")
 assert "--dropout=0.1" in trained and any(a.startswith("--init_checkpoint=") for a in trained), trained
 assert len(commands) == 1 and commands[0][:len(trained)] == trained, commands
 assert commands[0][len(trained):] == ["--do_train=false", "--do_eval=true", "--eval_split=test",
-                                      f"--eval_checkpoint_steps={transfer.final_step(task)}"], commands
+                                      f"--eval_checkpoint_steps={transfer.final_step(task, settings)}"], commands
 # best of 8 checkpoints on dev: the test evaluation scores the dev-chosen one (180), not the last
 task.selection = "best_checkpoint"
 out = transfer.run_dir(second, "topic", "plm", "3e-4", "1")
 for step in range(60, 481, 60):
     results.record(out, "classifier", "accuracy", step, {"accuracy": 0.9 if step == 180 else 0.5}, split="dev")
 commands.clear()
-transfer.evaluate_test(second, task, "plm", "3e-4", "1")
+transfer.evaluate_test(settings, second, task, "plm", "3e-4", "1")
 assert commands[0][-1] == "--eval_checkpoint_steps=180", commands
 task.selection = "last"
 # a run restored for a table of other flags is not this table's
-transfer.FLAGS.extra_finetune_flags = "--dropout=0.1 --dropatt=0.1 --lr_layer_decay_rate=0.75"
+settings = dataclasses.replace(settings, extra_finetune_flags="--dropout=0.1 --dropatt=0.1 --lr_layer_decay_rate=0.75")
 try:
-    transfer.run_score(third, task, "plm", "3e-4", "0")
+    transfer.run_score(settings, third, task, "plm", "3e-4", "0")
     raise SystemExit("a run restored for other flags was taken")
 except Exception as e:  # UserError
     assert "restored from the ledger for a table with other flags" in str(e), e
-transfer.FLAGS.extra_finetune_flags = ""
-assert transfer.run_score(third, task, "plm", "3e-4", "0") is not None
+settings = dataclasses.replace(settings, extra_finetune_flags="")
+assert transfer.run_score(settings, third, task, "plm", "3e-4", "0") is not None
 # another table (its own ledger) restores from this one's, read only, and keeps the runs as they were made
 other_ledger = os.path.join(root, "other_runs.json")
-transfer.FLAGS.runs_ledger, transfer.FLAGS.restore_from = other_ledger, [path]
+settings = dataclasses.replace(settings, runs_ledger=other_ledger, restore_from=(path,))
 before = open(path).read()
 fifth = work_dir("fifth")
-transfer.sync_ledger(fifth, {"topic": task})
+transfer.sync_ledger(settings, fifth, {"topic": task})
 theirs, ours = transfer_ledger.read(path)["runs"], transfer_ledger.read(other_ledger)["runs"]
 assert "topic/scratch/lr3e-4-seed1" in ours and all(ours[k] == theirs[k] for k in ours), sorted(ours)
 assert open(path).read() == before  # read only
 restored = transfer.run_dir(fifth, "topic", "scratch", "3e-4", "1")
-assert transfer.read_score(restored, task)["accuracy"] == 45.0
+assert read_score(restored)["accuracy"] == 45.0
 import json
 assert json.load(open(os.path.join(restored, transfer_ledger.RESTORED_MARKER)))["ledger"] == path
-transfer.sync_ledger(fifth, {"topic": task})  # again: nothing changes
+transfer.sync_ledger(settings, fifth, {"topic": task})  # again: nothing changes
 assert transfer_ledger.read(other_ledger)["runs"] == ours
 print("ok")
 '''
@@ -255,7 +281,7 @@ def test_transfer_keeps_runs_in_the_ledger_and_restores_those_of_the_same_proven
 
 
 RESUME_CHECK = r'''
-import os, shutil, sys
+import dataclasses, os, shutil, sys
 from bench.studies.transfer import transfer, transfer_ledger
 from xlnet_tf.artifacts import results
 transfer.define_flags()
@@ -268,6 +294,7 @@ for rel, text in (("spiece.model", "pieces"), ("plm_model/xlnet_config.json", "{
 ledger_file = os.path.join(root, "runs.json")
 transfer.FLAGS(["transfer", "--tasks=topic", f"--work_dir={work}", "--inits=scratch", f"--runs_ledger={ledger_file}",
                 "--learning_rates=3e-4"])
+settings = transfer.TransferSettings.from_flags(transfer.FLAGS)
 task = transfer.tasks("data/finetune")["topic"]
 code = {"runner": "a" * 40}
 transfer_ledger.code_version = lambda commit="HEAD", paths=transfer_ledger.CODE_PATHS, untracked=False: (
@@ -285,22 +312,23 @@ def runner(killed):  # the runner: a checkpoint, then its checkpoints scored in 
         results.record(out, "classifier", "accuracy", 60, {"accuracy": 0.9}, split="dev")
         if killed:
             raise RuntimeError("killed")
-        results.record(out, "classifier", "accuracy", transfer.final_step(task), {"accuracy": 0.5}, split="dev")
+        results.record(out, "classifier", "accuracy", transfer.final_step(task, settings), {"accuracy": 0.5},
+                       split="dev")
     return run_logged
 def attempt(seed, killed):
     transfer.run_logged = runner(killed)
     try:
-        return transfer.finetune(work, task, "scratch", "3e-4", seed, transfer.FLAGS.extra_finetune_flags)
+        return transfer.finetune(settings, work, task, "scratch", "3e-4", seed)
     except RuntimeError as e:
         assert str(e) == "killed", e
 out = transfer.run_dir(work, "topic", "scratch", "3e-4", "0")
 attempt("0", killed=True)
 # a partial scoring is not a result: no score, nothing kept in the ledger (by the run or by a later sync)
-assert transfer.read_score(out, task) is None
-transfer.sync_ledger(work, {"topic": task})
+assert transfer.read_score(out, task, transfer.final_step(task, settings)) is None
+transfer.sync_ledger(settings, work, {"topic": task})
 assert not os.path.exists(ledger_file) or not transfer_ledger.read(ledger_file)["runs"]
 # the same command and runner code: resumed in place (its checkpoint kept), then finished and kept
-assert attempt("0", killed=False) == {"accuracy": 50.0, "step": transfer.final_step(task)}
+assert attempt("0", killed=False) == {"accuracy": 50.0, "step": transfer.final_step(task, settings)}
 assert launches == [("--seed=0", False), ("--seed=0", True)], launches
 assert transfer.launch_code(out) == "f" * 40  # both launches from one code version
 assert list(transfer_ledger.read(ledger_file)["runs"]) == ["topic/scratch/lr3e-4-seed0"]
@@ -310,31 +338,33 @@ for change in ("flags", "flag file", "runner code", "uncommitted runner code"):
     launches.clear()
     attempt("1", killed=True)
     if change == "flags":
-        transfer.FLAGS.extra_finetune_flags = "--dropout=0.1 --dropatt=0.1"
+        settings = dataclasses.replace(settings, extra_finetune_flags="--dropout=0.1 --dropatt=0.1")
     elif change == "flag file":  # the command names the task's flag file; its content changed
         transfer_ledger.fingerprint = lambda p: "0" * 64 if p == task.flagfile else fingerprint(p)
     else:
         code["runner"] = "b" * 40 if change == "runner code" else "b" * 40 + "+changes"
     attempt("1", killed=True)
     assert launches == [("--seed=1", False), ("--seed=1", False)], (change, launches)
-    transfer.FLAGS.extra_finetune_flags, code["runner"], transfer_ledger.fingerprint = "", "a" * 40, fingerprint
+    settings = dataclasses.replace(settings, extra_finetune_flags="")
+    code["runner"], transfer_ledger.fingerprint = "a" * 40, fingerprint
     shutil.rmtree(transfer.run_dir(work, "topic", "scratch", "3e-4", "1"))
 # a table with other fine-tuning flags in the same work_dir: the finished run there is not its run
-transfer.FLAGS.extra_finetune_flags = "--lr_layer_decay_rate=0.75"
-for read in (lambda: transfer.finetune(work, task, "scratch", "3e-4", "0", transfer.FLAGS.extra_finetune_flags),
-             lambda: transfer.collect(work, {"topic": task}), lambda: transfer.sync_ledger(work, {"topic": task})):
+settings = dataclasses.replace(settings, extra_finetune_flags="--lr_layer_decay_rate=0.75")
+for read in (lambda: transfer.finetune(settings, work, task, "scratch", "3e-4", "0"),
+             lambda: transfer.collect(settings, work, {"topic": task}),
+             lambda: transfer.sync_ledger(settings, work, {"topic": task})):
     try:
         read()
         raise SystemExit("a run of another command was taken as this table's")
     except Exception as e:  # UserError
         assert "made by another command" in str(e) and "--lr_layer_decay_rate=0.75" in str(e), e
-transfer.FLAGS.extra_finetune_flags = ""
-assert transfer.run_score(work, task, "scratch", "3e-4", "0")["accuracy"] == 50.0
+settings = dataclasses.replace(settings, extra_finetune_flags="")
+assert transfer.run_score(settings, work, task, "scratch", "3e-4", "0")["accuracy"] == 50.0
 # ... nor is a run made with its task flag file as it was before an edit
 fingerprint = transfer_ledger.fingerprint
 transfer_ledger.fingerprint = lambda p: "0" * 64 if p == task.flagfile else fingerprint(p)
 try:
-    transfer.run_score(work, task, "scratch", "3e-4", "0")
+    transfer.run_score(settings, work, task, "scratch", "3e-4", "0")
     raise SystemExit("a run of an edited flag file was taken")
 except Exception as e:  # UserError
     assert "made with another" in str(e) and "transfer_topic.flags" in str(e), e
@@ -353,10 +383,10 @@ ledger = transfer_ledger.read(ledger_file)
 entry = ledger["runs"]["topic/scratch/lr3e-4-seed0"]
 entry["eval_results"]["evaluations"] = [e for e in entry["eval_results"]["evaluations"] if e["step"] == 60]
 transfer_ledger.save(ledger_file, "topic/scratch/lr3e-4-seed0",
-                     transfer.run_provenance(work, task, "scratch", "3e-4", "0"), entry["eval_results"],
+                     transfer.run_provenance(settings, work, task, "scratch", "3e-4", "0"), entry["eval_results"],
                      entry["machine"])
 shutil.rmtree(transfer.run_dir(work, "topic", "scratch", "3e-4", "0"))
-transfer.sync_ledger(work, {"topic": task})
+transfer.sync_ledger(settings, work, {"topic": task})
 assert not os.path.exists(transfer.run_dir(work, "topic", "scratch", "3e-4", "0"))
 print("ok")
 '''

@@ -60,27 +60,28 @@ for rel, text in (("spiece.model", "pieces"), ("plm_model/xlnet_config.json", "{
 prefix = os.path.join(root, "steps")
 transfer.FLAGS(["transfer", "--tasks=topic", "--objectives=plm", f"--work_dir={work}", "--seeds=0,1",
                 "--inits=scratch,plm@900,plm", f"--results_prefix={prefix}", "--learning_rates=3e-4"])
+settings = transfer.TransferSettings.from_flags(transfer.FLAGS)
 task = transfer.tasks("data/finetune")["topic"]
 task.baseline = None  # the linear baseline's column: tests/test_benchmark_runner.py (here ~40 s of fitting)
 def run(init, seed, acc):
     results.record(transfer.run_dir(work, "topic", init, "3e-4", seed), "classifier", "accuracy",
-                   transfer.final_step(task),
+                   transfer.final_step(task, settings),
                    {"accuracy": acc / 100, "macro_f1": acc / 200}, split="dev")
 for init, accs in (("scratch", (40, 42)), ("plm@900", (50, 54)), ("plm", (60, 62))):
     for seed, acc in zip("01", accs):
         run(init, seed, acc)
 # the stepped init's runs enter the ledger with its kept checkpoint's fingerprint
-transfer.sync_ledger(work, {"topic": task})
+transfer.sync_ledger(settings, work, {"topic": task})
 kept = transfer_ledger.read(prefix + "_runs.json")["runs"]
 assert kept["topic/plm@900/lr3e-4-seed0"]["provenance"]["init_checkpoint_sha256"] == \
     transfer_ledger.checkpoint_fingerprint(os.path.join(work, "plm_model/kept/ckpt-900"))
 assert kept["topic/plm@900/lr3e-4-seed0"]["provenance"]["init_checkpoint_sha256"] != \
     kept["topic/plm/lr3e-4-seed0"]["provenance"]["init_checkpoint_sha256"]
-rows = transfer.collect(work, {"topic": task})
+rows = transfer.collect(settings, work, {"topic": task})
 curves = {"plm": [{"step": 0, "loss": 9.0, "accuracy": 0.0}, {"step": 900, "loss": 6.5, "accuracy": 0.1},
                   {"step": 3000, "loss": 4.75, "accuracy": 0.2}]}
-assert transfer.steps_points(rows, 3000) == {"plm": [(0, "scratch"), (900, "plm@900"), (3000, "plm")]}
-transfer.write_report(work, {"train_steps": "3000"}, rows, curves, {}, [task])
+assert transfer.steps_points(rows, 3000, settings.inits) == {"plm": [(0, "scratch"), (900, "plm@900"), (3000, "plm")]}
+transfer.write_report(settings, work, {"train_steps": "3000"}, rows, curves, {}, [task])
 md = open(prefix + ".md").read()
 assert "| task | metric | PLM step: 0 | 900 | 3000 |" in md, md
 assert "| topic | accuracy | 41.0 ± 1.4 (lr 3e-4, n=2) | 52.0 ± 2.8 (lr 3e-4, n=2) [6.50] | " \

@@ -96,7 +96,7 @@ def run_one(work: str, data_root: str, variant: str, init: str, steps: int) -> D
     task = DiagnosisSet(f"mc_{variant}", "run_race.py", [f"--data_dir={data}"], ("accuracy",), "accuracy")
     out = os.path.join(work, "runs", f"{variant}-{init}-{steps}")
     history = os.path.join(out, "train_history.json")
-    if transfer.read_score(out, task) is None:
+    if transfer.read_score(out, task, steps) is None:  # finished: a dev evaluation of its last step
         if os.path.isdir(out):
             import shutil
 

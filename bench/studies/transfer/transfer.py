@@ -26,6 +26,7 @@ no other labelled split here except topic and paraphrase); the same choice is ma
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import glob
 import json
@@ -36,7 +37,7 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from absl import flags
 
@@ -179,6 +180,44 @@ def define_flags(fv: flags.FlagValues = FLAGS):
              "this work_dir's (the same pretrained model); cells using them are marked in the report.")
 
 
+@dataclasses.dataclass(frozen=True)
+class TransferSettings:
+    """One table's settings: the flags of `define_flags` (lists as tuples, paths as given), read once in main
+    (`from_flags`) and passed down, so that the stages, the runs' commands, the ledger and the report read values.
+    `tests/test_transfer_ledger.py` holds the fields equal to the flags."""
+
+    work_dir: Optional[str]  # required by run()
+    data_root: str
+    stages: Tuple[str, ...]
+    pretrain_flagfile: str
+    objectives: Tuple[str, ...]
+    vocab_size: int
+    pos_data_dir: Optional[str]
+    selection: str
+    steps_multiplier: int
+    checkpoints_per_run: int
+    ood_data_dir: Optional[str]
+    cloze_data_dir: Optional[str]
+    tasks: Tuple[str, ...]
+    inits: Tuple[str, ...]
+    learning_rates: Tuple[str, ...]
+    seeds: Tuple[str, ...]
+    max_grid_extensions: int
+    extra_finetune_flags: str
+    results_prefix: str
+    num_processes: int
+    runs_ledger: Optional[str]
+    restore_from: Tuple[str, ...]
+    corpus_task: Optional[str]
+    carry_over: Optional[str]
+
+    @classmethod
+    def from_flags(cls, fv: flags.FlagValues) -> "TransferSettings":
+        """The settings of parsed flags `fv` (`define_flags`')."""
+        values = {field.name: fv[field.name].value for field in dataclasses.fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
 # ---- helpers ----------------------------------------------------------------------------------------------
 
 def read_flagfile(path: str) -> Dict[str, str]:
@@ -265,7 +304,7 @@ def stage_task_corpus(work: str, task: TransferSet) -> str:
     others = sorted(set(os.listdir(out)) - {os.path.basename(dst)})
     if others:
         raise UserError(f"--corpus_task={task.name}: {out} also holds {others}; the task's text would be "
-                             "pretrained on mixed with them: use a work_dir of its own")
+                        "pretrained on mixed with them: use a work_dir of its own")
     if not os.path.exists(dst):
         table = tables.read_table(os.path.join(data_dir, "train.tsv"))
         column = table.column("text")
@@ -374,17 +413,17 @@ def check_extra_flags(extra: str) -> None:
     for token in extra.split():
         if not token.startswith("--"):
             raise UserError(f"--extra_finetune_flags: '{token}' is not a --name=value flag (write "
-                                 "--name=value, not --name value)")
+                            "--name=value, not --name value)")
         if token[2:].split("=", 1)[0] == "flagfile":
             raise UserError("--extra_finetune_flags: no --flagfile (its content would not be part of the runs' "
-                                 "identity); list the flags themselves")
+                            "identity); list the flags themselves")
 
 
-def final_step(task: TransferSet) -> int:
+def final_step(task: TransferSet, settings: TransferSettings) -> int:
     """The step a run of `task` trains to: the flag file's --train_steps, as the budget flags and
     --extra_finetune_flags override it (the runner reads them in that order; the last one counts)."""
     steps = read_flagfile(task.flagfile).get("train_steps")
-    for arg in budget_flags(task) + FLAGS.extra_finetune_flags.split():
+    for arg in budget_flags(task, settings) + settings.extra_finetune_flags.split():
         if arg.startswith("--train_steps="):
             steps = arg.split("=", 1)[1]
     if steps is None:
@@ -392,11 +431,11 @@ def final_step(task: TransferSet) -> int:
     return int(steps)
 
 
-def read_score(path: str, task: TransferSet) -> Optional[Dict[str, float]]:
+def read_score(path: str, task: TransferSet, final: int) -> Optional[Dict[str, float]]:
     """The run's dev metrics, plus "test_<metric>" of the same checkpoint's test evaluation when there is one.
     Dev: the last evaluation of any split but the task's test split (`task.selection == "last"`), or the one with
     the best primary metric, the earliest on a tie ("best_checkpoint"); its checkpoint's step is "step".
-    None for a run that has not finished: no dev evaluation of its final step (`final_step`). The runner scores
+    None for a run that has not finished: no dev evaluation of its final step `final` (`final_step`). The runner scores
     the checkpoints in order and records each at once, so a run killed while scoring them has some, and its best
     so far must not stand for the run's."""
     from xlnet_tf.artifacts import results
@@ -406,7 +445,7 @@ def read_score(path: str, task: TransferSet) -> Optional[Dict[str, float]]:
         return None
     dev = [e for e in recorded.evaluations if not task.test_split or e.get("split") != task.test_split]
     test = [e for e in recorded.evaluations if task.test_split and e.get("split") == task.test_split]
-    if not any(int(e["step"]) == final_step(task) for e in dev):
+    if not any(int(e["step"]) == final for e in dev):
         return None
     chosen = dev[-1]
     if task.selection == "best_checkpoint":
@@ -443,65 +482,67 @@ def made_by(out: str) -> Optional[tuple]:
     return (launches[-1][1:], None) if launches else None
 
 
-def run_score(work: str, task: TransferSet, init: str, lr: str, seed: str) -> Optional[Dict[str, float]]:
+def run_score(settings: TransferSettings, work: str, task: TransferSet, init: str, lr: str, seed: str
+              ) -> Optional[Dict[str, float]]:
     """`read_score` of run (task, init, lr, seed) of this work_dir, refusing a run made otherwise than this table
     makes it: its folder's name holds the task, init, rate and seed only, so a table with other fine-tuning flags
     (a diagnosis row's --extra_finetune_flags, another budget) or an edited task flag file in the same work_dir
     would otherwise take the runs there as its own. A run made here: its command (paths included) and flag file;
     a run restored from the ledger: the provenance it was restored with against this table's."""
     out = run_dir(work, task.name, init, lr, seed)
-    score = read_score(out, task)
+    score = read_score(out, task, final_step(task, settings))
     if score is None:
         return None
     marker = os.path.join(out, transfer_ledger.RESTORED_MARKER)
     if os.path.exists(marker):
         with open(marker, encoding="utf-8") as f:
             restored = json.load(f)["provenance"]
-        wanted = run_provenance(work, task, init, lr, seed, restored.get("init_checkpoint_sha256")).to_dict()
+        wanted = run_provenance(settings, work, task, init, lr, seed, restored.get("init_checkpoint_sha256")).to_dict()
         differs = differing_keys(restored, wanted)
         if differs:
             raise UserError(f"{out}: restored from the ledger for a table with other {', '.join(differs)} than "
-                                 "this one's; give this table its own --work_dir")
+                            "this one's; give this table its own --work_dir")
         return score
     made = made_by(out)
     if made is None:
         return score  # no record of how it was made (not made by this script)
     args, flagfile_sha = made
     args = as_moved(args, task)
-    wanted_args = run_command(work, task, init, lr, seed, FLAGS.extra_finetune_flags)[1:]
+    wanted_args = run_command(settings, work, task, init, lr, seed)[1:]
     if args != wanted_args:
         differs = sorted(set(args) ^ set(wanted_args)) or ["the order of the arguments"]
         raise UserError(f"{out}: made by another command than this table's (differs in {' '.join(differs)}); "
-                             "give a table with other fine-tuning flags its own --work_dir (with links to the "
-                             "pretrained models and spiece.model; a moved work_dir also differs, in its paths)")
+                        "give a table with other fine-tuning flags its own --work_dir (with links to the "
+                        "pretrained models and spiece.model; a moved work_dir also differs, in its paths)")
     if flagfile_sha is not None and flagfile_sha != transfer_ledger.fingerprint(task.flagfile):
         raise UserError(f"{out}: made with another {task.flagfile} (edited since); train it again in a new "
-                             "--work_dir, or restore the flag file")
+                        "--work_dir, or restore the flag file")
     return score
 
 
-def evaluate_test(work: str, task: TransferSet, init: str, lr: str, seed: str) -> None:
+def evaluate_test(settings: TransferSettings, work: str, task: TransferSet, init: str, lr: str, seed: str) -> None:
     """Evaluate a finished run's dev-chosen checkpoint on the task's test split (appended to its
     eval_results.json)."""
     out = run_dir(work, task.name, init, lr, seed)
-    score = run_score(work, task, init, lr, seed)
+    score = run_score(settings, work, task, init, lr, seed)
     if not task.test_split or score is None or any(m.startswith("test_") for m in score):
         return
     if os.path.exists(os.path.join(out, transfer_ledger.RESTORED_MARKER)):
         # restored from the ledger without its weights: train it again (deterministic) to score them on test
         _say(f"{task.name} {init} lr {lr} seed {seed}: the ledger has no {task.test_split} score; training it again")
         shutil.rmtree(out)
-        finetune(work, task, init, lr, seed, FLAGS.extra_finetune_flags)
-        score = run_score(work, task, init, lr, seed)
+        finetune(settings, work, task, init, lr, seed)
+        score = run_score(settings, work, task, init, lr, seed)
     # the run's own command (its model settings are checked against the model_dir's), training off, scoring only
     # the dev-chosen checkpoint (read_score then takes its test score)
-    cmd = run_command(work, task, init, lr, seed, FLAGS.extra_finetune_flags) + [
+    cmd = run_command(settings, work, task, init, lr, seed) + [
         "--do_train=false", "--do_eval=true", f"--eval_split={task.test_split}",
         f"--eval_checkpoint_steps={score['step']}"]
     note_launch_code(out, first=False)
     run_logged(cmd, out + f".{task.test_split}.log")
-    _say(f"{task.name} {init} lr {lr} seed {seed} on {task.test_split}: {read_score(out, task)}")
-    keep_in_ledger(work, task, init, lr, seed)
+    _say(f"{task.name} {init} lr {lr} seed {seed} on {task.test_split}: "
+         f"{read_score(out, task, final_step(task, settings))}")
+    keep_in_ledger(settings, work, task, init, lr, seed)
 
 
 def most_frequent_tag(pos_dir: str) -> Dict[str, float]:
@@ -592,30 +633,31 @@ def runner_command(work: str, task: TransferSet, model_dir: str, seed: str) -> L
             f"--model_config_path={pretrained_dir(work, 'plm')}/xlnet_config.json"]
 
 
-def budget_flags(task: TransferSet) -> List[str]:
+def budget_flags(task: TransferSet, settings: TransferSettings) -> List[str]:
     """`--selection=best_checkpoint`: the run lasts `--steps_multiplier` times the flag file's steps (warm-up
     scaled alike) and keeps `--checkpoints_per_run` evenly spaced checkpoints, each scored on dev. The host loop
     is shortened where needed so that each checkpoint ends a loop (the Trainer saves only there)."""
     if task.selection != "best_checkpoint":
         return []
     recipe = read_flagfile(task.flagfile)
-    steps = int(recipe["train_steps"]) * FLAGS.steps_multiplier
-    every = max(steps // FLAGS.checkpoints_per_run, 1)
+    steps = int(recipe["train_steps"]) * settings.steps_multiplier
+    every = max(steps // settings.checkpoints_per_run, 1)
     loop = math.gcd(every, int(recipe.get("steps_per_loop", every)))
-    return [f"--train_steps={steps}", f"--warmup_steps={int(recipe.get('warmup_steps', 0)) * FLAGS.steps_multiplier}",
-            f"--save_steps={every}", f"--steps_per_loop={loop}", f"--keep_checkpoints={FLAGS.checkpoints_per_run}",
-            "--eval_all_checkpoints=true"]
+    warmup = int(recipe.get("warmup_steps", 0)) * settings.steps_multiplier
+    return [f"--train_steps={steps}", f"--warmup_steps={warmup}", f"--save_steps={every}", f"--steps_per_loop={loop}",
+            f"--keep_checkpoints={settings.checkpoints_per_run}", "--eval_all_checkpoints=true"]
 
 
-def run_command(work: str, task: TransferSet, init: str, lr: str, seed: str, extra: str) -> List[str]:
+def run_command(settings: TransferSettings, work: str, task: TransferSet, init: str, lr: str, seed: str
+                ) -> List[str]:
     """A fine-tuning run's command, the one place its settings come from: its training, and its test evaluation
     (the same command with training off: the runner refuses a model_dir trained with other model settings, e.g.
-    `extra`'s dropout)."""
+    --extra_finetune_flags' dropout)."""
     cmd = runner_command(work, task, run_dir(work, task.name, init, lr, seed), seed) + [
-        f"--learning_rate={lr}"] + budget_flags(task)
+        f"--learning_rate={lr}"] + budget_flags(task, settings)
     if init != "scratch":
         cmd.append(f"--init_checkpoint={init_checkpoint(work, init)}")
-    return cmd + extra.split()
+    return cmd + settings.extra_finetune_flags.split()
 
 
 LAUNCH_SUFFIX = ".launch.json"
@@ -653,17 +695,18 @@ def launch_differences(out: str, launch: Dict[str, object], task: TransferSet) -
     return differing_keys(first, launch)
 
 
-def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra: str) -> Dict[str, float]:
+def finetune(settings: TransferSettings, work: str, task: TransferSet, init: str, lr: str, seed: str
+             ) -> Dict[str, float]:
     """Train and score one run (records are shared, outside the run). A run killed before it finished (a session
     ending, a pause) is resumed from its last checkpoint when nothing that shapes it changed, and started again
     otherwise (`launch_differences`)."""
     from xlnet_tf import files
 
     out = run_dir(work, task.name, init, lr, seed)
-    score = run_score(work, task, init, lr, seed)
+    score = run_score(settings, work, task, init, lr, seed)
     if score is not None:
         return score
-    cmd = run_command(work, task, init, lr, seed, extra)
+    cmd = run_command(settings, work, task, init, lr, seed)
     launch = launch_record(cmd, task)
     t0 = time.time()
     differs = launch_differences(out, launch, task) if os.path.isdir(out) else None
@@ -679,20 +722,22 @@ def finetune(work: str, task: TransferSet, init: str, lr: str, seed: str, extra:
         note_launch_code(out, first=True)
         files.write_json_atomic(out + LAUNCH_SUFFIX, launch)
     run_logged(cmd, os.path.join(out + ".log"))
-    score = read_score(out, task)
+    final = final_step(task, settings)
+    score = read_score(out, task, final)
     if score is None:
-        raise RuntimeError(f"{out}: the run ended without a dev evaluation of its final step {final_step(task)}")
+        raise RuntimeError(f"{out}: the run ended without a dev evaluation of its final step {final}")
     _say(f"{task.name} {init} lr {lr} seed {seed}: {score} ({time.time() - t0:.0f} s)")
-    keep_in_ledger(work, task, init, lr, seed)
+    keep_in_ledger(settings, work, task, init, lr, seed)
     return score
 
 
 # ---- run ledger (transfer_ledger.py) ---------------------------------------------------------------
 
-def ledger_path() -> Optional[str]:
-    if FLAGS.runs_ledger == "none":
+def ledger_path(settings: TransferSettings) -> Optional[str]:
+    """The table's run ledger: --runs_ledger, by default <results_prefix>_runs.json; None for 'none'."""
+    if settings.runs_ledger == "none":
         return None
-    return os.path.abspath(FLAGS.runs_ledger or FLAGS.results_prefix + "_runs.json")
+    return os.path.abspath(settings.runs_ledger or settings.results_prefix + "_runs.json")
 
 
 @functools.lru_cache(maxsize=None)
@@ -709,7 +754,7 @@ def data_fingerprints(data_args: tuple) -> Dict[str, str]:
     return transfer_ledger.data_fingerprints(data_args)
 
 
-def run_provenance(work: str, task: TransferSet, init: str, lr: str, seed: str,
+def run_provenance(settings: TransferSettings, work: str, task: TransferSet, init: str, lr: str, seed: str,
                    weights: Optional[str] = None) -> transfer_ledger.RunProvenance:
     """What shapes run (task, init, lr, seed) of this work_dir (the inputs of `finetune`'s command); `weights`:
     the pretrained init's checkpoint SHA-256 when it is known without the checkpoint (see `sync_ledger`)."""
@@ -719,7 +764,7 @@ def run_provenance(work: str, task: TransferSet, init: str, lr: str, seed: str,
         spiece_sha256=sha(os.path.join(work, "spiece.model")),
         model_config_sha256=sha(os.path.join(pretrained_dir(work, "plm"), "xlnet_config.json")),
         init=init, init_checkpoint_sha256=weights or init_weights(work, init),
-        learning_rate=lr, seed=seed, flags=budget_flags(task) + FLAGS.extra_finetune_flags.split())
+        learning_rate=lr, seed=seed, flags=budget_flags(task, settings) + settings.extra_finetune_flags.split())
 
 
 LAUNCH_CODE_SUFFIX = ".code"
@@ -745,23 +790,24 @@ def launch_code(out: str) -> Optional[str]:
     return " then ".join(dict.fromkeys(versions)) or None
 
 
-def keep_in_ledger(work: str, task: TransferSet, init: str, lr: str, seed: str, weights: Optional[str] = None
-                   ) -> None:
+def keep_in_ledger(settings: TransferSettings, work: str, task: TransferSet, init: str, lr: str, seed: str,
+                   weights: Optional[str] = None) -> None:
     """Save a finished run of this work_dir (its eval_results.json) in the ledger, with the code it ran."""
     from xlnet_tf.artifacts import results
 
-    path = ledger_path()
+    path = ledger_path(settings)
     out = run_dir(work, task.name, init, lr, seed)
-    recorded = results.load(out) if path and run_score(work, task, init, lr, seed) is not None else None
+    recorded = results.load(out) if path and run_score(settings, work, task, init, lr, seed) is not None else None
     if recorded is None:  # no ledger, or not a finished run
         return
     if transfer_ledger.save(path, transfer_ledger.run_key(task.name, init, lr, seed),
-                            run_provenance(work, task, init, lr, seed, weights), recorded.to_dict(), machine(),
+                            run_provenance(settings, work, task, init, lr, seed, weights), recorded.to_dict(),
+                            machine(),
                             code=launch_code(out)):
         _say(f"ledger: kept {task.name} {init} lr {lr} seed {seed} in {os.path.relpath(path, REPO)}")
 
 
-def sync_ledger(work: str, task_map: Dict[str, TransferSet]) -> None:
+def sync_ledger(settings: TransferSettings, work: str, task_map: Dict[str, TransferSet]) -> None:
     """Restore the ledger's runs of the asked tasks and inits that this work_dir lacks (when their provenance
     matches), and keep this work_dir's finished runs that the ledger lacks.
 
@@ -772,18 +818,18 @@ def sync_ledger(work: str, task_map: Dict[str, TransferSet]) -> None:
     from xlnet_tf import files
     from xlnet_tf.artifacts import results
 
-    path = ledger_path()
+    path = ledger_path(settings)
     if path is None:
         return
     kept = transfer_ledger.read(path)["runs"]
     source = dict.fromkeys(kept, path)  # run key -> the ledger its entry comes from (this table's first)
-    for other in FLAGS.restore_from:
+    for other in settings.restore_from:
         other = os.path.abspath(other)
         for key, entry in transfer_ledger.read(other)["runs"].items():
             if key not in kept:
                 kept[key], source[key] = entry, other
     weights = {}
-    for init in FLAGS.inits:
+    for init in settings.inits:
         if init == "scratch" or os.path.exists(init_checkpoint_prefix(work, init) + ".index"):
             weights[init] = None  # computed from the checkpoint here
             continue
@@ -795,20 +841,20 @@ def sync_ledger(work: str, task_map: Dict[str, TransferSet]) -> None:
         elif made_from:
             _say(f"ledger: no {init} model in this work_dir and the ledger's {init} runs come from "
                  f"{len(made_from)} different checkpoints; none restored")
-    for name in FLAGS.tasks:
+    for name in settings.tasks:
         task = task_map[name]
-        for init in FLAGS.inits:
+        for init in settings.inits:
             if init not in weights:
                 continue
             for lr in LR_LADDER:
-                for seed in sorted({"0", *FLAGS.seeds}):
+                for seed in sorted({"0", *settings.seeds}):
                     key, out = transfer_ledger.run_key(name, init, lr, seed), run_dir(work, name, init, lr, seed)
-                    if run_score(work, task, init, lr, seed) is not None:  # finished here
-                        keep_in_ledger(work, task, init, lr, seed, weights[init])
+                    if run_score(settings, work, task, init, lr, seed) is not None:  # finished here
+                        keep_in_ledger(settings, work, task, init, lr, seed, weights[init])
                         continue
                     if key not in kept:
                         continue
-                    provenance = run_provenance(work, task, init, lr, seed, weights[init])
+                    provenance = run_provenance(settings, work, task, init, lr, seed, weights[init])
                     values = transfer_ledger.lookup(kept, key, provenance)
                     if values is None:
                         _say(f"ledger: {key} was made with other {transfer_ledger.differs(kept, key, provenance)}; "
@@ -820,7 +866,8 @@ def sync_ledger(work: str, task_map: Dict[str, TransferSet]) -> None:
                     results.save(out, results.EvalResults.from_dict(values, where=f"{source[key]} {key}"))
                     files.write_json_atomic(os.path.join(out, transfer_ledger.RESTORED_MARKER),
                                             {"ledger": source[key], "key": key, "provenance": provenance.to_dict()})
-                    if read_score(out, task) is None:  # kept by older code before its final dev evaluation
+                    # kept by older code before its final dev evaluation
+                    if read_score(out, task, final_step(task, settings)) is None:
                         shutil.rmtree(out)
                         _say(f"ledger: {key} has no dev evaluation of its final step; not restored")
                         continue
@@ -836,15 +883,17 @@ LR_LADDER = ("1e-5", "3e-5", "1e-4", "3e-4", "1e-3", "3e-3", "1e-2")
 Grids = Dict[tuple, Dict[str, Dict[str, float]]]  # (task, init) -> {lr: {metric: score}}
 
 
-def seed0_grid(work: str, task: TransferSet, init: str, carried: Optional[Grids] = None) -> Dict[str, Dict[str, float]]:
+def seed0_grid(settings: TransferSettings, work: str, task: TransferSet, init: str, carried: Optional[Grids] = None
+               ) -> Dict[str, Dict[str, float]]:
     """Scores of the seed-0 runs of every learning rate on the ladder: the finished runs of this work_dir,
     then those `carried` from an earlier report (see `carried_grids`) for the rates not run here."""
-    return with_carried(finished_seed0_runs(work, task, init), carried, task.name, init)
+    return with_carried(finished_seed0_runs(settings, work, task, init), carried, task.name, init)
 
 
-def finished_seed0_runs(work: str, task: TransferSet, init: str) -> Dict[str, Dict[str, float]]:
+def finished_seed0_runs(settings: TransferSettings, work: str, task: TransferSet, init: str
+                        ) -> Dict[str, Dict[str, float]]:
     """Scores of this work_dir's finished seed-0 runs, by learning rate."""
-    scores = {lr: run_score(work, task, init, lr, "0") for lr in LR_LADDER}
+    scores = {lr: run_score(settings, work, task, init, lr, "0") for lr in LR_LADDER}
     return {lr: s for lr, s in scores.items() if s is not None}
 
 
@@ -855,28 +904,30 @@ def with_carried(here: Dict[str, Dict[str, float]], carried: Optional[Grids], ta
     return {lr: out[lr] for lr in LR_LADDER if lr in out}
 
 
-def seed0_run(work: str, task: TransferSet, init: str, lr: str, carried: Optional[Grids]) -> Dict[str, float]:
+def seed0_run(settings: TransferSettings, work: str, task: TransferSet, init: str, lr: str,
+              carried: Optional[Grids]) -> Dict[str, float]:
     """The seed-0 run of one rate: carried from the earlier report when this work_dir has not run it."""
-    here = run_score(work, task, init, lr, "0")
+    here = run_score(settings, work, task, init, lr, "0")
     if here is None and lr in (carried or {}).get((task.name, init), {}):
         return carried[(task.name, init)][lr]
-    return finetune(work, task, init, lr, "0", FLAGS.extra_finetune_flags)
+    return finetune(settings, work, task, init, lr, "0")
 
 
-def stage_finetune(work: str, task_map: Dict[str, TransferSet], carried: Optional[Grids] = None) -> None:
+def stage_finetune(settings: TransferSettings, work: str, task_map: Dict[str, TransferSet],
+                   carried: Optional[Grids] = None) -> None:
     """The grid with seed 0, extended one ladder step while an init's best rate is at the grid's edge
     (at most `--max_grid_extensions` times, the same rule for every init), then the seeds at the best.
     Seed-0 runs `carried` from an earlier report are not run again."""
-    for lr in FLAGS.learning_rates:
+    for lr in settings.learning_rates:
         if lr not in LR_LADDER:
             raise UserError(f"--learning_rates: {lr} is not on the ladder {LR_LADDER}")
-    for name in FLAGS.tasks:
+    for name in settings.tasks:
         task = task_map[name]
-        for init in FLAGS.inits:
-            for lr in sorted(FLAGS.learning_rates, key=LR_LADDER.index):
-                seed0_run(work, task, init, lr, carried)
-            for _ in range(FLAGS.max_grid_extensions):
-                grid = {lr: s[task.primary] for lr, s in seed0_grid(work, task, init, carried).items()}
+        for init in settings.inits:
+            for lr in sorted(settings.learning_rates, key=LR_LADDER.index):
+                seed0_run(settings, work, task, init, lr, carried)
+            for _ in range(settings.max_grid_extensions):
+                grid = {lr: s[task.primary] for lr, s in seed0_grid(settings, work, task, init, carried).items()}
                 best = max(grid, key=grid.get)
                 ladder = sorted(grid, key=LR_LADDER.index)
                 k = LR_LADDER.index(best)
@@ -887,38 +938,38 @@ def stage_finetune(work: str, task_map: Dict[str, TransferSet], carried: Optiona
                 else:
                     break
                 _say(f"{name} {init}: best rate {best} at the edge of the grid; adding {nxt}")
-                seed0_run(work, task, init, nxt, carried)
-            grid = {lr: s[task.primary] for lr, s in seed0_grid(work, task, init, carried).items()}
+                seed0_run(settings, work, task, init, nxt, carried)
+            grid = {lr: s[task.primary] for lr, s in seed0_grid(settings, work, task, init, carried).items()}
             best = max(grid, key=grid.get)
-            for seed in FLAGS.seeds:
+            for seed in settings.seeds:
                 if seed == "0":
-                    seed0_run(work, task, init, best, carried)
+                    seed0_run(settings, work, task, init, best, carried)
                 else:
-                    finetune(work, task, init, best, seed, FLAGS.extra_finetune_flags)
-                evaluate_test(work, task, init, best, seed)
+                    finetune(settings, work, task, init, best, seed)
+                evaluate_test(settings, work, task, init, best, seed)
 
 
 # ---- report -----------------------------------------------------------------------------------------------
 
-def collect(work: str, task_map: Dict[str, TransferSet], carried: Optional[Grids] = None,
+def collect(settings: TransferSettings, work: str, task_map: Dict[str, TransferSet], carried: Optional[Grids] = None,
             source: Optional[str] = None) -> List[Dict]:
     """Report rows: per task and metric, each init's mean and std over the seeds at its best seed-0 rate.
     A cell whose seed-0 grid includes runs `carried` from the report at `source` gets `<init>_from`."""
     rows = []
-    for name in FLAGS.tasks:
+    for name in settings.tasks:
         task = task_map[name]
         runs = {}  # init -> (seed-0 grid, best rate, the seeds' scores at it, carried?), read once per task
-        for init in FLAGS.inits:
-            here = finished_seed0_runs(work, task, init)
+        for init in settings.inits:
+            here = finished_seed0_runs(settings, work, task, init)
             grid = with_carried(here, carried, name, init)
             if grid:
                 best = max(grid, key=lambda lr: grid[lr][task.primary])
-                at_best = (grid[best] if seed == "0" else run_score(work, task, init, best, seed)
-                           for seed in FLAGS.seeds)
+                at_best = (grid[best] if seed == "0" else run_score(settings, work, task, init, best, seed)
+                           for seed in settings.seeds)
                 seeds = [s for s in at_best if s is not None]
                 runs[init] = (grid, best, seeds, len(grid) > len(here))
         baseline = task.baseline() if task.baseline else {}
-        zero_shot = {init: task.zero_shot(work, init) for init in FLAGS.inits
+        zero_shot = {init: task.zero_shot(work, init) for init in settings.inits
                      if init in ("mlm", "plm")} if task.zero_shot else {}
         for metric in task.metrics:
             row = {"task": name, "metric": metric, "primary": metric == task.primary}
@@ -955,22 +1006,22 @@ RECIPE_BOOKKEEPING = ("keep_checkpoint_steps", "keep_checkpoints", "save_steps")
 LEGACY_FINETUNE_SETTINGS = {"selection": "last", "extra_finetune_flags": []}
 
 
-def finetune_settings() -> Dict[str, object]:
+def finetune_settings(settings: TransferSettings) -> Dict[str, object]:
     """What shapes every fine-tuning run of this table besides its task's flag file, init, rate and seed: the
-    selection protocol (with its budget) and the added runner flags."""
-    settings: Dict[str, object] = {"selection": FLAGS.selection,
-                                   "extra_finetune_flags": FLAGS.extra_finetune_flags.split()}
-    if FLAGS.selection == "best_checkpoint":
-        settings.update(steps_multiplier=FLAGS.steps_multiplier, checkpoints_per_run=FLAGS.checkpoints_per_run)
-    return settings
+    selection protocol (with its budget) and the added runner flags, as its report records them."""
+    out: Dict[str, object] = {"selection": settings.selection,
+                              "extra_finetune_flags": settings.extra_finetune_flags.split()}
+    if settings.selection == "best_checkpoint":
+        out.update(steps_multiplier=settings.steps_multiplier, checkpoints_per_run=settings.checkpoints_per_run)
+    return out
 
 
-def task_flagfile_hashes(task_list: Sequence[TransferSet]) -> Dict[str, str]:
-    """SHA-256 of the flag file of each task of this table (those of --tasks)."""
-    return {t.name: transfer_ledger.fingerprint(t.flagfile) for t in task_list if t.name in FLAGS.tasks}
+def task_flagfile_hashes(task_list: Sequence[TransferSet], tasks: Sequence[str]) -> Dict[str, str]:
+    """SHA-256 of the flag file of each task of `task_list` that this table runs (`tasks`: --tasks)."""
+    return {t.name: transfer_ledger.fingerprint(t.flagfile) for t in task_list if t.name in tasks}
 
 
-def carried_grids(path: str, recipe: Dict[str, str], curves: Dict,
+def carried_grids(settings: TransferSettings, path: str, recipe: Dict[str, str], curves: Dict,
                   task_map: Optional[Dict[str, TransferSet]] = None) -> Grids:
     """The seed-0 runs (the learning-rate grids) of an earlier report at `path`, to stand for runs this
     work_dir has not made: only when it is a report of the same pretraining recipe (checkpoint bookkeeping
@@ -985,24 +1036,24 @@ def carried_grids(path: str, recipe: Dict[str, str], curves: Dict,
 
     if shaping(earlier.get("pretrain_recipe")) != shaping(recipe):
         raise UserError(f"--carry_over={path}: another pretraining recipe; its cells do not belong here")
-    theirs, ours = earlier.get("finetune_settings", LEGACY_FINETUNE_SETTINGS), finetune_settings()
+    theirs, ours = earlier.get("finetune_settings", LEGACY_FINETUNE_SETTINGS), finetune_settings(settings)
     if theirs != ours:
         differs = differing_keys(theirs, ours)
         raise UserError(f"--carry_over={path}: made with other fine-tuning settings ("
-                             + ", ".join(f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here" for k in differs)
-                             + "); its cells do not belong here")
+                        + ", ".join(f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here" for k in differs)
+                        + "); its cells do not belong here")
     recorded = earlier.get("task_flagfile_sha256", {})
     for name, task in (task_map or {}).items():
-        if name in FLAGS.tasks and name in recorded and recorded[name] != transfer_ledger.fingerprint(task.flagfile):
+        if name in settings.tasks and name in recorded and recorded[name] != transfer_ledger.fingerprint(task.flagfile):
             raise UserError(f"--carry_over={path}: its {name} runs were made with another {task.flagfile}; "
-                                 "its cells do not belong here")
-    same_model = {o for o in FLAGS.objectives
+                            "its cells do not belong here")
+    same_model = {o for o in settings.objectives
                   if o in curves and earlier.get("pretrain_heldout", {}).get(o) == curves[o]}
     grids: Grids = {}
     for old in earlier["rows"]:
-        if old["task"] not in FLAGS.tasks:
+        if old["task"] not in settings.tasks:
             continue
-        for init in FLAGS.inits:
+        for init in settings.inits:
             if init != "scratch" and init not in same_model:
                 continue
             for lr, score in (old.get(f"{init}_grid") or {}).items():
@@ -1011,11 +1062,12 @@ def carried_grids(path: str, recipe: Dict[str, str], curves: Dict,
     return grids
 
 
-def pretrain_curves(work: str) -> Dict:
+def pretrain_curves(work: str, objectives: Sequence[str]) -> Dict:
+    """{objective: its pretraining run's held-out evaluations (step, loss, accuracy)} of this work_dir's runs."""
     from xlnet_tf.artifacts import results
 
     curves = {}
-    for objective in FLAGS.objectives:
+    for objective in objectives:
         recorded = results.load(pretrained_dir(work, objective))
         if recorded is not None:
             curves[objective] = [{"step": r["step"], "loss": r["loss"], "accuracy": r["accuracy"]}
@@ -1040,14 +1092,14 @@ def machine() -> Dict[str, str]:
     return host.summary()
 
 
-def ledger_summary(work: str) -> Optional[Dict]:
+def ledger_summary(settings: TransferSettings, work: str) -> Optional[Dict]:
     """The run ledger behind the report: its path, how many of the table's runs were restored from it rather
     than trained in this work_dir, and the machines (CPU, vector extensions) its runs of the table were made on."""
-    path = ledger_path()
+    path = ledger_path(settings)
     if path is None:
         return None
     runs = transfer_ledger.read(path)["runs"]
-    keys = [k for k in runs if k.split("/")[0] in FLAGS.tasks and k.split("/")[1] in FLAGS.inits]
+    keys = [k for k in runs if k.split("/")[0] in settings.tasks and k.split("/")[1] in settings.inits]
     restored = [k for k in keys if os.path.exists(os.path.join(work, "finetune", k, transfer_ledger.RESTORED_MARKER))]
     machines = sorted({f"{runs[k]['machine'].get('cpu')}; {runs[k]['machine'].get('vector_extensions')}"
                        for k in keys if runs[k].get("machine")})
@@ -1072,8 +1124,8 @@ def ledger_lines(summary: Optional[Dict]) -> List[str]:
     return lines + [""]
 
 
-def cell(row: Dict, init: str) -> str:
-    """A report cell: `init`'s mean ± std over the seeds, its rate (and with --selection=best_checkpoint each seed's
+def cell(row: Dict, init: str, selection: str) -> str:
+    """A report cell: `init`'s mean ± std over the seeds, its rate (and with `selection` best_checkpoint each seed's
     chosen step), the number of seeds, † when carried over; "-" without runs."""
     if init not in row:
         return "-"
@@ -1082,7 +1134,7 @@ def cell(row: Dict, init: str) -> str:
     if std is not None:
         s += f" ± {std:.1f}"
     carried = "†" if row.get(f"{init}_from") else ""
-    steps = f", steps {'/'.join(map(str, row[f'{init}_steps']))}" if FLAGS.selection == "best_checkpoint" else ""
+    steps = f", steps {'/'.join(map(str, row[f'{init}_steps']))}" if selection == "best_checkpoint" else ""
     return s + f" (lr {row[f'{init}_best_lr']}{steps}, n={row[f'{init}_seeds']}){carried}"
 
 
@@ -1092,55 +1144,57 @@ def primary_and_test(rows: List[Dict]) -> List[tuple]:
             for row in rows if row["primary"]]
 
 
-def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Dict, baselines: Dict,
-                 task_list: Sequence[TransferSet] = ()) -> None:
-    complete = all(row.get(f"{i}_seeds") == len(FLAGS.seeds) for row in rows for i in FLAGS.inits)
+def write_report(settings: TransferSettings, work: str, recipe: Dict[str, str], rows: List[Dict], curves: Dict,
+                 baselines: Dict, task_list: Sequence[TransferSet] = ()) -> None:
+    """<results_prefix>.json / .md / .png (and _steps.png with stepped inits)."""
+    prefix = settings.results_prefix
+    complete = all(row.get(f"{i}_seeds") == len(settings.seeds) for row in rows for i in settings.inits)
     carried = sorted({row[k] for row in rows for k in row if k.endswith("_from")})
     report = {
         "complete": complete,
         "unit": "percent (dev set)",
         "description": "Fine-tuning from random weights (scratch), BERT's masked LM (mlm) and XLNet's "
                        "permutation LM (plm), pretrained with "
-                       f"{os.path.relpath(os.path.abspath(FLAGS.pretrain_flagfile), REPO)} on the same records "
+                       f"{os.path.relpath(os.path.abspath(settings.pretrain_flagfile), REPO)} on the same records "
                        "layout, model, optimizer and steps; " + (
                            "dev-set scores at the end of a fixed budget (the task's transfer_<task>.flags)"
-                           if FLAGS.selection == "last" else
-                           f"dev-set scores at each run's best of {FLAGS.checkpoints_per_run} evenly spaced "
-                           f"checkpoints over {FLAGS.steps_multiplier}x the budget of the task's "
+                           if settings.selection == "last" else
+                           f"dev-set scores at each run's best of {settings.checkpoints_per_run} evenly spaced "
+                           f"checkpoints over {settings.steps_multiplier}x the budget of the task's "
                            "transfer_<task>.flags (the step chosen on dev, listed in each cell; test scored at it)")
                        + "; learning rate = best of the grid on dev with seed 0, then mean and sample std over the "
-                         "seeds at that rate" + (f"; every run adds the runner flags `{FLAGS.extra_finetune_flags}`"
-                                                 if FLAGS.extra_finetune_flags else "") + ".",
+                         "seeds at that rate" + (f"; every run adds the runner flags `{settings.extra_finetune_flags}`"
+                                                 if settings.extra_finetune_flags else "") + ".",
         "command": cli.invocation("bench.studies.transfer.transfer")
                    + (f" --carry_over={carried[0]}" if carried else ""),
         "machine": machine(),
-        "learning_rates": FLAGS.learning_rates,
-        "finetune_settings": finetune_settings(),
-        "task_flagfile_sha256": task_flagfile_hashes(task_list),
-        "max_grid_extensions": FLAGS.max_grid_extensions,
-        "seeds": FLAGS.seeds,
+        "learning_rates": list(settings.learning_rates),
+        "finetune_settings": finetune_settings(settings),
+        "task_flagfile_sha256": task_flagfile_hashes(task_list, settings.tasks),
+        "max_grid_extensions": settings.max_grid_extensions,
+        "seeds": list(settings.seeds),
         "pretrain_recipe": recipe,
         "pretrain_heldout": curves,
         "unigram_baseline": baselines,
-        "runs_ledger": ledger_summary(work),
+        "runs_ledger": ledger_summary(settings, work),
         "rows": rows,
     }
-    os.makedirs(os.path.dirname(FLAGS.results_prefix), exist_ok=True)
-    with open(FLAGS.results_prefix + ".json.tmp", "w", encoding="utf-8") as f:
+    os.makedirs(os.path.dirname(prefix), exist_ok=True)
+    with open(prefix + ".json.tmp", "w", encoding="utf-8") as f:
         json.dump(report, f, indent=2)
-    os.replace(FLAGS.results_prefix + ".json.tmp", FLAGS.results_prefix + ".json")
+    os.replace(prefix + ".json.tmp", prefix + ".json")
 
     lines = [f"# Transfer: scratch vs MLM vs PLM pretraining ({report['machine']['cpu']}, "
              f"{report['machine']['cores']} cores; {report['machine']['vector_extensions']})", "",
              report["description"], "", f"Command: `{report['command']}`", "",
              *ledger_lines(report["runs_ledger"]),
              *([] if complete else ["**Partial results**: some cells are missing or have fewer seeds than "
-                                    f"{len(FLAGS.seeds)}; the command resumes the rest.", ""]),
+                                    f"{len(settings.seeds)}; the command resumes the rest.", ""]),
              "| task | metric | majority | baseline | scratch | MLM | PLM |", "|---|---|---|---|---|---|---|"]
     for row in rows:
         base, majority = (f"{row[k]:.1f}" if k in row else "-" for k in ("baseline", "majority"))
         lines.append(f"| {row['task']} | {row['metric']} | {majority} | {base} | "
-                     + " | ".join(cell(row, i) for i in INITS) + " |")
+                     + " | ".join(cell(row, i, settings.selection) for i in INITS) + " |")
     notes = list(dict.fromkeys(t.baseline_note for t in task_list if t.baseline_note and any(
         "baseline" in row and row["task"] == t.name for row in rows)))  # tasks sharing a baseline: said once
     if notes:
@@ -1160,7 +1214,7 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
                       f"({', '.join(sources)}): same pretraining recipe, and for MLM/PLM the same held-out curve, "
                       "i.e. the same pretrained model (pretraining and fine-tuning are deterministic here); those "
                       "runs were not repeated in this work_dir, the other seeds were."]
-    shown = list(INITS) + [i for i in FLAGS.inits if i not in INITS]  # stepped inits after the table's three
+    shown = list(INITS) + [i for i in settings.inits if i not in INITS]  # stepped inits after the table's three
     used = sorted({lr for row in rows for i in shown for lr in row.get(f"{i}_grid", {})}, key=LR_LADDER.index)
     lines += ["", "Learning-rate grid (seed 0, dev; extended while the best rate was at its edge):", "",
               "| task | metric | init | " + " | ".join(used) + " |",
@@ -1172,28 +1226,28 @@ def write_report(work: str, recipe: Dict[str, str], rows: List[Dict], curves: Di
                 lines.append(f"| {row['task']} | {row['metric']} | {init} | " +
                              " | ".join("-" if g.get(lr) is None else f"{g[lr]:.1f}" for lr in used)
                              + " |")
-    lines += seed_lines([row for row in rows if row["primary"] and all(f"{i}_runs" in row for i in FLAGS.inits)],
+    lines += seed_lines([row for row in rows if row["primary"] and all(f"{i}_runs" in row for i in settings.inits)],
                         shown)
-    lines += steps_lines(rows, curves, int(recipe["train_steps"]))
+    lines += steps_lines(rows, curves, int(recipe["train_steps"]), settings.inits, settings.selection)
     lines += ["", "Pretraining held-out loss (nats per predicted token; the unigram baseline in brackets):", ""]
     for objective, curve in curves.items():
         lines.append(f"- {objective}: " + ", ".join(f"{r['step']}: {r['loss']:.3f}" for r in curve)
                      + (f" [{baselines[objective]:.3f}]" if objective in baselines else
                         " [unigram baseline not computed: this work_dir has no pretraining records]"))
-    with open(FLAGS.results_prefix + ".md", "w", encoding="utf-8") as f:
+    with open(prefix + ".md", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    plot(rows, curves, baselines, FLAGS.results_prefix + ".png")
-    if steps_points(rows, int(recipe["train_steps"])):
-        plot_steps(rows, curves, int(recipe["train_steps"]), FLAGS.results_prefix + "_steps.png")
+    plot(rows, curves, baselines, prefix + ".png")
+    if steps_points(rows, int(recipe["train_steps"]), settings.inits):
+        plot_steps(rows, curves, int(recipe["train_steps"]), settings.inits, prefix + "_steps.png")
 
 
-def steps_points(rows: List[Dict], train_steps: int) -> Dict[str, List[tuple]]:
-    """The transfer-against-pretraining-steps curve of each objective that has stepped inits among FLAGS.inits:
+def steps_points(rows: List[Dict], train_steps: int, inits: Sequence[str]) -> Dict[str, List[tuple]]:
+    """The transfer-against-pretraining-steps curve of each objective that has stepped inits among `inits`:
     {objective: [(pretraining step, init), ...]} from scratch (step 0) through the kept checkpoints to `final`
     (the recipe's `train_steps`), only the inits with scores in `rows`."""
-    have = {i for row in rows for i in FLAGS.inits if i in row}
+    have = {i for row in rows for i in inits if i in row}
     points = {}
-    for init in FLAGS.inits:
+    for init in inits:
         objective, step = parse_init(init)
         if step is not None:
             points.setdefault(objective, []).append((step, init))
@@ -1212,9 +1266,10 @@ def heldout_at(curves: Dict, objective: str, step: int) -> Optional[float]:
     return at[-1] if at else None
 
 
-def steps_lines(rows: List[Dict], curves: Dict, train_steps: int) -> List[str]:
+def steps_lines(rows: List[Dict], curves: Dict, train_steps: int, inits: Sequence[str], selection: str
+                ) -> List[str]:
     """The report's table of fine-tuned scores against the pretraining step of the initial weights."""
-    points = steps_points(rows, train_steps)
+    points = steps_points(rows, train_steps, inits)
     if not points:
         return []
     lines = ["", "Transfer against pretraining steps: each cell fine-tunes from the pretraining run's checkpoint "
@@ -1228,19 +1283,19 @@ def steps_lines(rows: List[Dict], curves: Dict, train_steps: int) -> List[str]:
             cells = []
             for step, init in curve:
                 loss = heldout_at(curves, objective, step) if step and init in row else None
-                cells.append(cell(row, init) + (f" [{loss:.2f}]" if loss is not None else ""))
+                cells.append(cell(row, init, selection) + (f" [{loss:.2f}]" if loss is not None else ""))
             lines.append(f"| {row['task']} | {row['metric']} | " + " | ".join(cells) + " |")
         lines.append("")
     return lines
 
 
-def plot_steps(rows: List[Dict], curves: Dict, train_steps: int, path: str) -> None:
+def plot_steps(rows: List[Dict], curves: Dict, train_steps: int, inits: Sequence[str], path: str) -> None:
     """One panel per task (its primary metric and, when there is one, its test metric): the fine-tuned score
     against the pretraining step of the initial weights, one line per objective, the baseline and majority
     dashed; the held-out loss on a second axis."""
     plt = figures.pyplot()
 
-    points = steps_points(rows, train_steps)
+    points = steps_points(rows, train_steps, inits)
     panels = primary_and_test(rows)
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.8), squeeze=False)
     colors = {"mlm": "#1f77b4", "plm": "#d62728"}
@@ -1335,62 +1390,69 @@ def plot(rows, curves, baselines, path):
 
 
 def main():
-    if not FLAGS.work_dir:
+    run(TransferSettings.from_flags(FLAGS))
+
+
+def run(settings: TransferSettings) -> None:
+    """The table of `settings`: the stages asked for, in order (see the module docstring)."""
+    if not settings.work_dir:
         raise UserError("--work_dir is required")
-    bad = sorted(set(FLAGS.stages) - set(STAGES))
+    bad = sorted(set(settings.stages) - set(STAGES))
     if bad:
         raise UserError(f"unknown stage {bad}; stages are {STAGES}")
-    check_extra_flags(FLAGS.extra_finetune_flags)
-    for init in FLAGS.inits:
+    check_extra_flags(settings.extra_finetune_flags)
+    for init in settings.inits:
         try:
             parse_init(init)
         except ValueError as e:
             raise UserError(f"--inits: {e}") from None
-    work, data_root = os.path.abspath(FLAGS.work_dir), os.path.abspath(FLAGS.data_root)
-    recipe_path = os.path.abspath(FLAGS.pretrain_flagfile)
+    work, data_root = os.path.abspath(settings.work_dir), os.path.abspath(settings.data_root)
+    recipe_path = os.path.abspath(settings.pretrain_flagfile)
     recipe = read_flagfile(recipe_path)
-    if int(recipe["n_token"]) != FLAGS.vocab_size:
-        raise UserError(f"--vocab_size={FLAGS.vocab_size} but {recipe_path} has --n_token={recipe['n_token']}")
-    task_map = tasks(os.path.join(data_root, "labeled"), FLAGS.pos_data_dir and os.path.abspath(FLAGS.pos_data_dir),
-                     FLAGS.cloze_data_dir and os.path.abspath(FLAGS.cloze_data_dir),
-                     FLAGS.ood_data_dir and os.path.abspath(FLAGS.ood_data_dir))
+    if int(recipe["n_token"]) != settings.vocab_size:
+        raise UserError(f"--vocab_size={settings.vocab_size} but {recipe_path} has --n_token={recipe['n_token']}")
+    task_map = tasks(os.path.join(data_root, "labeled"),
+                     settings.pos_data_dir and os.path.abspath(settings.pos_data_dir),
+                     settings.cloze_data_dir and os.path.abspath(settings.cloze_data_dir),
+                     settings.ood_data_dir and os.path.abspath(settings.ood_data_dir))
     for task in task_map.values():
-        task.selection = FLAGS.selection
-    unknown = sorted(set(FLAGS.tasks) - set(task_map))
+        task.selection = settings.selection
+    unknown = sorted(set(settings.tasks) - set(task_map))
     if unknown:
         raise UserError(f"unknown task(s) {unknown}; known: {sorted(task_map)}")
-    if FLAGS.corpus_task and FLAGS.corpus_task not in task_map:
-        raise UserError(f"--corpus_task={FLAGS.corpus_task}: unknown task; known: {sorted(task_map)}")
+    if settings.corpus_task and settings.corpus_task not in task_map:
+        raise UserError(f"--corpus_task={settings.corpus_task}: unknown task; known: {sorted(task_map)}")
     os.makedirs(work, exist_ok=True)
-    if "corpus" in FLAGS.stages:
-        if FLAGS.corpus_task:
-            stage_task_corpus(work, task_map[FLAGS.corpus_task])
+    if "corpus" in settings.stages:
+        if settings.corpus_task:
+            stage_task_corpus(work, task_map[settings.corpus_task])
         else:
             stage_corpus(work, data_root)
-    if "spm" in FLAGS.stages:
-        stage_spm(work, FLAGS.vocab_size)
-    for objective in FLAGS.objectives:
-        if "records" in FLAGS.stages:
-            stage_records(work, data_root, recipe, objective, FLAGS.num_processes)
-        if "pretrain" in FLAGS.stages:
+    if "spm" in settings.stages:
+        stage_spm(work, settings.vocab_size)
+    for objective in settings.objectives:
+        if "records" in settings.stages:
+            stage_records(work, data_root, recipe, objective, settings.num_processes)
+        if "pretrain" in settings.stages:
             stage_pretrain(work, recipe_path, recipe, objective)
     carried, source = None, None
-    if FLAGS.carry_over:
-        source = os.path.relpath(os.path.abspath(FLAGS.carry_over), REPO)
-        carried = carried_grids(os.path.abspath(FLAGS.carry_over), recipe, pretrain_curves(work), task_map)
-    if "finetune" in FLAGS.stages or "report" in FLAGS.stages:
+    if settings.carry_over:
+        source = os.path.relpath(os.path.abspath(settings.carry_over), REPO)
+        carried = carried_grids(settings, os.path.abspath(settings.carry_over), recipe,
+                                pretrain_curves(work, settings.objectives), task_map)
+    if "finetune" in settings.stages or "report" in settings.stages:
         try:
-            sync_ledger(work, task_map)
+            sync_ledger(settings, work, task_map)
         except transfer_ledger.LedgerError as e:  # before any run: a ledger it cannot read changes nothing
             raise UserError(f"--runs_ledger: {e}") from None
-    if "finetune" in FLAGS.stages:
-        stage_finetune(work, task_map, carried)
-    if "report" in FLAGS.stages:
-        baselines = {o: unigram(work, o, FLAGS.vocab_size) for o in FLAGS.objectives}
-        rows, curves = collect(work, task_map, carried, source), pretrain_curves(work)
-        write_report(work, recipe, rows, curves, {k: v for k, v in baselines.items() if v is not None},
+    if "finetune" in settings.stages:
+        stage_finetune(settings, work, task_map, carried)
+    if "report" in settings.stages:
+        baselines = {o: unigram(work, o, settings.vocab_size) for o in settings.objectives}
+        rows, curves = collect(settings, work, task_map, carried, source), pretrain_curves(work, settings.objectives)
+        write_report(settings, work, recipe, rows, curves, {k: v for k, v in baselines.items() if v is not None},
                      list(task_map.values()))
-        _say(f"report: {FLAGS.results_prefix}.md")
+        _say(f"report: {settings.results_prefix}.md")
 
 
 if __name__ == "__main__":

@@ -84,7 +84,7 @@ def load(path: str) -> Optional[Dict]:
         report = json.load(f)
     if "rows" not in report:
         raise UserError(f"{path}: not a report of bench.studies.transfer.transfer (no 'rows'); pass the "
-                             "report's .json")
+                        "report's .json")
     return report
 
 
@@ -178,7 +178,7 @@ def domain_shift_points(entries: List[str]) -> List[Dict]:
             raise UserError(f"--domain_shift: {label + '=' + path!r} is not {form}")
         if not os.path.exists(path):
             raise UserError(f"--domain_shift: {path} does not exist (make it with python -m "
-                                 "bench.studies.transfer.domain_shift)")
+                            "bench.studies.transfer.domain_shift)")
         with open(path, encoding="utf-8") as f:
             report = json.load(f)
         if "rows" not in report or not all("without_memories_bits_per_character" in r for r in report["rows"]):
@@ -210,7 +210,7 @@ def adapted_steps(report: Dict, path: str) -> int:
     steps = (report.get("pretrain_recipe") or {}).get("train_steps")
     if steps is None or not str(steps).isdigit():
         raise UserError(f"{path}: its pretrain_recipe has no train_steps; is it a task-adaptive table "
-                             "(bench.studies.transfer.transfer --corpus_task with the pretrain stage)?")
+                        "(bench.studies.transfer.transfer --corpus_task with the pretrain stage)?")
     return int(steps)
 
 
@@ -441,8 +441,8 @@ def main():
     reports = {key: load(path) for key, path in paths.items()}
     if reports["indomain"] is None and reports["ood"] is None:
         raise UserError(f"neither --indomain_report={FLAGS.indomain_report} nor --ood_report="
-                             f"{FLAGS.ood_report} exists: make them with python -m bench.studies.transfer.transfer "
-                             "first")
+                        f"{FLAGS.ood_report} exists: make them with python -m bench.studies.transfer.transfer "
+                        "first")
     adapted = {}
     for key, report in reports.items():
         if key.startswith("adapted:") and report is not None:
