@@ -1,4 +1,4 @@
-"""How fast XLA's CPU dots run on this machine at the shapes our two hot loops use (issues 36 and 38).
+"""How fast XLA's CPU dots run on this machine at the shapes our two hot loops use.
 
 Two probes, each a handful of XLA-compiled programs timed in interleaved rounds (median), so that a new host's
 kernels are known before a step is blamed:

@@ -1,4 +1,4 @@
-"""Where a `generate` call's time goes, per XLA operation (issue 36: one position per new token).
+"""Where a `generate` call's time goes, per XLA operation (one position per new token).
 
 Builds an `XLNetPretrainer` of random weights (speed does not depend on the values), compiles the generation
 program for one prompt with XLA dumping its optimized HLO, then records one call with the TensorFlow profiler and

@@ -1,4 +1,4 @@
-"""Where the production training step's time goes, per XLA operation (issue 38: the AVX2 CPU kind).
+"""Where the production training step's time goes, per XLA operation.
 
 Builds the runners' own `training.Trainer` step (ours.py `TrainerStep`, the step harness.py times) at a
 benchmark size, compiles it with XLA dumping its optimized HLO, then records `--steps` steps with the TensorFlow

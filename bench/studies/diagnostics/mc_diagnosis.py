@@ -1,4 +1,4 @@
-"""Why multiple choice sits at chance in the transfer table (issue 37): mc_wordnet under controlled changes.
+"""Why multiple choice sits at chance in the transfer table: mc_wordnet under controlled changes.
 
   python -m bench.studies.diagnostics.mc_diagnosis --work_dir=/work/mc_diag      # resumable; ~3 h on 2 cores
 

@@ -1,6 +1,6 @@
 """How unlike the pretraining corpus is a task's text, to the pretrained model itself: its left-to-right
 language-model loss on each set's text (xlnet_tf/inference/lm_eval.py, the reading of run/evaluate_lm.py), beside the
-tokenizer's pieces per word. A diagnosis for the transfer table's out-of-domain rows (issue 40): where the
+tokenizer's pieces per word. A diagnosis for the transfer table's out-of-domain rows: where the
 model predicts a text much worse than its held-out corpus text, its features were learned for other text.
 
   python -m bench.studies.transfer.domain_shift --checkpoint=../shared/models/plm_cpu/final \
