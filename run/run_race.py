@@ -2,7 +2,7 @@
 
   python tfrecords/build_race.py --data_dir=RACE --spiece_model=spiece.model --output_dir=records/race \
       --max_seq_length=512 --max_qa_length=128
-  python run/run_race.py --flagfile=run/flags/race_large.flags --record_dir=records/race \
+  python run/run_race.py --flagfile=run/flags/race.flags --record_dir=records/race \
       --spiece_model_file=spiece.model --model_config_path=xlnet_config.json --init_checkpoint=converted/ \
       --model_dir=out/race --do_train --do_eval
 

@@ -12,7 +12,8 @@ import numpy as np
 import tensorflow as tf
 
 from xlnet_tf.errors import UserError
-from xlnet_tf.inference.generation import LAYOUTS, _round_up, check_model
+from xlnet_tf.inference.generation import LAYOUTS, check_model
+from xlnet_tf.inference.prompts import round_up
 from xlnet_tf.text.layout import MASK_ID, PADDING_ID
 
 _RECOMPUTE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -61,7 +62,7 @@ def recompute_logits(model, prompt_ids: Sequence[int], continuation_ids: Optiona
     ids, rows = [], []
     for k in range(steps):
         prefix = prompt + ids
-        total = _round_up(len(prefix) + 1, bucket)
+        total = round_up(len(prefix) + 1, bucket)
         pad = total - len(prefix) - 1
         mask = np.zeros((total, total), np.float32)
         mask[pad:, pad:] = recompute_perm_mask(len(prefix), len(prompt), layout, window)

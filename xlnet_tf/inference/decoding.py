@@ -85,7 +85,7 @@ def ring_cache(model, mems, mem_real, prompt_len: int):
 
 def step_kernels(model, mem_len: int) -> StepKernels:
     """What every step reads unchanged, arranged once before the loop in the layout the step's products read
-    (XLA would otherwise copy a transpose of each inside every step; bench/generation_profile.py): per layer the
+    (XLA would otherwise copy a transpose of each inside every step; bench/speed/generation_profile.py): per layer the
     relative encoding of the distances `M + 1 .. 0` (column `M + 1 - d` holds distance d: every distance a step
     needs) and the position-wise kernels (`XLNetLayer.decoding_kernels`), and the word embedding transposed."""
     pos_emb = model.backbone.position_encoding(qlen=1, klen=mem_len + 1)[:1]

@@ -62,7 +62,6 @@ from xlnet_tf.inference.settings import (LAYOUTS, MAX_NEW_TOKENS, NEW_TOKENS_LIM
                                          program_structure)
 from xlnet_tf.text.layout import EOD_ID
 
-_round_up = round_up  # the name xlnet_tf/serving/lm.py and bench/generation_reference.py import
 
 __all__ = ["GeneratedRow", "GenerationOutput", "GenerationSettings", "LAYOUTS", "MAX_NEW_TOKENS", "NEG",
            "NEW_TOKENS_LIMIT", "PADDING_TEXT", "ProgramStructure", "STOP_ID", "check_model", "generate",

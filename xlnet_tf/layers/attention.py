@@ -149,7 +149,7 @@ class RelativeAttention(keras.layers.Layer):
     def _project_positions(self, pos_emb, batch, per_example=False):
         """`[n_dir, P, D]` -> `[n_dir, P, H, Dh]`: projected once per direction, shared by the batch rows
         (the reference implementations broadcast the encoding to `[B, P, D]` and project it per example;
-        `bench/variants.py` measures that as an A/B). A per-example `[B, P, D]` (dropout) gives
+        `bench/speed/variants.py` measures that as an A/B). A per-example `[B, P, D]` (dropout) gives
         `[B, P, H, Dh]`."""
         del batch, per_example  # the same einsum for both layouts
         return tf.einsum("xpd,dnh->xpnh", pos_emb, self._w(self.r))
@@ -161,7 +161,7 @@ class RelativeAttention(keras.layers.Layer):
         memories that take none (training's memories are constants: at mems 64 / seq 128 a third of the
         key and value input-gradient FLOPs; the long-document recipe's memories, with the gradient through
         the segments, still get theirs). Two matmuls per part; one fused matmul over the concatenated
-        kernels is measured as an A/B in `bench/variants.py`."""
+        kernels is measured as an A/B in `bench/speed/variants.py`."""
         keys, values = self._project(content, self.k), self._project(content, self.v)
         if mems is None:
             return keys, values
