@@ -24,7 +24,7 @@ from absl import flags
 from run import common_flags
 
 FLAGS = flags.FlagValues()
-# xlnet_tf.inference.generation.LAYOUTS (tests/test_generation.py checks), not imported: that loads TensorFlow, and a bad
+# xlnet_tf.inference.generation.LAYOUTS (tests/inference/test_generation.py checks), not imported: that loads TensorFlow, and a bad
 # flag is reported before it is
 LAYOUTS = ("causal", "bidirectional_prompt")
 

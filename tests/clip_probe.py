@@ -1,4 +1,4 @@
-"""Run by tests/test_training_semantics.py in its own process (one strategy per process): one `Trainer`
+"""Run by tests/training/test_training_semantics.py in its own process (one strategy per process): one `Trainer`
 step on 2 mirrored logical CPUs with a loss whose per-replica gradients are known, for each clip mode, in
 float32 and with float16 loss scaling; then the same step through Keras `fit` (`Task.train_step`, which
 finishes with the same `training.apply_clipped_gradients`). Prints one JSON line: the update per element

@@ -51,5 +51,5 @@ def test_build_covers_every_module_and_names_existing_files():
 def test_every_test_file_is_a_py_test():
     targets = _evaluate_build()
     tests = {t["srcs"][0] for t in targets.values() if t["kind"] == "py_test"}
-    files = {os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "tests", "test_*.py"))}
+    files = {os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "tests", "**", "test_*.py"), recursive=True)}
     assert files == tests, sorted(files ^ tests)

@@ -2,7 +2,7 @@
 
 Each context manager swaps one method of `xlnet_tf.layers.attention.RelativeAttention` for the
 alternative formulation while a model is built and traced, so the harness can measure what the
-production choice buys. Outputs are numerically the same (tests/test_bench_variants.py checks it); only
+production choice buys. Outputs are numerically the same (tests/bench/test_bench_variants.py checks it); only
 the work done differs.
 """
 

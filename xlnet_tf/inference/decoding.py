@@ -98,7 +98,7 @@ def decode_position(model, token, t, kv, real, kernels: StepKernels):
     """One position: `token [B]`'s content stream at `t` (keys and values into slot `t % R`) and the query stream
     at `t + 1` over the ring `kv` (per layer `(keys, values)` `[B, H, R, Dh]`, `real [B, R]` True = a real
     position); the query does not see slot `(t + 1) % R` (position t - M). Returns `(logits [B, n_token] float32,
-    kv, real)`: the backbone's numbers on `[mems; token]` (tests/test_generation.py compares them with the whole
+    kv, real)`: the backbone's numbers on `[mems; token]` (tests/inference/test_generation.py compares them with the whole
     prefix recomputed) with one position projected and no copy of the memory per step."""
     backbone = model.backbone
     batch, slots = tf.shape(token)[0], real.shape[1]

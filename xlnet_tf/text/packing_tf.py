@@ -1,6 +1,6 @@
 """The in-graph twins of xlnet_tf/text/packing.py (and of `tokenization.preprocess_text` and
 `layout.choice_text`): what `XLNetPreprocessor` and the SavedModel signatures pack, tested equal to their numpy
-forms, on random ids and on the shipped data of every task (tests/test_text_twins.py).
+forms, on random ids and on the shipped data of every task (tests/text/test_text_twins.py).
 
 Each packer takes ragged token ids `[N, (n)]` (no special tokens, any integer dtype) and returns, batch first and
 with a static last dimension L, the features the record readers give for the numpy packer's records: `input_ids`

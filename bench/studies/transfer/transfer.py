@@ -184,7 +184,7 @@ def define_flags(fv: flags.FlagValues = FLAGS):
 class TransferSettings:
     """One table's settings: the flags of `define_flags` (lists as tuples, paths as given), read once in main
     (`from_flags`) and passed down, so that the stages, the runs' commands, the ledger and the report read values.
-    `tests/test_transfer_ledger.py` holds the fields equal to the flags."""
+    `tests/bench/test_transfer_ledger.py` holds the fields equal to the flags."""
 
     work_dir: Optional[str]  # required by run()
     data_root: str

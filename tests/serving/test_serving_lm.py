@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from tests import data_fixtures, fresh_serving
-from tests.test_generation import _model, _sampling_scores, _top2
+from tests.inference.test_generation import _model, _sampling_scores, _top2
 from tests.tie_safe import assert_no_near_ties
 
 BOUNDS = dict(max_prompt_tokens=24, max_new_tokens=16, max_top_k=30, max_batch_size=4)

@@ -241,7 +241,7 @@ def test_split_a_and_b_matches_original_loops():
         assert got == original(sids, begin, tot_len, np.random.default_rng(seed)), trial
         if got is not None:
             assert (got[1] - got[0]) + (got[3] - got[2]) == tot_len
-    # the pair rule of the new part is the layout's (tests/test_text_packing.py checks it against the loop)
+    # the pair rule of the new part is the layout's (tests/text/test_text_packing.py checks it against the loop)
     assert pretrain_rows.shrink_pair is layout.shrink_pair
 
 
@@ -563,7 +563,7 @@ print("MIRRORED_OK")
 
 
 @pytest.mark.slow  # per-replica rows in the default run: test_reader_per_replica_sharding_keeps_stream_order;
-# the mirrored pipeline end to end: tests/test_distributed.py
+# the mirrored pipeline end to end: tests/training/test_distributed.py
 def test_distribute_datasets_from_function_with_mirrored_strategy(tmp_path):
     """Each of 2 replicas gets its own rows of every step, in stream order."""
     import subprocess

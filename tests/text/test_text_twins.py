@@ -261,7 +261,7 @@ def _squad_first_windows_equal_serving(spm, encoder, out, json_file, length=96, 
 def test_squad_first_windows_equal_serving(spm, encoder, tmp_path, version):
     """Serving packs one window per question: it equals the builder's first window of every kept question.
     Serving's offsets are byte spans of the raw context (the builder's side file holds character spans); they are
-    not compared here (tests/test_serving.py checks the served answers)."""
+    not compared here (tests/serving/test_serving.py checks the served answers)."""
     questions, more = _squad_first_windows_equal_serving(spm, encoder, tmp_path,
                                                          f"{DATA}/squad_wordnet/dev-v{version}.json")
     assert questions >= 250 and more  # some questions span several windows

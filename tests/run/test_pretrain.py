@@ -193,7 +193,7 @@ def test_unknown_flag_and_flagfiles(tmp_path):
         pretrain.FLAGS.unparse_flags()
 
 
-@pytest.mark.slow  # the default run has tests/test_distributed.py::test_mirrored_two_replicas_equal_one_device
+@pytest.mark.slow  # the default run has tests/training/test_distributed.py::test_mirrored_two_replicas_equal_one_device
 def test_mirrored_two_replicas_in_a_subprocess(tmp_path):
     """MirroredStrategy over 2 logical CPUs (one strategy per process, hence the subprocess)."""
     train = _build("train", "austen_moby_slice.txt", num_replicas=2)

@@ -136,7 +136,7 @@ def test_clip_threshold_with_two_replicas():
     """Replica 0's share of the global gradient is 1.0 per element, replica 1's 0.25, clip 0.3 x sqrt(size):
     global clip gives 0.3, per-replica clip 0.3 + 0.25, and float16 loss scaling the same as float32 (it
     used to clip each replica's share of the summed gradient, i.e. at 2 x clip: 0.6)."""
-    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(__file__), "clip_probe.py")],
+    out = subprocess.run([sys.executable, os.path.join(os.path.dirname(os.path.dirname(__file__)), "clip_probe.py")],
                          capture_output=True, text=True, timeout=600,
                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert out.returncode == 0, out.stderr[-3000:]

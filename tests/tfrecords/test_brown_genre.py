@@ -10,7 +10,7 @@ import pytest
 
 from tfrecords.sets import brown_genre as bg
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SLICE = os.path.join(ROOT, "data", "finetune", "brown_genre")
 
 

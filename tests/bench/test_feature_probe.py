@@ -12,7 +12,7 @@ from bench.studies.transfer import feature_probe
 from xlnet_tf.errors import UserError
 from tests import data_fixtures
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOPIC = os.path.join(REPO, "tests", "data", "labeled", "topic")
 
 

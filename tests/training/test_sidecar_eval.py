@@ -119,7 +119,7 @@ def test_a_pretraining_sidecar_scores_each_checkpoint_once(tmp_path, capsys):
     """The trainer pretrains without held-out records; the evaluator (`--mode=continuous_eval`) then gives the
     held-out loss of each checkpoint once, and a second evaluator over the same run adds nothing."""
     from run import pretrain
-    from tests.test_bad_inputs_pretraining import PRETRAIN, _records
+    from tests.run.test_bad_inputs_pretraining import PRETRAIN, _records
     from xlnet_tf.artifacts import results
     from xlnet_tf.training import sidecar
 

@@ -10,7 +10,7 @@ import pytest
 from bench.studies.transfer import transfer
 from xlnet_tf.errors import UserError
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def classification_set(tmp_path, rows):

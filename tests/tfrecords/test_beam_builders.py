@@ -4,7 +4,7 @@ The Beam tests need apache-beam, which caps protobuf below 7 while requirements.
 protobuf 7, so they run in the separate environment of requirements-beam.txt:
 
     python3 -m venv .venv-beam && .venv-beam/bin/pip install -r requirements-beam.txt pytest
-    .venv-beam/bin/python -m pytest -q tests/test_beam_builders.py
+    .venv-beam/bin/python -m pytest -q tests/tfrecords/test_beam_builders.py
 
 In the main environment they are skipped (`importorskip`); the pin check below runs in both.
 """

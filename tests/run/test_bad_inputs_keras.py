@@ -53,7 +53,7 @@ def _classifier(text=False, **kwargs):
     if text:
         kwargs["preprocessor"] = XLNetPreprocessor(data_fixtures.tiny_spm(), sequence_length=16)
     model = XLNetClassifier(TINY.replace(n_layer=1), num_labels=3, **kwargs)  # one layer: the checks need no depth
-    # label and data checks, not XLA (tests/test_keras_task.py fits with it): the graph path compiles faster
+    # label and data checks, not XLA (tests/models/test_keras_task.py fits with it): the graph path compiles faster
     model.compile(optimizer=keras.optimizers.Adam(1e-3), jit_compile=False)
     return model
 
@@ -102,7 +102,7 @@ def _record_features(texts, max_segments, keep_accents=False):
     return {k: tf.constant(feats[k].reshape(shape)) for k in ("input_ids", "segment_ids", "attention_mask")}
 
 
-# all_segments/mean in the default run: tests/test_serving.py::test_features_of_a_long_document_model
+# all_segments/mean in the default run: tests/serving/test_serving.py::test_features_of_a_long_document_model
 @pytest.mark.parametrize("document_summary,summary_type", [
     ("last_segment", "last"), pytest.param("all_segments", "mean", marks=pytest.mark.slow)])
 def test_from_checkpoint_of_a_long_document_run_predicts_on_whole_texts(tmp_path, document_summary, summary_type):
@@ -199,7 +199,7 @@ def test_integer_valued_float_labels_train_as_their_ids():
     np.testing.assert_allclose(loss_floats, loss_ints, atol=1e-6)
     for a, b in zip(as_floats.get_weights(), as_ints.get_weights()):
         np.testing.assert_allclose(a, b, atol=1e-6)
-    # a regression model fits real-valued targets: tests/test_keras_task.py (every task model fits)
+    # a regression model fits real-valued targets: tests/models/test_keras_task.py (every task model fits)
 
 
 def test_string_labels_are_refused_with_the_label_list_hint():

@@ -9,7 +9,7 @@ import pytest
 
 from bench.studies.transfer import transfer
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.parametrize("init, parsed", [("scratch", ("scratch", None)), ("plm", ("plm", None)),
@@ -62,7 +62,7 @@ transfer.FLAGS(["transfer", "--tasks=topic", "--objectives=plm", f"--work_dir={w
                 "--inits=scratch,plm@900,plm", f"--results_prefix={prefix}", "--learning_rates=3e-4"])
 settings = transfer.TransferSettings.from_flags(transfer.FLAGS)
 task = transfer.tasks("data/finetune")["topic"]
-task.baseline = None  # the linear baseline's column: tests/test_benchmark_runner.py (here ~40 s of fitting)
+task.baseline = None  # the linear baseline's column: tests/run/test_benchmark_runner.py (here ~40 s of fitting)
 def run(init, seed, acc):
     results.record(transfer.run_dir(work, "topic", init, "3e-4", seed), "classifier", "accuracy",
                    transfer.final_step(task, settings),

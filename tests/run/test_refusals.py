@@ -141,7 +141,7 @@ ROWS = [
      ["--flagfiles={tiny_flags},{tmp}/none.flags"], r"--flagfiles: .*none.flags does not exist"),
 ]
 # corrected runs too slow for the default suite (benchmark runs each flag file in its own process:
-# tests/test_benchmark_runner.py runs it end to end)
+# tests/run/test_benchmark_runner.py runs it end to end)
 SLOW_CORRECTED = {"benchmark"}
 
 

@@ -338,7 +338,7 @@ def test_race_export_serves_raw_text_as_the_builder_packs_it(tmp_path):
     np.testing.assert_allclose(model.scorer(out["features/pooled"]).numpy()[..., 0], expected, atol=1e-5)
 
 
-# last_segment/last in the default run: tests/test_bad_inputs_keras.py (from_checkpoint of a long-document run)
+# last_segment/last in the default run: tests/run/test_bad_inputs_keras.py (from_checkpoint of a long-document run)
 @pytest.mark.parametrize("document_summary,summary_type", [
     pytest.param("last_segment", "last", marks=pytest.mark.slow), ("all_segments", "mean")])
 def test_features_of_a_long_document_model(document_summary, summary_type):

@@ -204,7 +204,7 @@ def _first_sentence_baseline(path, v2):
     return squad_metrics.evaluate(dataset, preds, None, version_2_with_negative=v2)
 
 
-# Learning thresholds (minutes each); CI runs the SQuAD runner end to end in tests/test_serving.py's export test.
+# Learning thresholds (minutes each); CI runs the SQuAD runner end to end in tests/serving/test_serving.py's export test.
 @pytest.mark.parametrize("version", [pytest.param("v1.1", marks=pytest.mark.slow),
                                      pytest.param("v2.0", marks=pytest.mark.slow)])
 def test_squad_beats_first_sentence_baseline(tmp_path, version):

@@ -11,7 +11,7 @@ import pytest
 
 from bench.studies.transfer import transfer_ledger as ledger
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def provenance(**changes):
@@ -395,7 +395,7 @@ print("ok")
 def test_a_killed_fine_tuning_run_is_resumed_only_when_nothing_that_shapes_it_changed(tmp_path):
     """The transfer study's chain is killed with its session: a run killed while training or while scoring its
     checkpoints is no result (its best so far is not its best); the next launch resumes it when its command and
-    the runner's code are the same (the training loop resumes exactly: tests/test_finetune_runners.py), and starts
+    the runner's code are the same (the training loop resumes exactly: tests/run/test_finetune_runners.py), and starts
     it again otherwise. A finished run is this table's only when this table's command made it."""
     out = subprocess.run([sys.executable, "-c", RESUME_CHECK, str(tmp_path)], cwd=REPO,
                          capture_output=True, text=True, timeout=300)

@@ -186,7 +186,7 @@ def test_unknown_flag_names_the_flag():
      "--export_dir={tmp}/a_file is a file; give a directory (the versions go under it)"),
     pytest.param("export_savedmodel", ["--model_dir={tmp}", "--export_dir={tmp}/e", "--version=3"],
                  "{tmp}/e/3 exists: choose another --version (TF Serving loads the highest) or another --export_dir",
-                 marks=pytest.mark.slow),  # in process in the default run: tests/test_serving.py (version exists)
+                 marks=pytest.mark.slow),  # in process in the default run: tests/serving/test_serving.py (version exists)
     ("export_savedmodel", ["--model_dir={tmp}", "--export_dir={tmp}/e", "--version=-1"],
      "flag --version=-1: -1 is not a non-negative integer"),
     ("export_savedmodel", ["--model_dir={tmp}"], "--export_dir and --model_dir (or --checkpoint with --model_dir) "

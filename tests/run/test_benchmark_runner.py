@@ -53,7 +53,7 @@ def test_flag_files_parse_with_their_runners():
 
     from run import common_flags
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     paths = [p for p in glob.glob(os.path.join(repo, "run", "flags", "*.flags"))
              + glob.glob(os.path.join(repo, "bench", "studies", "*", "flags", "*.flags"))
              if not os.path.basename(p).startswith(("pretrain", "demo", "transfer_cpu"))]
@@ -76,7 +76,7 @@ def test_runners_keep_their_own_defaults_and_define_nothing_at_import():
     import subprocess
     import sys
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     code = ("from run import run_classifier, run_squad, run_race, pretrain, benchmark, convert_checkpoint; "
             "from absl import flags; "
             "mods = (run_classifier, run_squad, run_race, pretrain, benchmark, convert_checkpoint); "
@@ -104,7 +104,7 @@ def test_transfer_flag_file_parses_and_names_real_tasks():
     import subprocess
     import sys
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     # the table; its out-of-domain rows; their diagnosis rows (own work_dir and ledger, the runner's own flags added)
     variants = {"transfer_cpu_ood_layer_decay.flags": "--lr_layer_decay_rate=0.75",
                 "transfer_cpu_ood_mean.flags": "--summary_type=mean"}
@@ -239,7 +239,7 @@ def test_transfer_carries_over_only_seed0_runs_of_the_same_pretrained_model(tmp_
     import subprocess
     import sys
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run([sys.executable, "-c", CARRY_CHECK, str(tmp_path / "earlier.json")], cwd=repo,
                          capture_output=True, text=True, timeout=300)
     assert out.stdout.strip().endswith("ok"), out.stderr[-2000:]
@@ -271,7 +271,7 @@ def test_mc_diagnosis_variants_keep_each_answer_and_drop_the_article(tmp_path):
 
     from bench.studies.diagnostics import mc_diagnosis
 
-    source = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "finetune",
+    source = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "data", "finetune",
                           "mc_wordnet")
     shuffled = mc_diagnosis.write_variant(source, str(tmp_path / "shuffled"), "shuffled")
     bare = mc_diagnosis.write_variant(source, str(tmp_path / "bare"), "no_article")
@@ -346,7 +346,7 @@ def test_carried_cells_must_come_from_the_same_fine_tuning_settings(tmp_path):
     import subprocess
     import sys
 
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     out = subprocess.run([sys.executable, "-c", CARRY_SETTINGS_CHECK, str(tmp_path)], cwd=repo, capture_output=True,
                          text=True, timeout=300)
     assert out.stdout.strip().endswith("ok"), out.stdout[-2000:] + out.stderr[-3000:]
