@@ -55,7 +55,14 @@ tf.get_logger().setLevel("ERROR")  # each A/B variant traces its own functions o
 SUITES = ("pretrain_step", "finetune_step", "tagging_step", "train_loop", "input_pipeline", "serving", "builder",
           "memory")
 STEP_SUITES = {"plm": "pretrain_step", "classifier": "finetune_step", "tagger": "tagging_step"}  # step_rows' kinds
-REFERENCE_VARIANTS = ("eager", "compile")  # how HF runs; a row's reference is the fastest that worked
+REFERENCE_VARIANTS = ("eager", "compile", "eager_bf16", "compile_bf16")  # how HF runs; a row's reference is the
+# fastest that worked and kept HF's own accuracy (`bfloat16_accuracy`)
+BF16_SUFFIX = "_bf16"  # torch.autocast("cpu", dtype=torch.bfloat16) around the step: what a PyTorch user on a CPU
+# with bfloat16 arithmetic reaches for first (the matmuls at the bfloat16 rate, reductions in float32)
+AUTOCAST_NOTE = ("torch.autocast('cpu', dtype=torch.bfloat16) around the whole step (forward, loss and backward; "
+                 "the optimizer's update in float32 master weights), eager or under torch.compile as its float32 "
+                 "twin; timed only on a CPU with bfloat16 arithmetic (AVX-512 BF16 or AMX)")
+BF16_LOSS_TOLERANCE = 0.01  # a bfloat16 variant stands as the reference only if its loss is within 1% of float32's
 COMPILE_NOTE = ("torch.compile (inductor) of the whole training step, which dynamo splits at backward() and at "
                 "the optimizer's own graph breaks into three compiled graphs: forward and loss (its backward "
                 "AOT-compiled), global-norm clipping, and the AdamW update over all parameters; serving compiles "
@@ -367,37 +374,105 @@ def _reset_compiled():
         torch._dynamo.reset()
 
 
-def hf_step_variants(hf, pt, names) -> dict:
-    """Builders of HF's training step (peak_rss.py hf_train_step) per `REFERENCE_VARIANTS` name: `eager`,
-    and `compile`, the whole step under torch.compile (`COMPILE_NOTE`). The variants share the model."""
+def default_reference_variants(native_bfloat16: bool) -> tuple:
+    """Every `REFERENCE_VARIANTS` name where the CPU multiplies bfloat16 natively, else the float32 ones (an
+    emulated bfloat16 autocast would time the emulation)."""
+    return tuple(n for n in REFERENCE_VARIANTS if native_bfloat16 or not n.endswith(BF16_SUFFIX))
+
+
+def autocast(fn):
+    """`fn` run under `torch.autocast("cpu", dtype=torch.bfloat16)` (`AUTOCAST_NOTE`)."""
     torch = _torch()
 
-    def compiled():
-        _reset_compiled()
-        return torch.compile(hf_train_step(hf, pt))
+    def run(*args):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return fn(*args)
+    return run
 
-    builders = {"eager": lambda: hf_train_step(hf, pt), "compile": compiled}
-    return {f"hf_{n}": builders[n] for n in names}
+
+def _variant_builders(make, names) -> dict:
+    """`hf_<name>` -> builder for each name: `make(compiled)` (the callable, eager or with torch.compile applied
+    where the float32 variant applies it), and under bfloat16 autocast for `..._bf16` (the autocast state is
+    set around the call, as a user writes it; torch.compile traces under it)."""
+    def build(name):
+        def builder():
+            if name.removesuffix(BF16_SUFFIX) == "compile":
+                _reset_compiled()
+            fn = make(name.removesuffix(BF16_SUFFIX) == "compile")
+            return autocast(fn) if name.endswith(BF16_SUFFIX) else fn
+        return builder
+
+    return {f"hf_{n}": build(n) for n in names}
+
+
+def hf_step_variants(hf, pt, names) -> dict:
+    """Builders of HF's training step (peak_rss.py hf_train_step) per `REFERENCE_VARIANTS` name: `eager`,
+    `compile`, the whole step under torch.compile (`COMPILE_NOTE`), and both under bfloat16 autocast
+    (`AUTOCAST_NOTE`). The variants share the model."""
+    torch = _torch()
+    return _variant_builders(lambda compiled: (torch.compile if compiled else (lambda f: f))(hf_train_step(hf, pt)),
+                             names)
+
+
+def bfloat16_accuracy(hf, pt, names) -> dict:
+    """HF's loss on the row's batch in float32 and under bfloat16 autocast (forward only, no update), and
+    `accepted`: whether the bfloat16 variants keep HF's own accuracy (relative loss difference within
+    `BF16_LOSS_TOLERANCE`); {} when no bfloat16 variant is timed."""
+    if not any(n.endswith(BF16_SUFFIX) for n in names):
+        return {}
+    torch = _torch()
+    training = hf.training
+    hf.eval()  # no dropout draw between the two
+    with torch.no_grad():
+        full = float(hf(**pt).loss)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            half = float(hf(**pt).loss)
+    hf.train(training)
+    relative = abs(half - full) / max(abs(full), 1e-12)
+    return {"loss_float32": round(full, 5), "loss_bfloat16": round(half, 5), "relative": round(relative, 5),
+            "accepted": relative <= BF16_LOSS_TOLERANCE}
+
+
+def bfloat16_logits(hf, pt, names) -> dict:
+    """HF's inference logits under bfloat16 autocast against float32 on the row's batch: the relative L2
+    difference and the share of examples whose top class agrees (random weights: no ties); {} when no
+    bfloat16 variant is timed. Reported, not used to drop the variant (inference has no loss to hold)."""
+    if not any(n.endswith(BF16_SUFFIX) for n in names):
+        return {}
+    torch = _torch()
+    training = hf.training
+    hf.eval()
+    with torch.no_grad():
+        full = hf(**pt).logits.float().numpy()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            half = hf(**pt).logits.float().numpy()
+    hf.train(training)
+    return {"logits_relative_l2": round(float(np.linalg.norm(half - full) / max(np.linalg.norm(full), 1e-12)), 5),
+            "top1_agreement": round(float(np.mean(half.argmax(-1) == full.argmax(-1))), 4)}
+
+
+def accepted_variants(names, accuracy: dict) -> tuple:
+    """`names` less the bfloat16 ones when `accuracy` (bfloat16_accuracy) did not accept them."""
+    if not accuracy or accuracy["accepted"]:
+        return tuple(names)
+    return tuple(n for n in names if not n.endswith(BF16_SUFFIX))
 
 
 def hf_inference_variants(hf, pt, names) -> dict:
-    """Builders of HF inference (logits under no_grad, eval mode) per `REFERENCE_VARIANTS` name: `eager`, and
-    `compile`, the model under torch.compile."""
+    """Builders of HF inference (logits under no_grad, eval mode, returned as float32) per `REFERENCE_VARIANTS`
+    name: `eager`, `compile` (the forward under torch.compile) and both under bfloat16 autocast."""
     torch = _torch()
     hf.eval()
 
-    def infer(model):
+    def make(compiled):
+        model = torch.compile(hf) if compiled else hf
+
         def run():
             with torch.no_grad():
-                return model(**pt).logits.numpy()
+                return model(**pt).logits.float().numpy()
         return run
 
-    def compiled():
-        _reset_compiled()
-        return infer(torch.compile(hf))
-
-    builders = {"eager": lambda: infer(hf), "compile": compiled}
-    return {f"hf_{n}": builders[n] for n in names}
+    return _variant_builders(make, names)
 
 
 def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, mlen: int, repeats: int,
@@ -419,7 +494,11 @@ def step_rows(kind: str, config, batch: int, seq_len: int, num_predict: int, mle
     production, *others = variants
     with attention_variants.VARIANTS[production.attention]():
         step, forward = _build_variant(config, kind, production, weights, feats, batch, seq_len)
-    reference, hf_ms, ms = time_reference(hf_step_variants(hf, pt, reference_variants), repeats, ours=step)
+    accuracy = bfloat16_accuracy(hf, pt, reference_variants)
+    names = accepted_variants(reference_variants, accuracy)
+    reference, hf_ms, ms = time_reference(hf_step_variants(hf, pt, names), repeats, ours=step)
+    if accuracy:
+        reference["bfloat16_accuracy"] = accuracy
     _reset_compiled()
     del hf
     flops = train_flops(config, batch, seq_len, num_predict if kind == "plm" else 0, mlen)
@@ -480,8 +559,7 @@ def serving_rows(config, batch: int, seq_len: int, repeats: int, spiece_model: s
                  reference_variants=REFERENCE_VARIANTS):
     """SavedModel `from_ids` (fresh load) vs HF PyTorch inference (no_grad; each of `reference_variants`, the
     fastest is the reference), batch `batch`."""
-    from xlnet_tf import checkpoints
-    from xlnet_tf.serving import export as serving
+    from xlnet_tf import checkpoints, serving
 
     _torch().set_num_threads(os.cpu_count())
     hf = _hf_model(config, "classifier")
@@ -498,7 +576,10 @@ def serving_rows(config, batch: int, seq_len: int, repeats: int, spiece_model: s
     _warm_up(served)
     pt = torch_inputs(data, None, "classifier")
     pt.pop("labels")
+    accuracy = bfloat16_logits(hf, pt, reference_variants)
     reference, hf_ms, ms = time_reference(hf_inference_variants(hf, pt, reference_variants), repeats, ours=served)
+    if accuracy:
+        reference["bfloat16_accuracy"] = accuracy
     _reset_compiled()
     row = {"suite": "serving", "variant": "SavedModel from_ids vs HF inference (no_grad)", "batch": batch,
            "seq_len": seq_len, "n_layer": config.n_layer, "d_model": config.d_model, "ours_ms": round(ms, 1),
@@ -672,8 +753,9 @@ def train_loop_rows(n_layer: int, d_model: int, batch: int, seq_len: int, num_pr
     for name in reference_variants:
         mems = [torch.zeros(mem_len, batch, d_model) for _ in range(n_layer)] if mem_len else None
         try:
-            reference_rates[f"hf_{name}"] = loop_rates(hf_loop_step(hf, name == "compile"), batches,
-                                                       steps_per_loop, batch, mems)
+            step = hf_loop_step(hf, name.removesuffix(BF16_SUFFIX) == "compile")
+            step = autocast(step) if name.endswith(BF16_SUFFIX) else step
+            reference_rates[f"hf_{name}"] = loop_rates(step, batches, steps_per_loop, batch, mems)
         except Exception as error:  # noqa: BLE001 - the row keeps the variants that worked
             failures[f"hf_{name}"] = _reason(error)
             print(f"reference variant hf_{name} failed: {failures[f'hf_{name}']}", flush=True)
@@ -747,11 +829,16 @@ def _fmt(row, *keys):
     return ""
 
 
-def reference_settings(names) -> dict:
+def reference_settings(names, native_bfloat16: bool) -> dict:
     """How HF is run, for the report header. Called first in `main`: flushing denormals must precede
     PyTorch's thread pool."""
+    compiled = any(n.removesuffix(BF16_SUFFIX) == "compile" for n in names)
+    bf16 = any(n.endswith(BF16_SUFFIX) for n in names)
     return {"variants": [f"hf_{n}" for n in names], "flush_denormal": flush_denormals(),
-            "compile": COMPILE_NOTE if "compile" in names else None}
+            "compile": COMPILE_NOTE if compiled else None,
+            "autocast_bfloat16": AUTOCAST_NOTE if bf16 else (
+                None if native_bfloat16 else "not timed: this CPU has no bfloat16 arithmetic (AVX-512 BF16 or AMX), "
+                "so an autocast step would time an emulation")}
 
 
 def _peak_line(peaks: dict) -> str:
@@ -773,6 +860,8 @@ def _reference_line(ref: dict) -> str:
                "intra-op thread)" if ref["flush_denormal"] else
                "flushing requested but NOT verified on every intra-op thread (HF may be slowed by denormals)")
     compile_note = f" hf_compile: {ref['compile']}." if ref.get("compile") else ""
+    if ref.get("autocast_bfloat16"):
+        compile_note += f" bfloat16 autocast (hf_*_bf16): {ref['autocast_bfloat16']}."
     return (f"Reference: Hugging Face transformers XLNet (PyTorch), timed in the same process as "
             f"{', '.join(ref['variants'])}, denormals {flushed}; TensorFlow flushes denormals itself. Each row's "
             f"reference is its fastest variant (named in the reference column; all in the notes), and its ratio is "
@@ -924,8 +1013,9 @@ def define_flags(fv: flags.FlagValues = FLAGS):
     d.bool("ab", None, "Also time the A/B variants of our step at the first length (default: on; quick: off, and "
            "with --ab no mixed_bfloat16 variant on a CPU without bfloat16 arithmetic).")
     d.bool("breakdown", None, "Split the production step into forward and the rest (default: on; quick: off).")
-    d.string("reference_variants", ",".join(REFERENCE_VARIANTS), f"How HF runs, comma-separated from "
-             f"{', '.join(REFERENCE_VARIANTS)}; each row compares with the fastest.")
+    d.string("reference_variants", None, f"How HF runs, comma-separated from {', '.join(REFERENCE_VARIANTS)} "
+             "(default: all of them on a CPU with bfloat16 arithmetic, else the float32 ones); each row compares "
+             "with the fastest.")
     d.string("peak_sizes", None, "Matrix sizes n of the matmul peak (default 1024,2048,4096; quick: 1024,2048).")
     d.string("peak_dtypes", None, "Matmul peaks measured (default float32,bfloat16; quick: float32).")
     d.integer("loop_steps", None, "train_loop: steps per host loop (default 10; quick: 4).")
@@ -943,10 +1033,15 @@ def main():
         raise UserError("--loops: at least 2 (the first compiles and is not counted)")
     quick_skipped = resolve_settings(FLAGS, describe()["native_bfloat16"])
     seq_lens = [int(s) for s in FLAGS.seq_lens.split(",")]
-    ref_variants = tuple(FLAGS.reference_variants.split(","))
+    native = describe()["native_bfloat16"]
+    ref_variants = (tuple(FLAGS.reference_variants.split(",")) if FLAGS.reference_variants
+                    else default_reference_variants(native))
     if not ref_variants or set(ref_variants) - set(REFERENCE_VARIANTS):
         raise UserError(f"--reference_variants: choose from {REFERENCE_VARIANTS}")
-    reference = reference_settings(ref_variants)  # first: before anything starts PyTorch's thread pool
+    if not native and any(n.endswith(BF16_SUFFIX) for n in ref_variants):
+        raise UserError(f"--reference_variants={FLAGS.reference_variants}: this CPU has no bfloat16 arithmetic "
+                        "(AVX-512 BF16 or AMX), so a bfloat16 autocast variant would time an emulation; leave them out")
+    reference = reference_settings(ref_variants, native)  # first: before anything starts PyTorch's thread pool
     peak_sizes = [int(n) for n in FLAGS.peak_sizes.split(",")]
     if "float32" not in FLAGS.peak_dtypes.split(",") or set(FLAGS.peak_dtypes.split(",")) - set(PEAK_BACKENDS):
         raise UserError(f"--peak_dtypes: float32 (MFU's denominator) and optionally bfloat16, got {FLAGS.peak_dtypes}")

@@ -493,3 +493,60 @@ def test_step_ab_puts_the_reference_methods_in_place_and_restores_them(tmp_path)
     with pytest.raises(ValueError, match="not a file under xlnet_tf/"):
         step_ab.module_name("bench/speed/harness.py")
     assert step_ab.module_name("xlnet_tf/layers/attention.py") == "xlnet_tf.layers.attention"
+
+
+def test_bfloat16_autocast_joins_the_reference_only_where_the_cpu_has_bfloat16():
+    from bench.speed import harness
+
+    assert harness.default_reference_variants(True) == ("eager", "compile", "eager_bf16", "compile_bf16")
+    assert harness.default_reference_variants(False) == ("eager", "compile")
+    settings = harness.reference_settings(("eager", "eager_bf16"), True)
+    assert settings["autocast_bfloat16"] == harness.AUTOCAST_NOTE and settings["compile"] is None
+    assert "not timed" in harness.reference_settings(("eager",), False)["autocast_bfloat16"]
+    assert harness.reference_settings(("eager",), True)["autocast_bfloat16"] is None
+
+
+def test_a_bfloat16_variant_runs_under_autocast_and_stands_only_if_it_keeps_the_loss():
+    import torch
+    import transformers
+
+    from bench.speed import harness
+
+    builders = harness._variant_builders(lambda compiled: lambda: torch.is_autocast_enabled("cpu"),
+                                         ("eager", "eager_bf16"))
+    assert {name: build()() for name, build in builders.items()} == {"hf_eager": False, "hf_eager_bf16": True}
+    assert not torch.is_autocast_enabled("cpu")  # the state is set around the call only
+
+    torch.manual_seed(0)
+    hf = transformers.XLNetForSequenceClassification(transformers.XLNetConfig(
+        vocab_size=50, d_model=32, n_layer=1, n_head=2, d_inner=64, num_labels=3))
+    pt = {"input_ids": torch.randint(0, 50, (2, 8)), "labels": torch.tensor([0, 2])}
+    assert harness.bfloat16_accuracy(hf, pt, ("eager",)) == {}
+    accuracy = harness.bfloat16_accuracy(hf, pt, ("eager", "eager_bf16"))
+    assert accuracy["loss_float32"] > 0 and accuracy["relative"] <= harness.BF16_LOSS_TOLERANCE and accuracy["accepted"]
+    names = ("eager", "compile", "eager_bf16", "compile_bf16")
+    assert harness.accepted_variants(names, accuracy) == names
+    assert harness.accepted_variants(names, {**accuracy, "accepted": False}) == ("eager", "compile")
+    logits = harness.bfloat16_logits(hf, {"input_ids": pt["input_ids"]}, names)
+    assert 0 <= logits["logits_relative_l2"] < 0.05 and 0 <= logits["top1_agreement"] <= 1
+
+
+@pytest.mark.slow
+def test_bfloat16_reference_end_to_end(tmp_path):
+    """Where the CPU has bfloat16 arithmetic: HF eager under bfloat16 autocast timed beside float32 in a step row
+    and the serving row, its accuracy check in the row; elsewhere the harness refuses the variant in one line."""
+    from bench.host import describe
+
+    if not describe()["native_bfloat16"]:
+        cmd = [sys.executable, "-m", "bench.speed.harness", "--suite=finetune_step", "--reference_variants=eager_bf16",
+               f"--output_dir={tmp_path}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=data_fixtures.REPO_ROOT)
+        assert proc.returncode == 2 and "no bfloat16 arithmetic" in proc.stderr.strip().splitlines()[-1]
+        return
+    report, md = _run(tmp_path, "--suite=finetune_step,serving", "--noab", "--reference_variants=eager,eager_bf16")
+    for r in report["rows"]:
+        _check_reference(r, ["hf_eager", "hf_eager_bf16"])
+    step = next(r for r in report["rows"] if r["suite"] == "finetune_step")
+    assert step["bfloat16_accuracy"]["accepted"]
+    serving = next(r for r in report["rows"] if r["suite"] == "serving")
+    assert "logits_relative_l2" in serving["bfloat16_accuracy"] and "bfloat16 autocast" in md
