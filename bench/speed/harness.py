@@ -84,14 +84,19 @@ PLM_VARIANTS = [
         attention="keys and values over [mems; content]"),
     _ab("AdamW outside the XLA cluster (the multi-replica path)", fused_step=False),
     _ab("mixed_bfloat16", mixed_precision="bfloat16"),
+    _ab("mixed_bfloat16 without XLA (oneDNN's bfloat16 kernels)", mixed_precision="bfloat16", jit=False),
 ]
 FINETUNE_VARIANTS = [PRODUCTION, _ab("no XLA (jit_compile=False)", jit=False),
                      _ab("last layer over every row (reference formulation)", summary_rows_only=False),
                      _ab("AdamW outside the XLA cluster (the multi-replica path)", fused_step=False),
-                     _ab("mixed_bfloat16", mixed_precision="bfloat16")]
+                     _ab("mixed_bfloat16", mixed_precision="bfloat16"),
+                     _ab("mixed_bfloat16 without XLA (oneDNN's bfloat16 kernels)", mixed_precision="bfloat16",
+                         jit=False)]
 TAGGING_VARIANTS = [PRODUCTION, _ab("no XLA (jit_compile=False)", jit=False),
                     _ab("AdamW outside the XLA cluster (the multi-replica path)", fused_step=False),
-                    _ab("mixed_bfloat16", mixed_precision="bfloat16")]
+                    _ab("mixed_bfloat16", mixed_precision="bfloat16"),
+                    _ab("mixed_bfloat16 without XLA (oneDNN's bfloat16 kernels)", mixed_precision="bfloat16",
+                        jit=False)]
 # tagging_step: the universal part-of-speech tags (the transfer study's transfer_pos_brown.flags), and the pieces per
 # word of its windows (P(1), P(2), P(3) pieces: 1.4 a word, so about 70% of positions carry a label)
 TAGGING_LABELS = len(UNIVERSAL_TAGS)  # ours.py's tagger manifest: the same tags
