@@ -60,15 +60,17 @@ def test_harness_writes_report(tmp_path):
     _check_peak(report["peak_gflops"]["float32"], ("tf_xla", "tf_onednn", "torch", "numpy"))
     _check_peak(report["peak_gflops"]["bfloat16"], ("tf_xla", "tf_onednn", "torch"))
     plm = [r for r in rows if r["suite"] == "pretrain_step"]
-    assert len(plm) == 7 and plm[0]["variant"].startswith("production")
+    from bench.speed import harness
+
+    assert len(plm) == len(harness.PLM_VARIANTS) and plm[0]["variant"].startswith("production")
     assert set(plm[0]["breakdown_ms"]) == {"forward", "backward_and_update"}
     assert all(r["ratio"] > 0 and r["reference_ms"] > 0 and r["mem_len"] == 8 for r in plm)
     for r in plm:
         _check_reference(r, ["hf_eager"])
     assert all("vs_production" in r for r in plm[1:])
     assert all(r["ratio"] == pytest.approx(plm[0]["ratio"] * r["vs_production"], rel=0.01) for r in plm[1:])
-    names = " ".join(r["variant"] for r in plm)
-    assert all(v in names for v in variants.VARIANTS if v != "production")
+    assert [r["variant"] for r in plm] == [v.name for v in harness.PLM_VARIANTS]
+    assert {v.attention for v in harness.PLM_VARIANTS} == set(variants.VARIANTS)  # every attention variant timed
     pipeline = [r for r in rows if r["suite"] == "input_pipeline"]
     assert len(pipeline) == 3 and pipeline[0]["headroom"] > 0
     loop = [r for r in rows if r["suite"] == "train_loop"]
@@ -316,7 +318,8 @@ def test_quick_mode_settings():
     args = parse()
     assert run.resolve_settings(args, native_bfloat16=False) == [] and args.repeats == 5 and args.ab
     names = [v.name for v in run.without_emulated_bfloat16(run.PLM_VARIANTS, False)]
-    assert len(names) == len(run.PLM_VARIANTS) - 1 and not any("bfloat16" in n for n in names)
+    float32 = [v for v in run.PLM_VARIANTS if v.mixed_precision != "bfloat16"]
+    assert len(names) == len(float32) < len(run.PLM_VARIANTS) and not any("bfloat16" in n for n in names)
     assert run.without_emulated_bfloat16(run.FINETUNE_VARIANTS, True) == run.FINETUNE_VARIANTS
 
 
@@ -410,7 +413,9 @@ def test_compiled_reference(tmp_path):
     the faster, in the training-step and the serving rows."""
     report, md = _run(tmp_path, "--suite=finetune_step,serving", "--reference_variants=eager,compile")
     rows = [r for r in report["rows"] if r["suite"] in ("finetune_step", "serving")]
-    assert len(rows) == 6 and "hf_compile: torch.compile" in md
+    from bench.speed import harness
+
+    assert len(rows) == len(harness.FINETUNE_VARIANTS) + 1 and "hf_compile: torch.compile" in md
     for r in rows:
         _check_reference(r, ["hf_eager", "hf_compile"])
     for r in rows:
