@@ -182,7 +182,8 @@ def _run_planned(task: FineTuningJob, plan, config: XLNetConfig, log: Callable[[
             raise UserError("--eval_checkpoint_steps scores kept checkpoints of a trained run: give it with "
                             "--do_train=false (or use --eval_all_checkpoints while training)")
         finetuning.checkpoints_of_steps(s.model_dir, s.eval_checkpoint_steps)
-    if not s.do_train and not s.init_checkpoint and not finetuning.list_checkpoints(s.model_dir):
+    scored = [] if s.do_train else finetuning.list_checkpoints(s.model_dir)  # what an untrained run scores
+    if not s.do_train and not s.init_checkpoint and not scored:
         wanted = " and ".join(f for f, on in (("--do_eval", s.do_eval), ("--do_predict", s.do_predict)) if on)
         raise UserError(f"{wanted} without --do_train: no checkpoint in --model_dir={s.model_dir} and no "
                         "--init_checkpoint (that would score random weights); train first or point --model_dir at "
@@ -194,7 +195,6 @@ def _run_planned(task: FineTuningJob, plan, config: XLNetConfig, log: Callable[[
     with strategy.scope():
         model = task.build_model(config, training.dtype_policy(s.mixed_precision))
         model.backbone.remat = bool(getattr(s, "remat", False))
-        scored = [] if s.do_train else finetuning.list_checkpoints(s.model_dir)
         if s.init_checkpoint and scored:  # the fine-tuned weights replace the pretrained ones before anything runs
             log(f"Not loading --init_checkpoint={s.init_checkpoint}: --do_train is off, so the checkpoints of "
                 f"--model_dir={s.model_dir} are scored (latest: {os.path.basename(scored[-1])})")

@@ -3,6 +3,7 @@ shared modules, and the public API resolves without loading TensorFlow. Read fro
 ones inside functions included), so a new arrow that points up fails here, naming the file."""
 
 import ast
+import functools
 import glob
 import os
 import subprocess
@@ -70,6 +71,7 @@ def _resolve(module, names, known):
     return submodules + ([module] if others or not names else [])
 
 
+@functools.lru_cache(maxsize=1)
 def _graph():
     known = {name for package in PACKAGES for _, name in _modules(package)}
     edges = {}

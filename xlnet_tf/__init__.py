@@ -14,8 +14,26 @@ The packages by concept: `layers/`, `models/`, `text/`, `training/`, `inference/
 """
 
 import importlib
+import sys
 
 __version__ = "0.1.0"
+
+
+def lazy_exports(package: str, exports: dict):
+    """A package's public names loaded on first use (PEP 562): `exports` maps each name to the module defining
+    it. Returns the package's `(__getattr__, __dir__)`; a name once loaded is kept in the package."""
+    def __getattr__(name):
+        if name not in exports:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(exports[name]), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__():
+        return sorted(set(vars(sys.modules[package])) | set(exports))
+
+    return __getattr__, __dir__
+
 
 _PUBLIC = {
     "XLNetConfig": "xlnet_tf.config",
@@ -34,15 +52,4 @@ _PUBLIC = {
     "generate_text": "xlnet_tf.inference.generation",
 }
 __all__ = sorted(_PUBLIC)
-
-
-def __getattr__(name):
-    if name not in _PUBLIC:
-        raise AttributeError(f"module 'xlnet_tf' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_PUBLIC[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__ = lazy_exports(__name__, _PUBLIC)

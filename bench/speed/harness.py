@@ -415,8 +415,26 @@ def hf_step_variants(hf, pt, names) -> dict:
     `compile`, the whole step under torch.compile (`COMPILE_NOTE`), and both under bfloat16 autocast
     (`AUTOCAST_NOTE`). The variants share the model."""
     torch = _torch()
-    return _variant_builders(lambda compiled: (torch.compile if compiled else (lambda f: f))(hf_train_step(hf, pt)),
-                             names)
+
+    def make(compiled):
+        step = hf_train_step(hf, pt)
+        return torch.compile(step) if compiled else step
+
+    return _variant_builders(make, names)
+
+
+def float32_and_bfloat16(hf, pt, read):
+    """`read(outputs)` of HF's forward on `pt` in float32 and under bfloat16 autocast: eval mode (no dropout draw
+    between the two), no gradients, the model's mode restored."""
+    torch = _torch()
+    training = hf.training
+    hf.eval()
+    with torch.no_grad():
+        full = read(hf(**pt))
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            half = read(hf(**pt))
+    hf.train(training)
+    return full, half
 
 
 def bfloat16_accuracy(hf, pt, names) -> dict:
@@ -425,14 +443,7 @@ def bfloat16_accuracy(hf, pt, names) -> dict:
     `BF16_LOSS_TOLERANCE`); {} when no bfloat16 variant is timed."""
     if not any(n.endswith(BF16_SUFFIX) for n in names):
         return {}
-    torch = _torch()
-    training = hf.training
-    hf.eval()  # no dropout draw between the two
-    with torch.no_grad():
-        full = float(hf(**pt).loss)
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            half = float(hf(**pt).loss)
-    hf.train(training)
+    full, half = float32_and_bfloat16(hf, pt, lambda out: float(out.loss))
     relative = abs(half - full) / max(abs(full), 1e-12)
     return {"loss_float32": round(full, 5), "loss_bfloat16": round(half, 5), "relative": round(relative, 5),
             "accepted": relative <= BF16_LOSS_TOLERANCE}
@@ -444,14 +455,7 @@ def bfloat16_logits(hf, pt, names) -> dict:
     bfloat16 variant is timed. Reported, not used to drop the variant (inference has no loss to hold)."""
     if not any(n.endswith(BF16_SUFFIX) for n in names):
         return {}
-    torch = _torch()
-    training = hf.training
-    hf.eval()
-    with torch.no_grad():
-        full = hf(**pt).logits.float().numpy()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            half = hf(**pt).logits.float().numpy()
-    hf.train(training)
+    full, half = float32_and_bfloat16(hf, pt, lambda out: out.logits.float().numpy())
     return {"logits_relative_l2": round(float(np.linalg.norm(half - full) / max(np.linalg.norm(full), 1e-12)), 5),
             "top1_agreement": round(float(np.mean(half.argmax(-1) == full.argmax(-1))), 4)}
 
@@ -658,7 +662,8 @@ def pretrain_records(corpus: str, spiece_model: str, seq_len: int, num_predict: 
 
 def hf_loop_step(hf, compiled: bool):
     """HF's training step with Transformer-XL memories carried from batch to batch, `step(batch, mems) ->
-    new mems`: forward, backward, global-norm clipping, torch AdamW; under torch.compile with `compiled`."""
+    new mems`: forward, backward, global-norm clipping, torch AdamW; under torch.compile with `compiled` (the
+    caller, `_variant_builders`, drops torch.compile's caches first)."""
     torch = _torch()
     hf.train()
     opt = torch.optim.AdamW(hf.parameters(), lr=1e-5)
@@ -671,10 +676,7 @@ def hf_loop_step(hf, compiled: bool):
         opt.step()
         return out.mems
 
-    if not compiled:
-        return step
-    _reset_compiled()
-    return torch.compile(step)
+    return torch.compile(step) if compiled else step
 
 
 def loop_rates(step, batches, steps_per_loop: int, batch_size: int, mems) -> list:
@@ -755,15 +757,13 @@ def train_loop_rows(n_layer: int, d_model: int, batch: int, seq_len: int, num_pr
         batches.append(pt)
     hf = _hf_model(config, "plm")
     reference_rates, failures = {}, {}
-    for name in reference_variants:
+    for name, build in _variant_builders(lambda compiled: hf_loop_step(hf, compiled), reference_variants).items():
         mems = [torch.zeros(mem_len, batch, d_model) for _ in range(n_layer)] if mem_len else None
         try:
-            step = hf_loop_step(hf, name.removesuffix(BF16_SUFFIX) == "compile")
-            step = autocast(step) if name.endswith(BF16_SUFFIX) else step
-            reference_rates[f"hf_{name}"] = loop_rates(step, batches, steps_per_loop, batch, mems)
+            reference_rates[name] = loop_rates(build(), batches, steps_per_loop, batch, mems)
         except Exception as error:  # noqa: BLE001 - the row keeps the variants that worked
-            failures[f"hf_{name}"] = _reason(error)
-            print(f"reference variant hf_{name} failed: {failures[f'hf_{name}']}", flush=True)
+            failures[name] = _reason(error)
+            print(f"reference variant {name} failed: {failures[name]}", flush=True)
         _reset_compiled()
     if not reference_rates:
         raise RuntimeError(f"no reference variant ran: {failures}")
@@ -1036,9 +1036,9 @@ def main():
 
     if FLAGS.loops is not None and FLAGS.loops < 2:
         raise UserError("--loops: at least 2 (the first compiles and is not counted)")
-    quick_skipped = resolve_settings(FLAGS, describe()["native_bfloat16"])
-    seq_lens = [int(s) for s in FLAGS.seq_lens.split(",")]
     native = describe()["native_bfloat16"]
+    quick_skipped = resolve_settings(FLAGS, native)
+    seq_lens = [int(s) for s in FLAGS.seq_lens.split(",")]
     ref_variants = (tuple(FLAGS.reference_variants.split(",")) if FLAGS.reference_variants
                     else default_reference_variants(native))
     if not ref_variants or set(ref_variants) - set(REFERENCE_VARIANTS):
