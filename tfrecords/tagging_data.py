@@ -77,6 +77,11 @@ def tagging_build(data_dir: str, spiece_model: str, *, max_seq_length: int = 128
     if tagset is not None and (not isinstance(tagset, str) or not tagset.strip()):
         raise ValueError(f"tagset must be a non-empty name or None, got {tagset!r}")
     label_list = resolve_labels(data_dir, labels, labels_file, label_column, word_column)
+    try:
+        tagging.check_tagset(tagset, label_list, f"--tagset={tagset} with the labels of "
+                             f"{labels_file or ('--labels' if labels is not None else split_file(data_dir, TRAIN_SPLIT))}")
+    except ValueError as e:
+        raise DataError(str(e)) from None
     return TaggingBuild(TextSettings.of_model(spiece_model, uncased, keep_accents), int(max_seq_length),
                         int(doc_stride), tuple(label_list), tagset, int(label_column), int(word_column),
                         bool(label_all_pieces))

@@ -49,9 +49,10 @@ CONVERT = ["--original_checkpoint={lm}/xlnet_model.ckpt", "--config={lm}/xlnet_c
 # runner, base command line, the bad flags, the one-line message (a regex)
 ROWS = [
     # records reused with changed build options, and their text settings
-    ("run_tagger", TAGGER_DATA + ["--do_eval"], ["--label_column=1"],
+    ("run_tagger", TAGGER_DATA + ["--do_eval"], ["--label_column=1", "--tagset=brown"],
      r"tag_records/manifest.json: the records were built with other settings: label_list: \[.*\] in the records, "
-     r"\[.*\] from these flags; label_column: -1 in the records, 1 from these flags; give the flags"),
+     r"\[.*\] from these flags; tagset: 'universal' in the records, 'brown' from these flags; label_column: -1 in "
+     r"the records, 1 from these flags; give the flags"),
     ("run_tagger", TAGGER_DATA + ["--do_eval"], ["--labels_file={tag_labels_reordered}"],
      r"label_list: \['\.', 'ADJ', .*\] in the records, \['X', '\.', 'ADJ', .*\] from these flags"),
     ("run_tagger", TAGGER_DATA + ["--do_eval"], ["--tagset=brown"],
@@ -77,6 +78,11 @@ ROWS = [
     ("run_tagger", TAGGER_DATA + ["--do_eval"], ["--n_layer=2"], r"--model_dir=.*tag_model.* n_layer: 1 there, 2 now"),
     ("run_tagger", TAGGER_DATA + ["--do_eval"], ["--model_dir={tmp}/fresh"],
      r"--do_eval without --do_train: no checkpoint in --model_dir=.*fresh and no --init_checkpoint"),
+    # a named tag set reused for other data (the POS recipe's --tagset=universal on the entity slice)
+    ("run_tagger", TAGGER_DATA + ["--do_eval"], ["--data_dir={ner_data}", "--record_dir={tmp}/rec",
+                                                 "--model_dir={tmp}/m", "--do_train"],
+     r"--tagset=universal with the labels of .*wnut16/train.txt: 'B-company', .* are not universal tags; drop "
+     r"--tagset=universal"),
     # a metric applied to labels it does not fit
     ("run_tagger", TAGGER_DATA + ["--do_eval"], ["--metrics=entities"],
      r"--metrics=entities on the labels of --record_dir=.*: '\.', 'ADJ', .* are not entity tags"),
@@ -188,6 +194,7 @@ def world(tmp_path_factory):
     _write(str(root / "control_data" / "train.txt"), "\n".join(lines))
     for broken in ("cr_data", "control_data"):
         shutil.copy(tag / "dev.txt", root / broken / "dev.txt")
+    w["ner_data"] = os.path.join(DATA, "wnut16")
     w.update(tag_data=str(tag), tag_labels_reordered=str(root / "labels_reordered.txt"), cr_data=str(root / "cr_data"),
              control_data=str(root / "control_data"), tag_records=str(root / "tag_records"),
              tag_model=str(root / "tag_model"))

@@ -53,9 +53,9 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 from tfrecords.sets import brown_genre
 from tfrecords.sets.brown_genre import BrownError
 from xlnet_tf import cli, files
+from xlnet_tf.text import tagging
 
-UNIVERSAL_TAGS: Tuple[str, ...] = ("NOUN", "VERB", "ADJ", "ADV", "PRON", "DET", "ADP", "NUM", "CONJ", "PRT", ".",
-                                   "X")
+UNIVERSAL_TAGS: Tuple[str, ...] = tagging.KNOWN_TAGSETS["universal"]
 TAGSETS = ("universal", "brown")
 SPLITS = brown_genre.SPLITS
 DOCSTART = "-DOCSTART-"

@@ -50,6 +50,31 @@ FEATURE_NAMES = ("input_ids", "segment_ids", "attention_mask", "label_ids", "wor
 Features = Dict[str, np.ndarray]
 assert PADDING_SIDE["tagging"] == LEFT
 
+_WNUT16_TYPES = ("company", "facility", "geo-loc", "movie", "musicartist", "other", "person", "product",
+                 "sportsteam", "tvshow")
+# Tag sets whose labels are known, by the name a build records (`--tagset`): a build naming one must hold only
+# its labels, so a flag file reused for other data is refused rather than stamping a wrong name on the records.
+# universal: the 12 tags of Petrov, Das and McDonald (2012); wnut16: the BIO tags of WNUT 2016's 10 entity
+# types (tfrecords/sets/wnut16.py). Other names are free (recorded and compared, not checked).
+KNOWN_TAGSETS: Dict[str, Tuple[str, ...]] = {
+    "universal": ("NOUN", "VERB", "ADJ", "ADV", "PRON", "DET", "ADP", "NUM", "CONJ", "PRT", ".", "X"),
+    "wnut16": ("O",) + tuple(f"{p}-{t}" for t in _WNUT16_TYPES for p in ("B", "I")),
+}
+
+
+def check_tagset(tagset: Optional[str], labels: Sequence[str], where: str = "the labels") -> None:
+    """ValueError naming the labels that are not tags of `tagset` when it is one of KNOWN_TAGSETS (None and
+    other names pass)."""
+    known = KNOWN_TAGSETS.get(tagset) if tagset is not None else None
+    if known is None:
+        return
+    bad = [label for label in labels if label not in known]
+    if bad:
+        shown = ", ".join(repr(b) for b in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+        raise ValueError(f"{where}: {shown} {'is not a' if len(bad) == 1 else 'are not'} {tagset} "
+                         f"tag{'' if len(bad) == 1 else 's'}; drop "
+                         f"--tagset={tagset} or name these labels' own tag set")
+
 
 def check_window(max_seq_length: int, doc_stride: int) -> None:
     """ValueError naming the argument unless `max_seq_length` >= 3 (a piece, `<sep>`, `<cls>`) and
