@@ -13,7 +13,8 @@ nothing of bench/).
 Each flag file runs in its own process (one tf.distribute strategy per process) with
 `--model_dir=<results_dir>/<name>` and `--record_dir=<results_dir>/<name>/records`; `--data_dir` is
 `<data_root>/<the task's usual folder>` unless the flag file sets it. The runner is chosen by the file
-name (`race*` -> run_race.py, `squad*` -> run_squad.py, otherwise run_classifier.py).
+name (`race*` -> run_race.py, `squad*` -> run_squad.py, `ner*`/`pos*` -> run_tagger.py, otherwise
+run_classifier.py).
 Rows: task, metric, value (best and last checkpoint), steps, examples/s (mean over the host loops after the
 first, which traces and compiles), wall time.
 """
@@ -62,6 +63,8 @@ def runner_for(flagfile: str) -> str:
         return os.path.join(RUN_DIR, "run_race.py")
     if name.startswith("squad"):
         return os.path.join(RUN_DIR, "run_squad.py")
+    if name.startswith(("ner", "pos")):
+        return os.path.join(RUN_DIR, "run_tagger.py")
     return os.path.join(RUN_DIR, "run_classifier.py")
 
 

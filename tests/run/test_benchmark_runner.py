@@ -19,6 +19,7 @@ def test_command_and_table(tmp_path):
     assert quick[:len(cmd) - 1] == cmd[:-1] and quick[-1] == "--train_steps=20"  # --extra_flags win
     assert set(benchmark.QUICK_FLAGS) <= set(quick) and "--do_eval=false" in quick
     assert benchmark.runner_for("run/flags/race.flags").endswith("run_race.py")
+    assert benchmark.runner_for("run/flags/ner_wnut16.flags").endswith("run_tagger.py")
     assert benchmark.runner_for("squad_v2.flags").endswith("run_squad.py")
     os.makedirs(model_dir)
     from xlnet_tf.artifacts import results
@@ -37,7 +38,7 @@ def test_command_and_table(tmp_path):
 def _runner_of(flagfile_name):
     from run import run_classifier, run_race, run_squad, run_tagger
 
-    if "pos_" in flagfile_name:
+    if "pos_" in flagfile_name or "ner_" in flagfile_name:
         return run_tagger
     if "squad" in flagfile_name:
         return run_squad

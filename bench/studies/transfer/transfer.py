@@ -90,8 +90,9 @@ class TransferSet:
 
 
 def tasks(labeled: str, pos_dir: Optional[str] = None, cloze_dir: Optional[str] = None,
-          ood_dir: Optional[str] = None) -> Dict[str, TransferSet]:
+          ood_dir: Optional[str] = None, ner_dir: Optional[str] = None) -> Dict[str, TransferSet]:
     sq = os.path.join(labeled, "squad_wordnet")
+    ner_dir = ner_dir or os.path.join(labeled, "wnut16")
     ood_dir = ood_dir or os.path.join(labeled, "ood")
     pos_dir = pos_dir or os.path.join(labeled, "brown_pos")
     cloze_dir = cloze_dir or os.path.join(labeled, "cloze")
@@ -102,6 +103,10 @@ def tasks(labeled: str, pos_dir: Optional[str] = None, cloze_dir: Optional[str] 
                     baseline=lambda: most_frequent_tag(pos_dir),
                     baseline_note="pos_brown's is the most-frequent-tag tagger (each word's most frequent tag in "
                                   "train.txt, the most frequent tag overall for unseen words)"),
+        TransferSet("ner_wnut16", "run_tagger.py", [f"--data_dir={ner_dir}"], ("f1", "test_f1"), "f1",
+                    test_split="test", baseline=lambda: most_frequent_tag(ner_dir, kind="entities"),
+                    baseline_note="ner_wnut16's is the most-frequent-tag tagger scored as entities (seqeval's entity "
+                                  "F1 of each word's most frequent tag in train.txt, O for unseen words)"),
         # accuracy only: the classifier scores a two-class set's F1 on its second label (GLUE's), the linear
         # baseline a macro F1; the runs made so far have no macro F1 to set beside it
         *(TransferSet(name, "run_classifier.py", [f"--data_dir={ood_dir}/{name}"],
@@ -139,6 +144,8 @@ def define_flags(fv: flags.FlagValues = FLAGS):
     d.integer("vocab_size", 8000, "SentencePiece vocabulary (must equal the recipe's --n_token).")
     d.string("pos_data_dir", None, "Brown part-of-speech CoNLL split for the pos_brown task "
              "(python tfrecords/sets/brown_pos.py --output_dir=DIR; default: <data_root>/labeled/brown_pos).")
+    d.string("ner_data_dir", None, "The WNUT 2016 named-entity split for the ner_wnut16 task (python "
+             "tfrecords/sets/wnut16.py --output_dir=DIR; default: <data_root>/labeled/wnut16).")
     d.enum("selection", "last", ["last", "best_checkpoint"], "How a run is scored on dev: its last "
            "checkpoint (the flag file's budget, the same for every init), or its best of "
            "--checkpoints_per_run checkpoints over --steps_multiplier times that budget (the number of "
@@ -193,6 +200,7 @@ class TransferSettings:
     objectives: Tuple[str, ...]
     vocab_size: int
     pos_data_dir: Optional[str]
+    ner_data_dir: Optional[str]
     selection: str
     steps_multiplier: int
     checkpoints_per_run: int
@@ -545,28 +553,30 @@ def evaluate_test(settings: TransferSettings, work: str, task: TransferSet, init
     keep_in_ledger(settings, work, task, init, lr, seed)
 
 
-def most_frequent_tag(pos_dir: str) -> Dict[str, float]:
-    """Token accuracy (percent) of tagging each word with its most frequent tag in train.txt (the most
-    frequent tag overall for words never seen in training), on dev and test: what a tagger must beat."""
+def most_frequent_tag(data_dir: str, kind: str = "pos") -> Dict[str, float]:
+    """The most-frequent-tag tagger (each word's most frequent tag in train.txt, the most frequent tag overall for
+    words never seen in training; the first seen of equally frequent tags) on dev and test, in percent: token
+    accuracy (`kind` "pos"), or seqeval's entity F1 ("entities", the runner's --metrics=entities scorer). What a
+    tagger must beat."""
     import collections
 
     from tfrecords.readers import conll
+    from xlnet_tf.metrics import tagging as tagging_metrics
 
     by_word, overall = collections.defaultdict(collections.Counter), collections.Counter()
-    for sentence in conll.read_conll(os.path.join(pos_dir, "train.txt")):
+    for sentence in conll.read_conll(os.path.join(data_dir, "train.txt")):
         for word, tag in zip(sentence.words, sentence.labels):
             by_word[word][tag] += 1
             overall[tag] += 1
     fallback = overall.most_common(1)[0][0]
+    key = {"pos": "token_accuracy", "entities": "f1"}[kind]
     out = {}
-    for split, key in (("dev", "token_accuracy"), ("test", "test_token_accuracy")):
-        right = total = 0
-        for sentence in conll.read_conll(os.path.join(pos_dir, f"{split}.txt")):
-            for word, tag in zip(sentence.words, sentence.labels):
-                guess = by_word[word].most_common(1)[0][0] if word in by_word else fallback
-                right += guess == tag
-                total += 1
-        out[key] = 100.0 * right / total
+    for split, prefix in (("dev", ""), ("test", "test_")):
+        sentences = conll.read_conll(os.path.join(data_dir, f"{split}.txt"))
+        guesses = [[by_word[w].most_common(1)[0][0] if w in by_word else fallback for w in s.words]
+                   for s in sentences]
+        scores = tagging_metrics.tagging_results([list(s.labels) for s in sentences], guesses, kind=kind)
+        out[prefix + key] = 100.0 * scores[key]
     return out
 
 
@@ -1414,7 +1424,8 @@ def run(settings: TransferSettings) -> None:
     task_map = tasks(os.path.join(data_root, "labeled"),
                      settings.pos_data_dir and os.path.abspath(settings.pos_data_dir),
                      settings.cloze_data_dir and os.path.abspath(settings.cloze_data_dir),
-                     settings.ood_data_dir and os.path.abspath(settings.ood_data_dir))
+                     settings.ood_data_dir and os.path.abspath(settings.ood_data_dir),
+                     settings.ner_data_dir and os.path.abspath(settings.ner_data_dir))
     for task in task_map.values():
         task.selection = settings.selection
     unknown = sorted(set(settings.tasks) - set(task_map))
