@@ -25,6 +25,36 @@ class Definer:
         return functools.partial(getattr(flags, f"DEFINE_{kind}"), flag_values=self.fv)
 
 
+# TF_XLA_FLAGS of --xla_clustering=fusible: auto-clustering on CPU, of the ops XLA can fuse (no dots, no convolutions)
+FUSIBLE_CLUSTERING = ("--tf_xla_auto_jit=2", "--tf_xla_cpu_global_jit", "--tf_xla_ops_to_cluster=FUSIBLE")
+
+
+def apply_xla_clustering(fv: flags.FlagValues) -> None:
+    """`--xla_clustering=fusible`: adds FUSIBLE_CLUSTERING to this process's TF_XLA_FLAGS, which TensorFlow reads
+    once when it loads. UserError with --jit_compile (the step is then one XLA program, nothing is left to cluster)
+    and once TensorFlow is loaded (a runner called inside a Python process that imported it: the flags would not
+    take effect)."""
+    import sys
+
+    if "xla_clustering" not in fv or fv.xla_clustering == "off":
+        return
+    if fv.jit_compile:
+        raise UserError(f"--xla_clustering={fv.xla_clustering} clusters the ops that run outside XLA, but "
+                        "--jit_compile compiles the whole step with XLA: give --nojit_compile")
+    if "tensorflow" in sys.modules:
+        raise UserError(f"--xla_clustering={fv.xla_clustering} must be set before TensorFlow loads, and this "
+                        "process has loaded it: run the runner as a process of its own (python run/<runner>.py)")
+    os.environ["TF_XLA_FLAGS"] = " ".join([os.environ.get("TF_XLA_FLAGS", ""), *FUSIBLE_CLUSTERING]).strip()
+
+
+def start(fv: flags.FlagValues, run):
+    """What a runner does once its flags `fv` are parsed: the process settings that must precede TensorFlow
+    (`apply_xla_clustering`), then `run()` (its value returned). `run_main` and the tests' in-process calls
+    (tests/data_fixtures.run_with_flags) both start here."""
+    apply_xla_clustering(fv)
+    return run()
+
+
 def run_main(fv: flags.FlagValues, define, run, argv=None) -> None:
     """The entry point of a runner: define its flags into `fv`, parse the command line (`argv`, default
     sys.argv) with absl.app, refuse stray positional arguments in one line (every runner takes flags only), then
@@ -50,7 +80,7 @@ def run_main(fv: flags.FlagValues, define, run, argv=None) -> None:
             report_user_error(UserError(f"unexpected arguments {argv[1:]}: every option is a flag (--name=value)"))
         fv.mark_as_parsed()
         try:
-            run()  # not returned: absl.app exits with main's value, and a runner's results are no exit status
+            start(fv, run)  # not returned: absl.app exits with main's value, and a runner's results are no exit status
         except USER_ERRORS as e:
             if fv.verbose:
                 raise
@@ -150,6 +180,11 @@ def define_loop_flags(fv: flags.FlagValues, train_steps=1000, steps_per_loop=100
                          "of this, in <model_dir>/kept/ckpt-<step> (0 = none; a multiple of --save_steps).",
               lower_bound=0)
     d.bool("jit_compile", False, "Compile the train step with XLA.")
+    d.enum("xla_clustering", "off", ["off", "fusible"], "fusible: TensorFlow's XLA auto-clustering of the fusible "
+           "ops only (TF_XLA_FLAGS, set before TensorFlow loads; needs --nojit_compile): the matmuls stay "
+           "TensorFlow's oneDNN kernels, which run at the bfloat16 rate on CPUs with bfloat16 arithmetic where XLA's "
+           "CPU dots do not, and XLA fuses the ops around them. With --mixed_precision=bfloat16 the fastest training "
+           "step measured on an AMX Xeon (bench/speed/README.md).")
     d.enum("mixed_precision", "float32", ["float32", "bfloat16", "float16"],
                       "Compute dtype (variables stay float32).")
     d.integer("seed", 0, "Seed of weight initialization and dropout.")

@@ -84,7 +84,7 @@ def run_with_flags(module, args):
 
     fv = common_flags.parse(module.FLAGS, module.define_flags, [module.__name__] + list(args))
     try:
-        return module.run()
+        return common_flags.start(fv, module.run)
     finally:
         fv.unparse_flags()
 

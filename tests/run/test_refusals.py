@@ -91,6 +91,13 @@ ROWS = [
      r"cr_data/train.txt:1: a carriage return inside the line \(CR-only line endings\?\)"),
     ("run_tagger", TAGGER_DATA + ["--do_eval"], ["--data_dir={control_data}", "--record_dir={tmp}/rec"],
      r"control_data/train.txt:3: control character U\+0007"),
+    # a process setting TensorFlow reads once: with a step XLA compiles whole, or after TensorFlow loaded
+    ("run_classifier", CLASSIFIER + ["--do_eval"], ["--do_train", "--model_dir={tmp}/m", "--xla_clustering=fusible",
+                                                    "--jit_compile"],
+     r"--xla_clustering=fusible clusters the ops that run outside XLA, but --jit_compile compiles the whole step "
+     r"with XLA: give --nojit_compile"),
+    ("run_classifier", CLASSIFIER + ["--do_eval"], ["--do_train", "--model_dir={tmp}/m", "--xla_clustering=fusible"],
+     r"--xla_clustering=fusible must be set before TensorFlow loads, and this process has loaded it"),
     ("run_classifier", CLASSIFIER_DATA + ["--do_eval"], ["--uncased"],
      r"cls_records/manifest.json: the records were built with other settings: text.uncased: False in the records"),
     ("run_classifier", CLASSIFIER_DATA + ["--do_eval"], ["--max_segments=2"],
