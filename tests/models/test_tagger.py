@@ -153,6 +153,27 @@ def test_tagger_runner_end_to_end_on_brown_pos(tmp_path):
     assert info["task"] == "tagging" and info["doc_stride"] == 32 and info["num_labels"] == 12
 
 
+def test_the_ner_recipe_scores_every_checkpoint_as_entities_on_the_shipped_tweets(tmp_path):
+    """run/flags/ner_wnut16.flags on the shipped WNUT 2016 slice (a tiny model, a short run): its records carry the
+    wnut16 tag set, every kept checkpoint is scored on dev with seqeval's entity F1, and the best is named."""
+    from run import run_tagger
+
+    ner = os.path.join(data_fixtures.REPO_ROOT, "data", "finetune", "wnut16")
+    data_fixtures.run_with_flags(run_tagger, [
+        f"--flagfile={os.path.join(data_fixtures.REPO_ROOT, 'run', 'flags', 'ner_wnut16.flags')}",
+        "--n_layer=1", "--d_model=32", "--n_head=2", "--d_head=16", "--d_inner=64",
+        f"--n_token={data_fixtures.TINY_VOCAB}", f"--spiece_model_file={data_fixtures.tiny_spm()}",
+        f"--data_dir={ner}", f"--labels_file={ner}/labels.txt", f"--record_dir={tmp_path}/records",
+        f"--model_dir={tmp_path}/m", "--train_steps=8",
+        "--warmup_steps=2", "--save_steps=2", "--steps_per_loop=2", "--train_batch_size=8"])
+    report = json.load(open(tmp_path / "m" / "eval_results.json"))
+    assert report["key"] == "f1" and [e["step"] for e in report["evaluations"]] == [2, 4, 6, 8]
+    assert {e["kind"] for e in report["evaluations"]} == {"entities"}
+    assert all(e["num_gold"] == 63 for e in report["evaluations"])  # the slice's dev entities
+    manifest = json.load(open(tmp_path / "records" / "manifest.json"))
+    assert '"wnut16"' in json.dumps(manifest)
+
+
 def test_fit_takes_the_trainers_steps_for_tagging(tmp_path, rng):
     """The runners' loop optimizes the tagger's Keras loss (a mean over labelled words, not over windows): same
     weights, optimizer and batches give the same per-step losses and final weights in Keras fit and the Trainer."""

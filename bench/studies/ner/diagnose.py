@@ -11,7 +11,8 @@ model (`--init_dir`: its `final` checkpoint, `spiece.model`, `xlnet_config.json`
 labelled pieces, dropout. Beside them the most-frequent-tag tagger (each word's most frequent train tag, O for unseen
 words) and an analysis of the tokenizer on these tweets: the share of entity words whose first piece is the bare
 word-start piece `▁` (where a first-piece tagger reads its label), and the dev recall of entities by that first
-piece, from the best run's dev predictions (its last checkpoint). Writes `<results_prefix>.{json,md}`.
+piece, from the best run's dev predictions (its last checkpoint), and what it finds that a lookup table cannot
+(entities with a word unseen in training). Writes `<results_prefix>.{json,md}`.
 """
 
 from __future__ import annotations
@@ -163,16 +164,42 @@ def recall_by_first_piece(data_dir: str, predictions: str, spiece_model: str) ->
         for bare in (True, False)}
 
 
+def recall_by_seen_words(data_dir: str, predictions: str) -> Dict:
+    """Dev entities found (exact span and type) by the run's predictions and by the most-frequent-tag tagger,
+    split by whether every word of the entity occurs in train.txt (what a lookup table can know)."""
+    from tfrecords.readers import conll
+    from xlnet_tf.metrics import tagging as tagging_metrics
+
+    train = conll.read_conll(os.path.join(data_dir, "train.txt"))
+    by_word = collections.defaultdict(collections.Counter)
+    for s in train:
+        for word, tag in zip(s.words, s.labels):
+            by_word[word][tag] += 1
+    found = collections.Counter()
+    for s in conll.read_conll(predictions, label_column=-1):
+        gold = tagging_metrics.entity_spans([[c[1] for c in s.columns]])
+        model = tagging_metrics.entity_spans([list(s.labels)])
+        table = tagging_metrics.entity_spans([[by_word[w].most_common(1)[0][0] if w in by_word else "O"
+                                               for w in s.words]])
+        for span in gold:
+            kind = "seen" if all(s.words[i] in by_word for i in range(span[2], span[3] + 1)) else "unseen"
+            found[kind, "entities"] += 1
+            found[kind, "model"] += span in model
+            found[kind, "most_frequent_tag"] += span in table
+    return {kind: {k: found[kind, k] for k in ("entities", "model", "most_frequent_tag")}
+            for kind in ("seen", "unseen")}
+
+
 def most_frequent_tag(data_dir: str) -> Dict[str, float]:
     from bench.studies.transfer import transfer
 
     return transfer.most_frequent_tag(data_dir, kind="entities")
 
 
-def report(rows: List[Dict], baseline: Dict, tokens: Dict, recall: Optional[Dict], best_name: str, prefix: str,
-           command: str) -> None:
-    values = {"command": command, "machine": host.describe(), "runs": rows, "most_frequent_tag": baseline,
-              "tokenizer": tokens, "recall_by_first_piece": recall}
+def report(rows: List[Dict], baseline: Dict, tokens: Dict, recall: Optional[Dict], seen: Dict, best_name: str,
+           prefix: str, command: str) -> None:
+    values = {"command": command, "machine": host.one_line(), "runs": rows, "most_frequent_tag": baseline,
+              "tokenizer": tokens, "recall_by_first_piece": recall, "found_by_seen_words": seen}
     os.makedirs(os.path.dirname(prefix), exist_ok=True)
     with open(prefix + ".json", "w", encoding="utf-8") as f:
         json.dump(values, f, indent=1)
@@ -195,6 +222,10 @@ def report(rows: List[Dict], baseline: Dict, tokens: Dict, recall: Optional[Dict
     if recall:
         lines += ["", f"Dev recall of entities by their first piece ({best_name}, its last checkpoint):", ""]
         lines += [f"- {k}: {v['entities']} entities, recall {v['recall_percent']:.1f}%" for k, v in recall.items()]
+    lines += ["", f"Dev entities found by {best_name} (its last checkpoint) and by the most-frequent-tag tagger, by "
+              "whether all their words occur in train.txt:", ""]
+    lines += [f"- {kind}: {v['entities']} entities; found by the model {v['model']}, by the lookup table "
+              f"{v['most_frequent_tag']}" for kind, v in seen.items()]
     with open(prefix + ".md", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -225,7 +256,8 @@ def main():
             subprocess.run(cmd, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, check=True)
     spm = os.path.join(init_dir, "spiece.model")
     report(rows, most_frequent_tag(data_dir), tokenizer_analysis(data_dir, spm),
-           recall_by_first_piece(data_dir, predictions, spm), best["name"], fv.results_prefix,
+           recall_by_first_piece(data_dir, predictions, spm), recall_by_seen_words(data_dir, predictions),
+           best["name"], fv.results_prefix,
            cli.command_line("bench.studies.ner.diagnose", fv))
     print(f"report: {fv.results_prefix}.md", flush=True)
 
