@@ -78,8 +78,8 @@ def tagging_build(data_dir: str, spiece_model: str, *, max_seq_length: int = 128
         raise ValueError(f"tagset must be a non-empty name or None, got {tagset!r}")
     label_list = resolve_labels(data_dir, labels, labels_file, label_column, word_column)
     try:
-        tagging.check_tagset(tagset, label_list, f"--tagset={tagset} with the labels of "
-                             f"{labels_file or ('--labels' if labels is not None else split_file(data_dir, TRAIN_SPLIT))}")
+        tagging.check_tagset(tagset, label_list,
+                             f"--tagset={tagset} with the labels of {labels_origin(data_dir, labels, labels_file)}")
     except ValueError as e:
         raise DataError(str(e)) from None
     return TaggingBuild(TextSettings.of_model(spiece_model, uncased, keep_accents), int(max_seq_length),
@@ -109,9 +109,13 @@ def resolve_labels(data_dir: str, labels: Optional[Sequence[str]] = None, labels
     else:
         out = conll.collect_labels(read_split(data_dir, TRAIN_SPLIT, label_column, word_column))
     if len(out) < 2:
-        origin = "--labels" if labels is not None else labels_file or split_file(data_dir, TRAIN_SPLIT)
-        raise DataError(f"{origin}: fewer than 2 labels: {out}")
+        raise DataError(f"{labels_origin(data_dir, labels, labels_file)}: fewer than 2 labels: {out}")
     return out
+
+
+def labels_origin(data_dir: str, labels: Optional[Sequence[str]] = None, labels_file: Optional[str] = None) -> str:
+    """Where `resolve_labels` takes the label list from, as a message names it."""
+    return "--labels" if labels is not None else labels_file or split_file(data_dir, TRAIN_SPLIT)
 
 
 # ---- sentences -> windows ------------------------------------------------------------------------------------

@@ -7,5 +7,14 @@ working.
 """
 
 
+from typing import Sequence
+
+
 class UserError(ValueError):
     """An error in the user's input, fixed by the user; its message names the file/flag/field."""
+
+
+def some(items: Sequence, limit: int = 5) -> str:
+    """The first `limit` of `items` quoted and joined for a one-line message, `and N more` after them."""
+    shown = ", ".join(repr(item) for item in items[:limit])
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")

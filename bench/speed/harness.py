@@ -74,29 +74,27 @@ def _ab(name: str, **changes) -> Variant:
     return dataclasses.replace(PRODUCTION, name=f"A/B {name}", **changes)
 
 
+# the A/B variants every step row times (the same Variant objects in each list)
+NO_XLA = _ab("no XLA (jit_compile=False)", jit=False)
+UNFUSED_ADAMW = _ab("AdamW outside the XLA cluster (the multi-replica path)", fused_step=False)
+BFLOAT16 = _ab("mixed_bfloat16", mixed_precision="bfloat16")
+BFLOAT16_ONEDNN = _ab("mixed_bfloat16 without XLA (oneDNN's bfloat16 kernels)", mixed_precision="bfloat16", jit=False)
 PLM_VARIANTS = [
     PRODUCTION,
-    _ab("no XLA (jit_compile=False)", jit=False),
+    NO_XLA,
     _ab("query stream over full length (original formulation)", query_stream="full"),
     _ab("positional projection per example (reference formulation)", attention="positional projection per example"),
     _ab("fused key/value projection matmul", attention="fused key/value projection"),
     _ab("keys and values projected over [mems; content] (reference formulation)",
         attention="keys and values over [mems; content]"),
-    _ab("AdamW outside the XLA cluster (the multi-replica path)", fused_step=False),
-    _ab("mixed_bfloat16", mixed_precision="bfloat16"),
-    _ab("mixed_bfloat16 without XLA (oneDNN's bfloat16 kernels)", mixed_precision="bfloat16", jit=False),
+    UNFUSED_ADAMW,
+    BFLOAT16,
+    BFLOAT16_ONEDNN,
 ]
-FINETUNE_VARIANTS = [PRODUCTION, _ab("no XLA (jit_compile=False)", jit=False),
+FINETUNE_VARIANTS = [PRODUCTION, NO_XLA,
                      _ab("last layer over every row (reference formulation)", summary_rows_only=False),
-                     _ab("AdamW outside the XLA cluster (the multi-replica path)", fused_step=False),
-                     _ab("mixed_bfloat16", mixed_precision="bfloat16"),
-                     _ab("mixed_bfloat16 without XLA (oneDNN's bfloat16 kernels)", mixed_precision="bfloat16",
-                         jit=False)]
-TAGGING_VARIANTS = [PRODUCTION, _ab("no XLA (jit_compile=False)", jit=False),
-                    _ab("AdamW outside the XLA cluster (the multi-replica path)", fused_step=False),
-                    _ab("mixed_bfloat16", mixed_precision="bfloat16"),
-                    _ab("mixed_bfloat16 without XLA (oneDNN's bfloat16 kernels)", mixed_precision="bfloat16",
-                        jit=False)]
+                     UNFUSED_ADAMW, BFLOAT16, BFLOAT16_ONEDNN]
+TAGGING_VARIANTS = [PRODUCTION, NO_XLA, UNFUSED_ADAMW, BFLOAT16, BFLOAT16_ONEDNN]
 # tagging_step: the universal part-of-speech tags (the transfer study's transfer_pos_brown.flags), and the pieces per
 # word of its windows (P(1), P(2), P(3) pieces: 1.4 a word, so about 70% of positions carry a label)
 TAGGING_LABELS = len(UNIVERSAL_TAGS)  # ours.py's tagger manifest: the same tags

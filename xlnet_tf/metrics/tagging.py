@@ -21,6 +21,7 @@ from typing import Any, Dict, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+from xlnet_tf import errors
 from xlnet_tf.errors import UserError
 
 SCHEMES = ("IOB1", "IOB2", "IOE1", "IOE2", "IOBES", "BILOU")
@@ -42,9 +43,8 @@ def check_entity_labels(labels: Sequence[str], scheme: Optional[str] = None, whe
     bad = [lab for lab in labels
            if lab != "O" and not (len(lab) > 2 and lab[0] in prefixes and lab[1] == "-" and lab[2:].strip())]
     if bad:
-        shown = ", ".join(repr(b) for b in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
         raise LabelSchemeError(
-            f"{where}: {shown} {'is' if len(bad) == 1 else 'are'} not entity tags (O or "
+            f"{where}: {errors.some(bad)} {'is' if len(bad) == 1 else 'are'} not entity tags (O or "
             f"{'/'.join(p + '-TYPE' for p in prefixes)}{' of ' + scheme.upper() if scheme else ''}); score "
             "these labels with --metrics=pos, or give entity tags")
 

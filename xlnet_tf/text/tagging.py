@@ -39,6 +39,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from xlnet_tf import errors
 from xlnet_tf.text import packing
 from xlnet_tf.text.layout import CLS_ID, LEFT, PADDING_SIDE, SEG_ID_A, SEG_ID_CLS, SEP_ID, UNK_ID
 
@@ -65,13 +66,12 @@ KNOWN_TAGSETS: Dict[str, Tuple[str, ...]] = {
 def check_tagset(tagset: Optional[str], labels: Sequence[str], where: str = "the labels") -> None:
     """ValueError naming the labels that are not tags of `tagset` when it is one of KNOWN_TAGSETS (None and
     other names pass)."""
-    known = KNOWN_TAGSETS.get(tagset) if tagset is not None else None
+    known = KNOWN_TAGSETS.get(tagset)
     if known is None:
         return
     bad = [label for label in labels if label not in known]
     if bad:
-        shown = ", ".join(repr(b) for b in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
-        raise ValueError(f"{where}: {shown} {'is not a' if len(bad) == 1 else 'are not'} {tagset} "
+        raise ValueError(f"{where}: {errors.some(bad)} {'is not a' if len(bad) == 1 else 'are not'} {tagset} "
                          f"tag{'' if len(bad) == 1 else 's'}; drop "
                          f"--tagset={tagset} or name these labels' own tag set")
 

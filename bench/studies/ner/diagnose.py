@@ -8,8 +8,8 @@ Every run is `run/run_tagger.py --metrics=entities` on `flags/ner_diagnosis.flag
 0.01, warm-up a tenth of the run, every one of 8 evenly spaced checkpoints scored on dev) from the CPU recipe's PLM
 model (`--init_dir`: its `final` checkpoint, `spiece.model`, `xlnet_config.json`) or from random weights, with what
 `RUNS` changes: the budget (steps), the rate, the window (128 pieces as the tagging recipe, 64 for tweets), the
-labelled pieces, dropout. Beside them the most-frequent-tag tagger (each word's most frequent train tag, O for unseen
-words) and an analysis of the tokenizer on these tweets: the share of entity words whose first piece is the bare
+labelled pieces, dropout. Beside them the most-frequent-tag tagger (each word's most frequent train tag, the most
+frequent tag, O, for unseen words) and an analysis of the tokenizer on these tweets: the share of entity words whose first piece is the bare
 word-start piece `▁` (where a first-piece tagger reads its label), and the dev recall of entities by that first
 piece, from the best run's dev predictions (its last checkpoint), and what it finds that a lookup table cannot
 (entities with a word unseen in training). Writes `<results_prefix>.{json,md}`.
@@ -167,22 +167,18 @@ def recall_by_first_piece(data_dir: str, predictions: str, spiece_model: str) ->
 def recall_by_seen_words(data_dir: str, predictions: str) -> Dict:
     """Dev entities found (exact span and type) by the run's predictions and by the most-frequent-tag tagger,
     split by whether every word of the entity occurs in train.txt (what a lookup table can know)."""
+    from bench.studies.transfer import transfer
     from tfrecords.readers import conll
     from xlnet_tf.metrics import tagging as tagging_metrics
 
-    train = conll.read_conll(os.path.join(data_dir, "train.txt"))
-    by_word = collections.defaultdict(collections.Counter)
-    for s in train:
-        for word, tag in zip(s.words, s.labels):
-            by_word[word][tag] += 1
+    lookup, known = transfer.most_frequent_tagger(data_dir)
     found = collections.Counter()
     for s in conll.read_conll(predictions, label_column=-1):
         gold = tagging_metrics.entity_spans([[c[1] for c in s.columns]])
         model = tagging_metrics.entity_spans([list(s.labels)])
-        table = tagging_metrics.entity_spans([[by_word[w].most_common(1)[0][0] if w in by_word else "O"
-                                               for w in s.words]])
+        table = tagging_metrics.entity_spans([lookup(s.words)])
         for span in gold:
-            kind = "seen" if all(s.words[i] in by_word for i in range(span[2], span[3] + 1)) else "unseen"
+            kind = "seen" if all(s.words[i] in known for i in range(span[2], span[3] + 1)) else "unseen"
             found[kind, "entities"] += 1
             found[kind, "model"] += span in model
             found[kind, "most_frequent_tag"] += span in table

@@ -553,15 +553,13 @@ def evaluate_test(settings: TransferSettings, work: str, task: TransferSet, init
     keep_in_ledger(settings, work, task, init, lr, seed)
 
 
-def most_frequent_tag(data_dir: str, kind: str = "pos") -> Dict[str, float]:
-    """The most-frequent-tag tagger (each word's most frequent tag in train.txt, the most frequent tag overall for
-    words never seen in training; the first seen of equally frequent tags) on dev and test, in percent: token
-    accuracy (`kind` "pos"), or seqeval's entity F1 ("entities", the runner's --metrics=entities scorer). What a
-    tagger must beat."""
+def most_frequent_tagger(data_dir: str):
+    """`(tag, known)`: `tag(words)` gives each word its most frequent tag in `<data_dir>/train.txt` (the first seen of
+    equally frequent tags), the most frequent tag overall for words never seen in training; `known` is the set of
+    train words."""
     import collections
 
     from tfrecords.readers import conll
-    from xlnet_tf.metrics import tagging as tagging_metrics
 
     by_word, overall = collections.defaultdict(collections.Counter), collections.Counter()
     for sentence in conll.read_conll(os.path.join(data_dir, "train.txt")):
@@ -569,12 +567,22 @@ def most_frequent_tag(data_dir: str, kind: str = "pos") -> Dict[str, float]:
             by_word[word][tag] += 1
             overall[tag] += 1
     fallback = overall.most_common(1)[0][0]
+    best = {word: counts.most_common(1)[0][0] for word, counts in by_word.items()}
+    return (lambda words: [best.get(w, fallback) for w in words]), frozenset(best)
+
+
+def most_frequent_tag(data_dir: str, kind: str = "pos") -> Dict[str, float]:
+    """The most-frequent-tag tagger (`most_frequent_tagger`) on dev and test, in percent: token accuracy (`kind`
+    "pos"), or seqeval's entity F1 ("entities", the runner's --metrics=entities scorer). What a tagger must beat."""
+    from tfrecords.readers import conll
+    from xlnet_tf.metrics import tagging as tagging_metrics
+
+    tag, _ = most_frequent_tagger(data_dir)
     key = {"pos": "token_accuracy", "entities": "f1"}[kind]
     out = {}
     for split, prefix in (("dev", ""), ("test", "test_")):
         sentences = conll.read_conll(os.path.join(data_dir, f"{split}.txt"))
-        guesses = [[by_word[w].most_common(1)[0][0] if w in by_word else fallback for w in s.words]
-                   for s in sentences]
+        guesses = [tag(s.words) for s in sentences]
         scores = tagging_metrics.tagging_results([list(s.labels) for s in sentences], guesses, kind=kind)
         out[prefix + key] = 100.0 * scores[key]
     return out
