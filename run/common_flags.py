@@ -295,7 +295,8 @@ def loop_config(FLAGS, seq_len: int):
         save_steps=FLAGS.save_steps, keep_checkpoints=FLAGS.keep_checkpoints,
         keep_checkpoint_steps=FLAGS.keep_checkpoint_steps, jit_compile=FLAGS.jit_compile,
         global_batch_size=FLAGS.train_batch_size, seq_len=seq_len,
-        gradient_accumulation_steps=getattr(FLAGS, "gradient_accumulation_steps", 1), clip_mode=FLAGS.clip_mode)
+        gradient_accumulation_steps=getattr(FLAGS, "gradient_accumulation_steps", 1), clip_mode=FLAGS.clip_mode,
+        xla_clustering=getattr(FLAGS, "xla_clustering", "off"))
 
 
 def dtype_policy(FLAGS) -> str:

@@ -102,8 +102,10 @@ class XLNetBackbone(keras.layers.Layer):
     def build(self, input_shape=None):
         c = self.config
         init = functools.partial(initializers.normal, c.initializer_range)  # a fresh one per weight
+        # read as stored (no autocast): `embed` gathers the rows in float32 and casts only them, where an
+        # autocast read would cast the whole table to the compute dtype first; every reader casts itself
         self.word_embedding = self.add_weight(name="word_embedding", shape=(c.n_token, c.d_model),
-                                              initializer=init())
+                                              initializer=init(), autocast=False)
         # the original creates mask_emb without an initializer: TF1's default glorot_uniform
         self.mask_emb = self.add_weight(name="mask_emb", shape=(1, 1, c.d_model),
                                         initializer=initializers.glorot_uniform())

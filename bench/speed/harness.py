@@ -79,6 +79,11 @@ NO_XLA = _ab("no XLA (jit_compile=False)", jit=False)
 UNFUSED_ADAMW = _ab("AdamW outside the XLA cluster (the multi-replica path)", fused_step=False)
 BFLOAT16 = _ab("mixed_bfloat16", mixed_precision="bfloat16")
 BFLOAT16_ONEDNN = _ab("mixed_bfloat16 without XLA (oneDNN's bfloat16 kernels)", mixed_precision="bfloat16", jit=False)
+# --bfloat16_fusible's lead variant (timed against HF in each step row, production then an A/B of it): the
+# runners' `--mixed_precision=bfloat16 --nojit_compile --xla_clustering=fusible`
+BFLOAT16_FUSIBLE = Variant("mixed_bfloat16, --xla_clustering=fusible (oneDNN's bfloat16 matmuls, XLA clusters of the "
+                           "fusible ops, the clipped AdamW update as one XLA program)", jit=False,
+                           mixed_precision="bfloat16", xla_clustering="fusible")
 PLM_VARIANTS = [
     PRODUCTION,
     NO_XLA,
@@ -563,15 +568,15 @@ def _release():
 
 
 def serving_rows(config, batch: int, seq_len: int, repeats: int, spiece_model: str,
-                 reference_variants=REFERENCE_VARIANTS):
-    """SavedModel `from_ids` (fresh load) vs HF PyTorch inference (no_grad; each of `reference_variants`, the
-    fastest is the reference), batch `batch`."""
+                 reference_variants=REFERENCE_VARIANTS, policy: str = "float32"):
+    """SavedModel `from_ids` (fresh load) of a model in the Keras dtype `policy` vs HF PyTorch inference (no_grad;
+    each of `reference_variants`, the fastest is the reference), batch `batch`."""
     from xlnet_tf import checkpoints, serving
 
     _torch().set_num_threads(os.cpu_count())
     hf = _hf_model(config, "classifier")
     hf.eval()
-    ours = _our_model(config, "classifier")
+    ours = _our_model(config, "classifier", policy)
     checkpoints.load_hf_weights(ours, {k: v.detach().numpy() for k, v in hf.state_dict().items()},
                                 require_heads=True)
     data, _ = _inputs(config, batch, seq_len, 1)
@@ -588,7 +593,7 @@ def serving_rows(config, batch: int, seq_len: int, repeats: int, spiece_model: s
     if accuracy:
         reference["bfloat16_accuracy"] = accuracy
     _reset_compiled()
-    row = {"suite": "serving", "variant": "SavedModel from_ids vs HF inference (no_grad)", "batch": batch,
+    row = {"suite": "serving", "variant": f"SavedModel from_ids ({policy}) vs HF inference (no_grad)", "batch": batch,
            "seq_len": seq_len, "n_layer": config.n_layer, "d_model": config.d_model, "ours_ms": round(ms, 1),
            **reference, "ratio": round(hf_ms / ms, 3), "examples_per_s": round(batch / (ms / 1000), 1)}
     print(json.dumps(row), flush=True)
@@ -1019,12 +1024,29 @@ def define_flags(fv: flags.FlagValues = FLAGS):
     d.string("reference_variants", None, f"How HF runs, comma-separated from {', '.join(REFERENCE_VARIANTS)} "
              "(default: all of them on a CPU with bfloat16 arithmetic, else the float32 ones); each row compares "
              "with the fastest.")
+    d.bool("bfloat16_fusible", False, "The process runs with the runners' --xla_clustering=fusible TF_XLA_FLAGS "
+           "(it restarts itself with them: TensorFlow reads them when it loads), "
+           "each step row times `BFLOAT16_FUSIBLE` against HF (the production step then as its first A/B variant) "
+           "and the serving row a mixed_bfloat16 export. For CPUs with bfloat16 arithmetic.")
     d.string("peak_sizes", None, "Matrix sizes n of the matmul peak (default 1024,2048,4096; quick: 1024,2048).")
     d.string("peak_dtypes", None, "Matmul peaks measured (default float32,bfloat16; quick: float32).")
     d.integer("loop_steps", None, "train_loop: steps per host loop (default 10; quick: 4).")
     d.integer("loops", None, "train_loop: host loops, the first not counted (default 4; quick: 3).")
     d.string("corpus_glob", os.path.join(REPO, "..", "shared", "data", "corpus", "train", "*.txt"),
              "The builder suite's corpus.")
+
+
+def restart_with_fusible_clustering() -> None:
+    """Unless this process runs with the runners' --xla_clustering=fusible TF_XLA_FLAGS (run/common_flags.py
+    FUSIBLE_CLUSTERING), restarts it with them (TensorFlow, loaded at import, reads them once, when it loads)."""
+    from run import common_flags
+
+    present = os.environ.get("TF_XLA_FLAGS", "").split()
+    if all(f in present for f in common_flags.FUSIBLE_CLUSTERING):
+        return
+    os.environ["TF_XLA_FLAGS"] = " ".join([*present, *common_flags.FUSIBLE_CLUSTERING])
+    print(f"restarting with TF_XLA_FLAGS={os.environ['TF_XLA_FLAGS']!r}", flush=True)
+    os.execv(sys.executable, [sys.executable, "-m", "bench.speed.harness", *sys.argv[1:]])
 
 
 def main():
@@ -1035,6 +1057,11 @@ def main():
     if FLAGS.loops is not None and FLAGS.loops < 2:
         raise UserError("--loops: at least 2 (the first compiles and is not counted)")
     native = describe()["native_bfloat16"]
+    if FLAGS.bfloat16_fusible:
+        if not native:
+            raise UserError("--bfloat16_fusible: this CPU has no bfloat16 arithmetic (AVX-512 BF16 or AMX), "
+                            "and the fusible lead runs in mixed_bfloat16; leave it off")
+        restart_with_fusible_clustering()
     quick_skipped = resolve_settings(FLAGS, native)
     seq_lens = [int(s) for s in FLAGS.seq_lens.split(",")]
     ref_variants = (tuple(FLAGS.reference_variants.split(",")) if FLAGS.reference_variants
@@ -1071,12 +1098,17 @@ def main():
     demo_corpus = os.path.join(REPO, "data", "demo", "train.txt")
     report = {"machine": machine(), "command": cli.invocation("bench.speed.harness"),
               "args": {name: value for name, value in FLAGS.flag_values_dict().items() if name != "verbose"},
-              "reference": reference, "quick": quick_skipped,
+              "reference": reference, "quick": quick_skipped, "tf_xla_flags": os.environ.get("TF_XLA_FLAGS", ""),
               "peak_gflops": {d: matmul_peak(d, peak_sizes, FLAGS.repeats) for d in FLAGS.peak_dtypes.split(",")},
               "rows": []}
     peak = report["peak_gflops"]["float32"]["best"]
     native_bf16 = report["machine"]["native_bfloat16"]
     plm_variants, finetune_variants, tagging_variants = PLM_VARIANTS, FINETUNE_VARIANTS, TAGGING_VARIANTS
+    lead = 1  # variants of each row timed without --ab: the one timed against HF (and the production step with it)
+    if FLAGS.bfloat16_fusible:
+        plm_variants, finetune_variants, tagging_variants = ([BFLOAT16_FUSIBLE, *v] for v in (
+            plm_variants, finetune_variants, tagging_variants))
+        lead = 2
     if FLAGS.quick:
         plm_variants = without_emulated_bfloat16(plm_variants, native_bf16)
         finetune_variants = without_emulated_bfloat16(finetune_variants, native_bf16)
@@ -1091,15 +1123,15 @@ def main():
         if "pretrain_step" in suites:
             report["rows"] += step_rows("plm", bench_config(FLAGS.n_layer, FLAGS.d_model, mem(L)), FLAGS.batch, L,
                                         predict(L), mem(L), repeats, peak,
-                                        plm_variants if first and FLAGS.ab else plm_variants[:1],
+                                        plm_variants if first and FLAGS.ab else plm_variants[:lead],
                                         breakdown=FLAGS.breakdown, reference_variants=ref_variants)
         if "finetune_step" in suites:
             report["rows"] += step_rows("classifier", config, FLAGS.batch, L, 0, 0, repeats, peak,
-                                        finetune_variants if first and FLAGS.ab else finetune_variants[:1],
+                                        finetune_variants if first and FLAGS.ab else finetune_variants[:lead],
                                         breakdown=FLAGS.breakdown, reference_variants=ref_variants)
         if "tagging_step" in suites:
             report["rows"] += step_rows("tagger", config, FLAGS.batch, L, 0, 0, repeats, peak,
-                                        tagging_variants if first and FLAGS.ab else tagging_variants[:1],
+                                        tagging_variants if first and FLAGS.ab else tagging_variants[:lead],
                                         breakdown=FLAGS.breakdown, reference_variants=ref_variants)
     L = seq_lens[0]
     if "train_loop" in suites:
@@ -1124,7 +1156,8 @@ def main():
                                     max(2, FLAGS.repeats // 2), peak, TAGGING_VARIANTS[:1], breakdown=False,
                                     reference_variants=ref_variants)
     if "serving" in suites:
-        report["rows"] += serving_rows(config, 32, 128, FLAGS.repeats, spiece_model, ref_variants)
+        report["rows"] += serving_rows(config, 32, 128, FLAGS.repeats, spiece_model, ref_variants,
+                                       "mixed_bfloat16" if FLAGS.bfloat16_fusible else "float32")
     if "builder" in suites:
         if tf.io.gfile.glob(FLAGS.corpus_glob):
             report["rows"] += builder_rows(FLAGS.corpus_glob)

@@ -38,6 +38,9 @@ class Variant:
     attention: str = "production"  # a key of bench.variants.VARIANTS
     fused_step: bool = True
     summary_rows_only: bool = True  # classifier: the last layer computes only the summarized row
+    # the runners' --xla_clustering; "fusible" needs the process started with its TF_XLA_FLAGS (harness.py's
+    # --bfloat16_fusible restarts itself with them)
+    xla_clustering: str = "off"
 
 
 # What training.Trainer runs with --jit_compile on one replica: loss, gradients, clipping and AdamW in one
@@ -57,7 +60,8 @@ def runner_settings(kind: str, model_dir: str, batch: int, variant: Variant = PR
                     recipe: Optional[str] = None, extra=()):
     """The parsed flags of the runner of `kind` (`RUNNERS`: "plm" run/pretrain.py, "classifier"
     run/run_classifier.py, "tagger" run/run_tagger.py) from its recipe flag file (unless `recipe`), with the
-    benchmark's batch, model_dir, `variant`'s --jit_compile and --mixed_precision, and `extra` flags last."""
+    benchmark's batch, model_dir, `variant`'s --jit_compile, --mixed_precision and --xla_clustering, and `extra`
+    flags last."""
     import importlib
 
     from run import common_flags
@@ -66,7 +70,8 @@ def runner_settings(kind: str, model_dir: str, batch: int, variant: Variant = PR
     runner = importlib.import_module(f"run.{module}")
     recipe = recipe or default_recipe
     argv = ["bench", f"--flagfile={recipe}", f"--model_dir={model_dir}", f"--train_batch_size={batch}",
-            f"--jit_compile={str(variant.jit).lower()}", f"--mixed_precision={variant.mixed_precision}", *extra]
+            f"--jit_compile={str(variant.jit).lower()}", f"--mixed_precision={variant.mixed_precision}",
+            f"--xla_clustering={variant.xla_clustering}", *extra]
     return common_flags.parse(runner.FLAGS, runner.define_flags, argv)
 
 

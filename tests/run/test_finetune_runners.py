@@ -71,7 +71,8 @@ def _classifier(seed=0):
 def test_gradient_accumulation_equals_one_big_batch(tmp_path, rng):
     """k micro-batches == one k-times batch, with the step in plain graph mode and as one XLA cluster
     (jit_compile on one replica compiles loss, gradients, clipping and AdamW together), and with every layer
-    rematerialized (--remat) in that XLA step."""
+    rematerialized (--remat) in that XLA step; and with --xla_clustering=fusible's step (loss and gradients as
+    TensorFlow ops, the clipped AdamW update as one XLA program), with accumulation."""
     from xlnet_tf.training import distribute, finetuning, optimization, loop as training
 
     features = {"input_ids": rng.randint(0, 50, (8, 10)).astype(np.int32),
@@ -81,21 +82,22 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, rng):
     results = {}
     # and the production XLA step with every layer rematerialized (--remat): the same weights (the fused XLA
     # step is checked with accumulation, k=2, which holds the k=1 program and its loop)
-    for jit, k, remat in ((False, 1, False), (False, 2, False), (True, 2, False), (True, 2, True)):
+    for jit, k, remat, clustering in ((False, 1, False, "off"), (False, 2, False, "off"), (True, 2, False, "off"),
+                                      (True, 2, True, "off"), (False, 2, False, "fusible")):
         model = _classifier()
         model.backbone.remat = remat
         optimizer = optimization.create_optimizer(model, learning_rate=1e-3, train_steps=3, clip=1.0)
-        loop = training.TrainLoopConfig(model_dir=str(tmp_path / f"k{k}_{jit}_{remat}"), train_steps=3,
-                                        steps_per_loop=3, save_steps=3, gradient_accumulation_steps=k,
-                                        global_batch_size=8, jit_compile=jit)
+        loop = training.TrainLoopConfig(model_dir=str(tmp_path / f"k{k}_{jit}_{remat}_{clustering}"),
+                                        train_steps=3, steps_per_loop=3, save_steps=3, gradient_accumulation_steps=k,
+                                        global_batch_size=8, jit_compile=jit, xla_clustering=clustering)
         dataset_fn = lambda ctx, skip, k=k: tf.data.Dataset.from_tensor_slices(features).batch(
             8 // k, drop_remainder=True).repeat()
         trainer = training.Trainer(strategy, model, optimizer, finetuning.task_loss_fn, dataset_fn, loop,
                                    log=lambda line: None)
-        assert trainer.fused_step == jit
+        assert (trainer.fused_step, trainer.compiled_update) == (jit, clustering == "fusible")
         history = trainer.train()
-        results[jit, k, remat] = (history[-1]["loss"], [w.copy() for w in model.get_weights()])
-    reference = results[False, 1, False]
+        results[jit, k, remat, clustering] = (history[-1]["loss"], [w.copy() for w in model.get_weights()])
+    reference = results[False, 1, False, "off"]
     for key, (loss, weights) in results.items():
         assert abs(loss - reference[0]) < 1e-5, key
         for a, b in zip(weights, reference[1]):
