@@ -135,6 +135,8 @@ ROWS = [
     ("generate", GENERATE, ["--stop_ids=5000"], r"--stop_ids: \[5000\] outside the model's vocabulary \(ids 0 to 999\)"),
     ("export_savedmodel", EXPORT_LM, ["--export_max_new_tokens=100000"],
      r"--export_max_new_tokens must be at most 4096"),
+    ("export_savedmodel", EXPORT_LM, ["--export_dtype=bfloat16"],
+     r"--export_dtype=bfloat16 with --task=lm: the LM export's decoding program is XLA-compiled"),
     ("export_savedmodel", EXPORT_LM, ["--export_stop_ids=5000"], r"--export_stop_ids: \[5000\] outside the model's"),
     # an export of weights that were neither trained nor loaded
     ("export_savedmodel", ["--export_dir={tmp}/e"], ["--model_dir={untrained_model}"],

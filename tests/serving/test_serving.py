@@ -73,6 +73,31 @@ def classifier_export(tmp_path_factory):
     return root, path
 
 
+def test_a_bfloat16_export_predicts_as_float32_except_near_ties(classifier_export, tmp_path):
+    """--export_dtype=bfloat16 (Keras mixed_bfloat16: float32 weights, bfloat16 matmuls): the same signatures, logits
+    within bfloat16's rounding of the float32 export's, the same label wherever float32's two logits are further
+    apart than twice the largest difference, and the export's settings record its dtype policy."""
+    from run import export_savedmodel
+
+    root, path = classifier_export
+    bf16_path = export_savedmodel.export_from_model_dir(str(root / "m"), str(tmp_path / "export"), dtype="bfloat16")
+    recorded = json.load(open(os.path.join(bf16_path, "assets.extra", "xlnet_export.json")))
+    assert recorded["dtype_policy"] == "mixed_bfloat16"
+    assert json.load(open(os.path.join(path, "assets.extra", "xlnet_export.json")))["dtype_policy"] == "float32"
+    rows = _dev_rows()
+    request = {"signature": "serving_default", "args": {"text": [r[1] for r in rows], "text_b": [r[2] for r in rows]}}
+    for side in ("f32", "b16"):
+        (tmp_path / side).mkdir()
+    f32 = _reload_in_subprocess(path, {"dev": request}, tmp_path / "f32")
+    b16 = _reload_in_subprocess(bf16_path, {"dev": request}, tmp_path / "b16")
+    difference = np.abs(b16["dev/logits"] - f32["dev/logits"]).max()
+    assert 0 < difference < 0.05, difference  # computed in bfloat16 (8 significant bits), to its rounding
+    margin = np.abs(f32["dev/logits"][:, 0] - f32["dev/logits"][:, 1])
+    clear = margin > 2 * difference  # elsewhere a near-tie, which the rounding may order either way
+    assert clear.sum() >= len(rows) // 2, (difference, margin)  # the comparison below covers most rows
+    np.testing.assert_array_equal(b16["dev/label"][clear], f32["dev/label"][clear])
+
+
 ACCENTED = [("Café crème à Zürich", "Le garçon naïf"), ("Über Mädchen ÉTÉ", "ça résumé"),
             ("Ångström São Paulo", "Œuvre Ñandú")]
 

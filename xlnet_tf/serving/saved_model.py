@@ -113,6 +113,7 @@ def export(model, task: str, spiece_model: str, export_dir: str, version: int, m
     tf.io.gfile.makedirs(os.path.join(tmp, "assets.extra"))
     EXPORT_FILE.write(os.path.join(tmp, "assets.extra", EXPORT_FILE_NAME), {
         "task": task, "max_seq_length": max_seq_length, "config": model.config.to_dict(),
+        "dtype_policy": model.dtype_policy.name,
         "text": dataclasses.asdict(text),
         **{k: (list(v) if isinstance(v, (list, tuple)) else v.to_dict() if hasattr(v, "to_dict") else v)
            for k, v in settings.items()}})
