@@ -14,7 +14,9 @@ same architecture):
     vanilla Transformer path, a `tf.function` per prefix bucket of 16);
   hf_mems / hf_no_mems: `XLNetLMHeadModel.generate` eager (its layout: prompt + dummy token; with memories it
     recomputes the last two tokens and the dummy each step), `torch.set_flush_denormal(True)`;
-  hf_compiled (with --torch_compile): the same with `torch.compile`d forward, where it compiles.
+  hf_compiled (with --torch_compile): the same with `torch.compile`d forward, where it compiles;
+  hf_mems_bf16 / hf_compiled_bf16: hf_mems / hf_compiled under `torch.autocast("cpu", dtype=torch.bfloat16)` (the
+    matmuls at the bfloat16 rate), only on a CPU with bfloat16 arithmetic (AVX-512 BF16 or AMX).
 Tokens/s counts new tokens of all rows; time to first token is a run with one new token. Every way is warmed up
 first (traces, compilations: reported as `warmup_s`), then timed `--repeats` times (best kept), alternating.
 The report (JSON + markdown) names the CPU and its vector extensions (bench/host.py).
@@ -36,6 +38,7 @@ from xlnet_tf.errors import UserError  # noqa: E402
 
 FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
 WAYS = ("ours_xla", "ours_graph", "recompute", "hf_mems", "hf_no_mems")
+BF16_WAYS = ("hf_mems_bf16", "hf_compiled_bf16")  # Hugging Face under bfloat16 autocast (--ways, or --torch_compile)
 
 
 def define_flags(fv: flags.FlagValues = FLAGS):
@@ -52,7 +55,7 @@ def define_flags(fv: flags.FlagValues = FLAGS):
               "the ratio against them stays a lower bound.")
     d.integer("threads", 0, "Intra-op threads of both frameworks (0 = the cores; on a loaded machine use 1: "
               "PyTorch's OpenMP threads spin against other work).")
-    d.list("ways", list(WAYS), f"The ways timed, of {', '.join(WAYS)} and hf_compiled.")
+    d.list("ways", list(WAYS), f"The ways timed, of {', '.join(WAYS)}, hf_compiled and {', '.join(BF16_WAYS)}.")
     d.bool("torch_compile", False, "Also time hf_compiled (slow to compile).")
     d.bool("quick", False, "A 2 x 128 model, prompts of 8 and 32, 16 new tokens.")
     d.string("output", None, "Path prefix of the .json/.md report.")
@@ -71,13 +74,16 @@ def _recompute(model, prompt, new_tokens):
     return lambda: recompute_logits(model, prompt, max_new_tokens=new_tokens)
 
 
-def _hf(hf, prompts, new_tokens, use_mems):
+def _hf(hf, prompts, new_tokens, use_mems, bfloat16=False):
+    import contextlib
+
     import torch
 
     ids = torch.tensor(prompts)
 
     def run():
-        with torch.no_grad():
+        autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bfloat16 else contextlib.nullcontext()
+        with torch.no_grad(), autocast:
             return hf.generate(ids, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
                                use_mems=use_mems, pad_token_id=5, eos_token_id=None)
     return run
@@ -96,9 +102,15 @@ def _time(run, repeats):
 
 
 def main():
-    unknown = sorted(set(FLAGS.ways) - set(WAYS) - {"hf_compiled"})
+    unknown = sorted(set(FLAGS.ways) - set(WAYS) - {"hf_compiled", *BF16_WAYS})
     if unknown:
-        raise UserError(f"--ways: unknown way(s) {unknown}; choose from {', '.join(WAYS)}, hf_compiled")
+        raise UserError(f"--ways: unknown way(s) {unknown}; choose from {', '.join(WAYS)}, hf_compiled, "
+                        f"{', '.join(BF16_WAYS)}")
+    from bench import host
+
+    if set(FLAGS.ways) & set(BF16_WAYS) and not host.describe()["native_bfloat16"]:
+        raise UserError(f"--ways: {', '.join(BF16_WAYS)} need a CPU with bfloat16 arithmetic (AVX-512 BF16 or AMX); "
+                        "this one would time an emulation")
     if FLAGS.quick:
         FLAGS.prompt_lens, FLAGS.new_tokens, FLAGS.n_layer, FLAGS.d_model, FLAGS.n_token, FLAGS.repeats = (
             ["8", "32"], 16, 2, 128, 1000, 2)
@@ -108,7 +120,6 @@ def main():
     import torch
     import transformers
 
-    from bench import host
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetPretrainer
 
@@ -138,14 +149,14 @@ def main():
                     runs[way, key] = _ours(model, prompts, n, way == "ours_xla")
                 elif way == "recompute":
                     runs[way, key] = _recompute(model, prompt, n)
-                elif way in ("hf_mems", "hf_no_mems"):
-                    runs[way, key] = _hf(hf, prompts, n, way == "hf_mems")
-                elif way == "hf_compiled":
+                elif way in ("hf_mems", "hf_no_mems", "hf_mems_bf16"):
+                    runs[way, key] = _hf(hf, prompts, n, way != "hf_no_mems", way.endswith("_bf16"))
+                elif way in ("hf_compiled", "hf_compiled_bf16"):
                     if compiled is None:
                         compiled = transformers.XLNetLMHeadModel(hf.config).eval()
                         compiled.load_state_dict(hf.state_dict())
                         compiled.forward = torch.compile(compiled.forward, dynamic=True)
-                    runs[way, key] = _hf(compiled, prompts, n, True)
+                    runs[way, key] = _hf(compiled, prompts, n, True, way.endswith("_bf16"))
         failed = {}
         for (way, key), run in list(runs.items()):  # warm-up: traces and compilations
             t0 = time.perf_counter()
@@ -205,7 +216,8 @@ def main():
 def ratios(row):
     """`(vs best HF, vs recompute, first-token ratio)` as text cells ("-" where a way was not run)."""
     ours = row.get("ours_xla_tokens_per_s")
-    hf = {w: row[f"{w}_tokens_per_s"] for w in ("hf_mems", "hf_no_mems", "hf_compiled") if f"{w}_tokens_per_s" in row}
+    hf = {w: row[f"{w}_tokens_per_s"] for w in ("hf_mems", "hf_no_mems", "hf_compiled", *BF16_WAYS)
+          if f"{w}_tokens_per_s" in row}
     if not ours:
         return ["-", "-", "-"]
     cells = []
