@@ -13,6 +13,7 @@ from absl import app, flags
 from xlnet_tf import cli
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.errors import UserError
+from xlnet_tf.training.xla_clustering import MODES as XLA_CLUSTERING_MODES
 
 
 class Definer:
@@ -25,26 +26,23 @@ class Definer:
         return functools.partial(getattr(flags, f"DEFINE_{kind}"), flag_values=self.fv)
 
 
-# TF_XLA_FLAGS of --xla_clustering=fusible: auto-clustering on CPU, of the ops XLA can fuse (no dots, no convolutions)
-FUSIBLE_CLUSTERING = ("--tf_xla_auto_jit=2", "--tf_xla_cpu_global_jit", "--tf_xla_ops_to_cluster=FUSIBLE")
-
-
 def apply_xla_clustering(fv: flags.FlagValues) -> None:
-    """`--xla_clustering=fusible`: adds FUSIBLE_CLUSTERING to this process's TF_XLA_FLAGS, which TensorFlow reads
-    once when it loads. UserError with --jit_compile (the step is then one XLA program, nothing is left to cluster)
-    and once TensorFlow is loaded (a runner called inside a Python process that imported it: the flags would not
-    take effect)."""
+    """`--xla_clustering=fusible`: adds its TF_XLA_FLAGS (`xlnet_tf.training.xla_clustering.FUSIBLE_FLAGS`) to this
+    process's environment, which TensorFlow reads once when it loads. UserError with --jit_compile
+    (`xla_clustering.check`, the check `training.TrainLoopConfig` makes too) and once TensorFlow is loaded (a runner
+    called inside a Python process that imported it: the flags would not take effect)."""
     import sys
+
+    from xlnet_tf.training import xla_clustering
 
     if "xla_clustering" not in fv or fv.xla_clustering == "off":
         return
-    if fv.jit_compile:
-        raise UserError(f"--xla_clustering={fv.xla_clustering} clusters the ops that run outside XLA, but "
-                        "--jit_compile compiles the whole step with XLA: give --nojit_compile")
+    xla_clustering.check(fv.xla_clustering, fv.jit_compile)
     if "tensorflow" in sys.modules:
         raise UserError(f"--xla_clustering={fv.xla_clustering} must be set before TensorFlow loads, and this "
                         "process has loaded it: run the runner as a process of its own (python run/<runner>.py)")
-    os.environ["TF_XLA_FLAGS"] = " ".join([os.environ.get("TF_XLA_FLAGS", ""), *FUSIBLE_CLUSTERING]).strip()
+    os.environ["TF_XLA_FLAGS"] = " ".join([os.environ.get("TF_XLA_FLAGS", ""),
+                                           *xla_clustering.FUSIBLE_FLAGS]).strip()
 
 
 def start(fv: flags.FlagValues, run):
@@ -180,11 +178,12 @@ def define_loop_flags(fv: flags.FlagValues, train_steps=1000, steps_per_loop=100
                          "of this, in <model_dir>/kept/ckpt-<step> (0 = none; a multiple of --save_steps).",
               lower_bound=0)
     d.bool("jit_compile", False, "Compile the train step with XLA.")
-    d.enum("xla_clustering", "off", ["off", "fusible"], "fusible: TensorFlow's XLA auto-clustering of the fusible "
-           "ops only (TF_XLA_FLAGS, set before TensorFlow loads; needs --nojit_compile): the matmuls stay "
+    d.enum("xla_clustering", "off", list(XLA_CLUSTERING_MODES), "fusible: TensorFlow's XLA auto-clustering of the "
+           "fusible ops only (TF_XLA_FLAGS, set before TensorFlow loads; needs --nojit_compile): the matmuls stay "
            "TensorFlow's oneDNN kernels, which run at the bfloat16 rate on CPUs with bfloat16 arithmetic where XLA's "
-           "CPU dots do not, and XLA fuses the ops around them. With --mixed_precision=bfloat16 the fastest training "
-           "step measured on an AMX Xeon (bench/speed/README.md).")
+           "CPU dots do not, and XLA fuses the ops around them; on one replica without loss scaling the clipped AdamW "
+           "update is then one XLA program (said in the log otherwise). With --mixed_precision=bfloat16 the fastest "
+           "training step measured on an AMX Xeon (bench/speed/README.md).")
     d.enum("mixed_precision", "float32", ["float32", "bfloat16", "float16"],
                       "Compute dtype (variables stay float32).")
     d.integer("seed", 0, "Seed of weight initialization and dropout.")

@@ -30,6 +30,7 @@ from run import common_flags
 from xlnet_tf.errors import UserError
 
 FLAGS = flags.FlagValues()  # this tool's own flags, defined when it runs (run/common_flags.py)
+EXPORT_DTYPES = ("float32", "bfloat16")  # --export_dtype: the runners' --mixed_precision names (loop.dtype_policy)
 
 
 def define_flags(fv: flags.FlagValues = FLAGS):
@@ -47,12 +48,11 @@ def define_flags(fv: flags.FlagValues = FLAGS):
     d.integer("export_max_windows", None, "Tagging: the most windows of max_seq_length tokens one sentence of a "
               "request may take (a longer one is refused; default xlnet_tf.serving.tagging.DEFAULT_MAX_WINDOWS).",
               lower_bound=1)
-    d.enum("export_dtype", "float32", ["float32", "bfloat16"], "The served model's compute dtype: bfloat16 keeps the "
-           "weights in float32 and runs the matmuls in bfloat16 (Keras mixed_bfloat16; outputs float32). On an AMX Xeon "
-           "1.8x faster than float32 at batch 32 (2.4x where both run with --xla_clustering=fusible's TF_XLA_FLAGS), "
-           "its predictions equal to float32's except at near-ties (bench/speed/README.md); on CPUs without "
-           "bfloat16 arithmetic emulated and slower. Not for --task=lm "
-           "(its decoding program is XLA-compiled, where bfloat16 dots do not run at the bfloat16 rate).")
+    d.enum("export_dtype", "float32", list(EXPORT_DTYPES), "The served model's compute dtype: bfloat16 keeps the "
+           "weights in float32 and runs the matmuls in bfloat16 (Keras mixed_bfloat16; outputs float32), for CPUs "
+           "with bfloat16 arithmetic (AVX-512 BF16, AMX; elsewhere emulated and slower); its predictions equal "
+           "float32's except at near-ties (bench/speed/README.md, where it is timed in a process with "
+           "--xla_clustering=fusible's TF_XLA_FLAGS). Not for --task=lm.")
     define_lm_flags(fv)
 
 
@@ -143,6 +143,8 @@ def export_from_model_dir(model_dir, export_dir, version=1, checkpoint=None, tas
     from xlnet_tf.artifacts.text_settings import TextSettings
 
     check_destination(export_dir, version)
+    if dtype not in EXPORT_DTYPES:
+        raise UserError(f"--export_dtype={dtype}: one of {', '.join(EXPORT_DTYPES)}")
     if model_dir and not files.isdir(model_dir):
         raise UserError(f"--model_dir={model_dir} " + ("is a file, not a model directory"
                                                        if files.exists(model_dir) else "does not exist"))

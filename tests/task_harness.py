@@ -38,7 +38,7 @@ def id_features(rng, shape=(BATCH, LENGTH)) -> Dict[str, np.ndarray]:
 @dataclasses.dataclass(frozen=True)
 class TaskFamily:
     name: str
-    build: Callable[[object], object]  # config -> model
+    build: Callable[..., object]  # (config, dtype="float32": a Keras dtype policy) -> model
     data: Callable[[np.random.RandomState], Tuple[dict, object]]  # rng -> (features, labels)
     export_task: str
     compared: Tuple[str, ...]  # outputs of predict that from_ids returns under the same name
@@ -46,34 +46,34 @@ class TaskFamily:
     id_inputs: Tuple[str, ...] = ("input_ids", "segment_ids", "attention_mask")
 
 
-def _classifier(config):
+def _classifier(config, dtype="float32"):
     from xlnet_tf.models import XLNetClassifier
 
-    return XLNetClassifier(config, num_labels=3)
+    return XLNetClassifier(config, num_labels=3, dtype=dtype)
 
 
-def _regression(config):
+def _regression(config, dtype="float32"):
     from xlnet_tf.models import XLNetClassifier
 
-    return XLNetClassifier(config, regression=True)
+    return XLNetClassifier(config, regression=True, dtype=dtype)
 
 
-def _multiple_choice(config):
+def _multiple_choice(config, dtype="float32"):
     from xlnet_tf.models import XLNetMultipleChoice
 
-    return XLNetMultipleChoice(config, num_choices=4)
+    return XLNetMultipleChoice(config, num_choices=4, dtype=dtype)
 
 
-def _squad(config):
+def _squad(config, dtype="float32"):
     from xlnet_tf.models import XLNetForSquad
 
-    return XLNetForSquad(config, start_n_top=2, end_n_top=2)
+    return XLNetForSquad(config, start_n_top=2, end_n_top=2, dtype=dtype)
 
 
-def _tagger(config):
+def _tagger(config, dtype="float32"):
     from xlnet_tf.models import XLNetTagger
 
-    return XLNetTagger(config, num_labels=3, labels=["O", "B-X", "I-X"])
+    return XLNetTagger(config, num_labels=3, labels=["O", "B-X", "I-X"], dtype=dtype)
 
 
 def _squad_data(rng):

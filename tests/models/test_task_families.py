@@ -1,6 +1,7 @@
 """Every task family through the shared harness (tests/task_harness.py): build tiny, fit a step, predict, `.keras`
 round trip, export and reload, the outputs compared at each hand-over."""
 
+import json
 import os
 
 import keras
@@ -84,3 +85,27 @@ def test_an_export_reloaded_answers_from_ids_as_the_model(fitted, tmp_path, name
         if name == "tagger":  # the export returns the positions' logits as the model
             got = got.reshape(value.shape)
         np.testing.assert_allclose(got, value, atol=1e-4, err_msg=key)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_a_bfloat16_export_answers_as_the_float32_model_to_bfloat16_rounding(fitted, tmp_path, name):
+    """`--export_dtype=bfloat16`'s model (Keras mixed_bfloat16) of every task: its export's float outputs within
+    bfloat16's rounding of the float32 model's (indices, which can tie, are left out)."""
+    from xlnet_tf import serving
+
+    family = FAMILIES[name]
+    model, x, predicted, _, _ = fitted[name]
+    twin = family.build(task_harness.tiny_config(), dtype="mixed_bfloat16")
+    twin.predict(x, batch_size=task_harness.BATCH, verbose=0)  # builds its weights
+    twin.set_weights(model.get_weights())
+    path = serving.export(twin, family.export_task, data_fixtures.tiny_spm(), str(tmp_path / "export"), 1,
+                          task_harness.LENGTH, **family.export_options)
+    with open(os.path.join(path, "assets.extra", "xlnet_export.json"), encoding="utf-8") as f:
+        assert json.load(f)["dtype_policy"] == "mixed_bfloat16"
+    served = tf.saved_model.load(path).signatures["from_ids"](**{k: tf.constant(x[k]) for k in family.id_inputs})
+    for key, value in _compared(family, predicted).items():
+        if key.endswith("_index"):
+            continue
+        got = served[key].numpy().reshape(value.shape)
+        assert got.dtype == np.float32, key
+        np.testing.assert_allclose(got, value, atol=0.03 * (1 + np.abs(value).max()), err_msg=key)

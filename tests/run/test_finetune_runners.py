@@ -59,20 +59,21 @@ def test_paraphrase_classifier_beats_majority_baseline(tmp_path):
     assert result["accuracy"] > _majority(f"{DATA}/paraphrase/dev.tsv") + 0.04, result
 
 
-def _classifier(seed=0):
+def _classifier(seed=0, dtype="float32"):
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetClassifier
 
     keras.utils.set_random_seed(seed)
     return XLNetClassifier(XLNetConfig(n_token=50, n_layer=1, d_model=16, n_head=2, d_head=8, d_inner=32,
-                                       dropout=0.0, dropatt=0.0), num_labels=3)
+                                       dropout=0.0, dropatt=0.0), num_labels=3, dtype=dtype)
 
 
 def test_gradient_accumulation_equals_one_big_batch(tmp_path, rng):
     """k micro-batches == one k-times batch, with the step in plain graph mode and as one XLA cluster
     (jit_compile on one replica compiles loss, gradients, clipping and AdamW together), and with every layer
     rematerialized (--remat) in that XLA step; and with --xla_clustering=fusible's step (loss and gradients as
-    TensorFlow ops, the clipped AdamW update as one XLA program), with accumulation."""
+    TensorFlow ops, the clipped AdamW update as one XLA program), with accumulation, in float32 and in
+    mixed_bfloat16 (there against the plain bfloat16 step, to bfloat16's rounding)."""
     from xlnet_tf.training import distribute, finetuning, optimization, loop as training
 
     features = {"input_ids": rng.randint(0, 50, (8, 10)).astype(np.int32),
@@ -82,12 +83,15 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, rng):
     results = {}
     # and the production XLA step with every layer rematerialized (--remat): the same weights (the fused XLA
     # step is checked with accumulation, k=2, which holds the k=1 program and its loop)
-    for jit, k, remat, clustering in ((False, 1, False, "off"), (False, 2, False, "off"), (True, 2, False, "off"),
-                                      (True, 2, True, "off"), (False, 2, False, "fusible")):
-        model = _classifier()
+    for jit, k, remat, clustering, dtype in ((False, 1, False, "off", "float32"), (False, 2, False, "off", "float32"),
+                                             (True, 2, False, "off", "float32"), (True, 2, True, "off", "float32"),
+                                             (False, 2, False, "fusible", "float32"),
+                                             (False, 2, False, "off", "mixed_bfloat16"),
+                                             (False, 2, False, "fusible", "mixed_bfloat16")):
+        model = _classifier(dtype=dtype)
         model.backbone.remat = remat
         optimizer = optimization.create_optimizer(model, learning_rate=1e-3, train_steps=3, clip=1.0)
-        loop = training.TrainLoopConfig(model_dir=str(tmp_path / f"k{k}_{jit}_{remat}_{clustering}"),
+        loop = training.TrainLoopConfig(model_dir=str(tmp_path / f"k{k}_{jit}_{remat}_{clustering}_{dtype}"),
                                         train_steps=3, steps_per_loop=3, save_steps=3, gradient_accumulation_steps=k,
                                         global_batch_size=8, jit_compile=jit, xla_clustering=clustering)
         dataset_fn = lambda ctx, skip, k=k: tf.data.Dataset.from_tensor_slices(features).batch(
@@ -96,12 +100,14 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, rng):
                                    log=lambda line: None)
         assert (trainer.fused_step, trainer.compiled_update) == (jit, clustering == "fusible")
         history = trainer.train()
-        results[jit, k, remat, clustering] = (history[-1]["loss"], [w.copy() for w in model.get_weights()])
-    reference = results[False, 1, False, "off"]
-    for key, (loss, weights) in results.items():
-        assert abs(loss - reference[0]) < 1e-5, key
-        for a, b in zip(weights, reference[1]):
-            np.testing.assert_allclose(a, b, atol=1e-5, err_msg=str(key))
+        results[jit, k, remat, clustering, dtype] = (history[-1]["loss"], [w.copy() for w in model.get_weights()])
+    for dtype, atol in (("float32", 1e-5), ("mixed_bfloat16", 1e-4)):
+        reference = results[False, 1 if dtype == "float32" else 2, False, "off", dtype]
+        for key, (loss, weights) in results.items():
+            if key[-1] == dtype:
+                assert abs(loss - reference[0]) < atol, key
+                for a, b in zip(weights, reference[1]):
+                    np.testing.assert_allclose(a, b, atol=atol, err_msg=str(key))
 
 
 def test_a_killed_run_resumes_exactly_and_named_checkpoints_are_scored_alone(tmp_path, capsys):

@@ -16,10 +16,10 @@ import tensorflow as tf
 from xlnet_tf import checkpoints
 from xlnet_tf.artifacts import pretrain_info
 from xlnet_tf.errors import UserError
+from xlnet_tf.training import xla_clustering
 
 
 CLIP_MODES = ("global", "per_replica")
-XLA_CLUSTERING = ("off", "fusible")  # the runners' --xla_clustering (run/common_flags.py FUSIBLE_CLUSTERING)
 
 
 @dataclasses.dataclass
@@ -42,20 +42,17 @@ class TrainLoopConfig:
     # each replica's share of it before the cross-replica sum, as the original's CrossShardOptimizer on
     # TPU (the effective threshold then grows with the replica count).
     clip_mode: str = "global"
-    # The runners' --xla_clustering: "fusible" when TensorFlow's auto-clustering of the fusible ops is on in this
-    # process (run/common_flags.py sets it before TensorFlow loads): the loss and gradients then run as TensorFlow
-    # ops (oneDNN's matmuls, XLA clusters of the rest) and, on one replica, the clipped AdamW update as one XLA
-    # program that updates the variables in place (the auto-clusters leave the variables' reads and writes out).
+    # The runners' --xla_clustering (`xla_clustering.MODES`): "fusible" when TensorFlow's auto-clustering of the
+    # fusible ops is on in this process (run/common_flags.py sets it before TensorFlow loads): the loss and gradients
+    # then run as TensorFlow ops (oneDNN's matmuls, XLA clusters of the rest) and, on one replica without loss
+    # scaling, the clipped AdamW update as one XLA program that updates the variables in place (the auto-clusters
+    # leave the variables' reads and writes out).
     xla_clustering: str = "off"
 
     def validate(self):
         if self.clip_mode not in CLIP_MODES:
             raise ValueError(f"--clip_mode must be one of {CLIP_MODES}, got {self.clip_mode!r}")
-        if self.xla_clustering not in XLA_CLUSTERING:
-            raise ValueError(f"--xla_clustering must be one of {XLA_CLUSTERING}, got {self.xla_clustering!r}")
-        if self.xla_clustering != "off" and self.jit_compile:
-            raise ValueError(f"--xla_clustering={self.xla_clustering} clusters the ops that run outside XLA, but "
-                             "--jit_compile compiles the whole step with XLA: give --nojit_compile")
+        xla_clustering.check(self.xla_clustering, self.jit_compile)
         if self.train_steps <= 0 or self.steps_per_loop <= 0:
             raise ValueError("--train_steps and --steps_per_loop must be positive")
         if self.gradient_accumulation_steps < 1:
@@ -266,16 +263,18 @@ class Trainer:
         # With one replica (no all-reduce, no cross-replica optimizer update) and no loss scaling, the
         # whole step - loss, gradients, clipping and the AdamW update - is one XLA cluster: faster than a
         # gradients-only cluster (the speed harness's "AdamW outside the XLA cluster" variant, bench/speed/).
-        self.fused_step = (config.jit_compile and self.num_replicas == 1
-                           and not isinstance(strategy, tf.distribute.TPUStrategy)
-                           and not self.loss_scaling)
+        alone = (self.num_replicas == 1 and not isinstance(strategy, tf.distribute.TPUStrategy)
+                 and not self.loss_scaling)  # no all-reduce, no cross-replica update, no loss scale
+        self.fused_step = config.jit_compile and alone
         self._step = (tf.function(self._replica_step, jit_compile=True) if self.fused_step
                       else self._replica_step)
         # --xla_clustering=fusible on one replica: the update (clipping and AdamW) as one XLA program, in place
         # (11% off the bfloat16 fine-tuning step on an AMX Xeon against the auto-clustered update:
         # bench/speed/README.md)
-        self.compiled_update = (config.xla_clustering == "fusible" and self.num_replicas == 1
-                                and not isinstance(strategy, tf.distribute.TPUStrategy) and not self.loss_scaling)
+        self.compiled_update = config.xla_clustering == "fusible" and alone
+        if config.xla_clustering == "fusible" and not alone:
+            log(f"--xla_clustering={config.xla_clustering}: the update stays outside XLA (several replicas, a TPU or "
+                "loss scaling); only the auto-clusters apply")
         self._update = (tf.function(self._apply_update, jit_compile=True) if self.compiled_update
                         else self._apply_update)
         self._loop = tf.function(self._train_loop)
