@@ -38,7 +38,8 @@ from xlnet_tf.errors import UserError  # noqa: E402
 
 FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
 WAYS = ("ours_xla", "ours_graph", "recompute", "hf_mems", "hf_no_mems")
-BF16_WAYS = ("hf_mems_bf16", "hf_compiled_bf16")  # Hugging Face under bfloat16 autocast (--ways, or --torch_compile)
+BF16_WAYS = ("hf_mems_bf16", "hf_compiled_bf16")  # Hugging Face under bfloat16 autocast (named in --ways)
+HF_WAYS = ("hf_mems", "hf_no_mems", "hf_compiled", *BF16_WAYS)  # Hugging Face's ways: the best one is the reference
 
 
 def define_flags(fv: flags.FlagValues = FLAGS):
@@ -216,8 +217,7 @@ def main():
 def ratios(row):
     """`(vs best HF, vs recompute, first-token ratio)` as text cells ("-" where a way was not run)."""
     ours = row.get("ours_xla_tokens_per_s")
-    hf = {w: row[f"{w}_tokens_per_s"] for w in ("hf_mems", "hf_no_mems", "hf_compiled", *BF16_WAYS)
-          if f"{w}_tokens_per_s" in row}
+    hf = {w: row[f"{w}_tokens_per_s"] for w in HF_WAYS if f"{w}_tokens_per_s" in row}
     if not ours:
         return ["-", "-", "-"]
     cells = []

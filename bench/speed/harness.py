@@ -14,7 +14,8 @@ against HF's training loop over the same batches.
 
 Every timed row carries the absolute figures of both implementations and `ratio` = reference time / our
 time (> 1 = we are faster), measured in the same run at identical shapes (and, but for `train_loop`, weights);
-A/B rows also carry `vs_production` = production time / variant time (< 1 = the production choice is faster).
+A/B rows also carry `vs_production` = production time / variant time (< 1 = the production choice is faster; with
+`--bfloat16_fusible` the row's lead, the bfloat16 fusible step, stands where production stands).
 The reference is the strongest HF configuration this machine runs: each row times HF in every
 `--reference_variants` variant (eager, and `torch.compile`), all with denormals flushed, and compares with the
 fastest. The machine description (with its CPU's vector extensions, and whether bfloat16 is native) and its
@@ -917,8 +918,11 @@ def write_report(report: dict, output_dir: str) -> str:
              _reference_line(report["reference"]), "",
              *([TRAIN_LOOP_LINE, ""] if any(r["suite"] == "train_loop" for r in report["rows"]) else []),
              *([_quick_line(report["quick"]), ""] if report.get("quick") else []),
-             "ratio = reference / ours (> 1: ours faster or smaller); vs prod. = production / variant "
-             "(< 1: the production choice is faster).", "",
+             "ratio = reference / ours (> 1: ours faster or smaller); " + (
+                 "vs prod. = the row's lead (its first variant, timed against the reference: with --bfloat16_fusible "
+                 "the bfloat16 fusible step, production then an A/B) / variant (< 1: the lead is faster)."
+                 if report.get("args", {}).get("bfloat16_fusible") else
+                 "vs prod. = production / variant (< 1: the production choice is faster)."), "",
              "| suite | variant | layers x d | batch | seq (mem) | ours | reference | ratio | vs prod. | "
              "tokens/s or ex/s | MFU fp32 | notes |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -1037,16 +1041,23 @@ def define_flags(fv: flags.FlagValues = FLAGS):
 
 
 def restart_with_fusible_clustering() -> None:
-    """Unless this process runs with the runners' --xla_clustering=fusible TF_XLA_FLAGS (run/common_flags.py
-    FUSIBLE_CLUSTERING), restarts it with them (TensorFlow, loaded at import, reads them once, when it loads)."""
-    from run import common_flags
+    """Unless this process runs with the runners' --xla_clustering=fusible TF_XLA_FLAGS
+    (`xlnet_tf.training.xla_clustering.FUSIBLE_FLAGS`), restarts it with them: TensorFlow, loaded when this module
+    is imported, reads them once, when it loads. The same command line (`sys.orig_argv`, interpreter options
+    included), the repository on PYTHONPATH; refused unless the harness is this process's main module (a caller
+    that imported it would be replaced)."""
+    from xlnet_tf.training import xla_clustering
 
-    present = os.environ.get("TF_XLA_FLAGS", "").split()
-    if all(f in present for f in common_flags.FUSIBLE_CLUSTERING):
+    if xla_clustering.flags_present(os.environ.get("TF_XLA_FLAGS", "")):
         return
-    os.environ["TF_XLA_FLAGS"] = " ".join([*present, *common_flags.FUSIBLE_CLUSTERING])
+    main_module = sys.modules.get("__main__")
+    if getattr(getattr(main_module, "__spec__", None), "name", None) != "bench.speed.harness":
+        raise UserError("--bfloat16_fusible: run the harness as its own process (python -m bench.speed.harness), or set "
+                        f"TF_XLA_FLAGS='{' '.join(xla_clustering.FUSIBLE_FLAGS)}' before TensorFlow loads")
+    os.environ["TF_XLA_FLAGS"] = " ".join([os.environ.get("TF_XLA_FLAGS", ""), *xla_clustering.FUSIBLE_FLAGS]).strip()
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
     print(f"restarting with TF_XLA_FLAGS={os.environ['TF_XLA_FLAGS']!r}", flush=True)
-    os.execv(sys.executable, [sys.executable, "-m", "bench.speed.harness", *sys.argv[1:]])
+    os.execv(sys.executable, sys.orig_argv)
 
 
 def main():
