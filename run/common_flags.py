@@ -41,8 +41,7 @@ def apply_xla_clustering(fv: flags.FlagValues) -> None:
     if "tensorflow" in sys.modules:
         raise UserError(f"--xla_clustering={fv.xla_clustering} must be set before TensorFlow loads, and this "
                         "process has loaded it: run the runner as a process of its own (python run/<runner>.py)")
-    os.environ["TF_XLA_FLAGS"] = " ".join([os.environ.get("TF_XLA_FLAGS", ""),
-                                           *xla_clustering.FUSIBLE_FLAGS]).strip()
+    os.environ["TF_XLA_FLAGS"] = xla_clustering.with_fusible_flags(os.environ.get("TF_XLA_FLAGS", ""))
 
 
 def start(fv: flags.FlagValues, run):

@@ -4,7 +4,7 @@ Both SavedModels (run/export_savedmodel.py, `--export_dtype=float32|bfloat16`) a
 TSV's texts (a `label<TAB>text` classifier file, as data/finetune/topic/dev.tsv); per file the report gives the rows
 whose labels differ, how many of those are near-ties (float32's top two logits nearer than twice the largest logit
 difference between the exports, so that rounding may order them either way), the largest logit difference, and
-each export's accuracy against the file's labels.
+each export's accuracy against the file's labels (and, `rows_beyond_near_tie`, how many rows the rule decides).
 
     python -m bench.speed.bf16_export_compare --float32=WORK/export_float32/1 --bfloat16=WORK/export_bfloat16/1 \\
         --tsv=data/finetune/topic/dev.tsv --output=WORK/compare
@@ -58,7 +58,8 @@ def compare(f32_logits, b16_logits, f32_labels, b16_labels, gold) -> dict:
     margin = top2[:, 1] - top2[:, 0]
     differ = [i for i, (a, b) in enumerate(zip(f32_labels, b16_labels)) if a != b]
     near = [i for i in differ if margin[i] <= 2 * diff]
-    return {"rows": len(gold), "labels_differ": len(differ), "differ_at_near_ties": len(near),
+    return {"rows": len(gold), "rows_beyond_near_tie": int((margin > 2 * diff).sum()),
+            "labels_differ": len(differ), "differ_at_near_ties": len(near),
             "differ_elsewhere": len(differ) - len(near), "max_logit_difference": round(diff, 5),
             "differing_rows_float32_margin": [round(float(margin[i]), 5) for i in differ],
             "accuracy_float32": round(float(np.mean([a == g for a, g in zip(f32_labels, gold)])), 4),

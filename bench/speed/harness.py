@@ -1054,7 +1054,7 @@ def restart_with_fusible_clustering() -> None:
     if getattr(getattr(main_module, "__spec__", None), "name", None) != "bench.speed.harness":
         raise UserError("--bfloat16_fusible: run the harness as its own process (python -m bench.speed.harness), or set "
                         f"TF_XLA_FLAGS='{' '.join(xla_clustering.FUSIBLE_FLAGS)}' before TensorFlow loads")
-    os.environ["TF_XLA_FLAGS"] = " ".join([os.environ.get("TF_XLA_FLAGS", ""), *xla_clustering.FUSIBLE_FLAGS]).strip()
+    os.environ["TF_XLA_FLAGS"] = xla_clustering.with_fusible_flags(os.environ.get("TF_XLA_FLAGS", ""))
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)
     print(f"restarting with TF_XLA_FLAGS={os.environ['TF_XLA_FLAGS']!r}", flush=True)
     os.execv(sys.executable, sys.orig_argv)

@@ -11,6 +11,7 @@ def test_labels_that_differ_are_split_into_near_ties_and_the_rest():
     b16 = np.array([[2.0, 0.0], [0.50, 0.51], [1.0, 0.0], [0.0, 1.0]], np.float32)
     r = bf16_export_compare.compare(f32, b16, ["a", "a", "a", "b"], ["a", "b", "b", "b"], ["a", "b", "a", "b"])
     assert (r["labels_differ"], r["differ_at_near_ties"], r["differ_elsewhere"]) == (2, 1, 1)
+    assert r["rows_beyond_near_tie"] == 3  # the second row's margin (0.01) is within twice the difference
     assert abs(r["max_logit_difference"] - 0.01) < 1e-6
     assert (r["accuracy_float32"], r["accuracy_bfloat16"]) == (0.75, 0.75)
 

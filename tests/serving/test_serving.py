@@ -98,9 +98,7 @@ def test_a_bfloat16_export_predicts_as_float32_except_near_ties(classifier_expor
                                          [r[0] for r in rows])
     assert 0 < result["max_logit_difference"] < 0.05, result  # computed in bfloat16 (8 significant bits)
     assert result["differ_elsewhere"] == 0, result
-    top2 = np.sort(f32["dev/logits"], -1)[:, -2:]
-    clear = top2[:, 1] - top2[:, 0] > 2 * result["max_logit_difference"]
-    assert clear.sum() >= len(rows) // 2, result  # the rule decides most rows
+    assert result["rows_beyond_near_tie"] >= len(rows) // 2, result  # the rule decides most rows
 
 
 ACCENTED = [("Café crème à Zürich", "Le garçon naïf"), ("Über Mädchen ÉTÉ", "ça résumé"),

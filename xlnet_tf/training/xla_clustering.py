@@ -28,3 +28,8 @@ def flags_present(tf_xla_flags: str) -> bool:
     """Whether a TF_XLA_FLAGS value holds every one of `FUSIBLE_FLAGS`."""
     present = tf_xla_flags.split()
     return all(flag in present for flag in FUSIBLE_FLAGS)
+
+
+def with_fusible_flags(tf_xla_flags: str) -> str:
+    """A TF_XLA_FLAGS value with `FUSIBLE_FLAGS` appended (what the runners and the speed harness set)."""
+    return " ".join([tf_xla_flags, *FUSIBLE_FLAGS]).strip()
