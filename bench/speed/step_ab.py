@@ -6,10 +6,14 @@ most changes are worth; two steps timed in turns in one process see the same min
 under xlnet_tf/) is loaded as it was at `--ref` and its functions and the methods of its classes are put in place
 of the working tree's while the reference step is built and traced (callers look them up at call time; a class
 keeps its identity, only its methods change); then everything is restored and the working tree's step is built.
-Both are `ours.py`'s `TrainerStep` of `production_trainer` (what harness.py times).
+Both are `ours.py`'s `TrainerStep` of `production_trainer` (what harness.py times), in the production variant or
+(`--variant=bfloat16_fusible`) harness.py's `BFLOAT16_FUSIBLE`, which needs the process started with the fusible
+TF_XLA_FLAGS (TensorFlow reads them when it loads).
 
     python -m bench.speed.step_ab --ref=fc495dc --modules=xlnet_tf/training/loop.py,xlnet_tf/layers/attention.py
     python -m bench.speed.step_ab --ref=fc495dc --modules=xlnet_tf/training/loop.py --kind=classifier
+    TF_XLA_FLAGS="--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit --tf_xla_ops_to_cluster=FUSIBLE" \
+        python -m bench.speed.step_ab --ref=HEAD --modules=xlnet_tf/layers/attention.py --variant=bfloat16_fusible
 
 Prints each side's median and fastest call and the ratio (reference median / working-tree median: > 1 means
 the working tree is faster), and with --output writes <output>.json and .md naming the CPU.
@@ -36,6 +40,7 @@ from bench.speed import step_profile
 from xlnet_tf.errors import UserError
 
 FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
+VARIANTS = ("production", "bfloat16_fusible")
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))  # the repository root
 
 
@@ -46,6 +51,9 @@ def define_flags(fv: flags.FlagValues = FLAGS):
     d.enum("kind", "plm", ["plm", "classifier", "tagger"], "Whose step: run/pretrain.py's (plm) or the "
            "fine-tuning runners' (ours.py RUNNERS).")
     step_profile.define_step_flags(fv)
+    d.enum("variant", "production", list(VARIANTS), "Which of the runners' steps: production (float32, XLA) or "
+           "bfloat16_fusible (--mixed_precision=bfloat16 --nojit_compile --xla_clustering=fusible; start the process "
+           "with the fusible TF_XLA_FLAGS).")
     d.integer("calls", 9, "Timed calls per side, in turns (after two warm-up calls each).")
     d.string("output", None, "Write <output>.md and <output>.json.")
 
@@ -130,17 +138,32 @@ def patched(current: types.ModuleType, reference: types.ModuleType) -> Iterator[
 _MISSING = object()
 
 
+def variant_of_flags():
+    """`--variant` as an ours.py Variant; UserError for bfloat16_fusible in a process without the fusible
+    TF_XLA_FLAGS (its clustering would silently be off)."""
+    from bench.speed import harness, ours
+    from xlnet_tf.training import xla_clustering
+
+    if FLAGS.variant == "production":
+        return ours.PRODUCTION
+    if not xla_clustering.flags_present(os.environ.get("TF_XLA_FLAGS", "")):
+        raise UserError("--variant=bfloat16_fusible: start the process with TF_XLA_FLAGS="
+                        f"\"{xla_clustering.with_fusible_flags('')}\" (TensorFlow reads them when it loads)")
+    return harness.BFLOAT16_FUSIBLE
+
+
 def main():
     import numpy as np
 
     from bench import host
 
+    variant = variant_of_flags()
     work = tempfile.mkdtemp(prefix="step_ab_src_")
     pairs = [(importlib.import_module(module_name(p)), load_at(p, FLAGS.ref, work)) for p in FLAGS.modules]
     with contextlib.ExitStack() as stack:
         replaced = [name for current, ref in pairs for name in stack.enter_context(patched(current, ref))]
-        reference = step_profile.step_of_flags(FLAGS, FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"))
-    ours_step = step_profile.step_of_flags(FLAGS, FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"))
+        reference = step_profile.step_of_flags(FLAGS, FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"), variant)
+    ours_step = step_profile.step_of_flags(FLAGS, FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"), variant)
     # one untimed call of each in turns first: the side built first is slow on its first call after the other's
     # build (measured: 223 against 3 ms at a tiny size, 2.8 against 1.4 s at 4 x 768), which favoured the working tree
     reference()
@@ -155,12 +178,14 @@ def main():
     ratio = median["reference"] / median["working_tree"]
     report = {"host": host.describe(), "command": cli.invocation("bench.speed.step_ab"), "ref": FLAGS.ref,
               "modules": FLAGS.modules, "replaced": replaced, "kind": FLAGS.kind,
+              "variant": variant.name,
               "config": {k: FLAGS[k].value for k in ("n_layer", "d_model", "n_token", "batch", "seq_len", "mem_len",
                                                       "num_predict")},
               "calls_ms": {side: [round(t * 1e3, 1) for t in ts] for side, ts in times.items()},
               "median_ms": median, "ratio": ratio}
     text = "\n".join([
-        f"# The runners' {FLAGS.kind} step: working tree against {', '.join(FLAGS.modules) or 'nothing'} at "
+        f"# The runners' {FLAGS.kind} step ({FLAGS.variant}): working tree against "
+        f"{', '.join(FLAGS.modules) or 'nothing'} at "
         f"{FLAGS.ref} ({report['host']['cpu']}, {report['host']['cores']} cores; {report['host']['vector_extensions']})",
         "",
         f"Command: `{report['command']}`. {FLAGS.calls} calls per side in turns after one untimed round, one process.", "",

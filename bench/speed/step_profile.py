@@ -212,17 +212,20 @@ def num_predict_of_flags(fv: flags.FlagValues) -> int:
     return fv.num_predict or harness.default_num_predict(fv.seq_len)
 
 
-def step_of_flags(fv: flags.FlagValues, kind: str, model_dir: str):
-    """The runners' `kind` step (ours.py `TrainerStep` of `production_trainer`) at `define_step_flags`' size,
-    on one batch of harness.py's features, called twice (traced, compiled, warm). Memories only for "plm"."""
+def step_of_flags(fv: flags.FlagValues, kind: str, model_dir: str, variant=None):
+    """The runners' `kind` step (ours.py `TrainerStep` of `production_trainer`, in `variant`, production when None)
+    at `define_step_flags`' size, on one batch of harness.py's features, called twice (traced, compiled, warm).
+    Memories only for "plm"."""
     import tensorflow as tf
 
     from bench.speed import harness, ours
 
+    variant = variant or ours.PRODUCTION
+
     mem_len = fv.mem_len if kind == "plm" else 0
     config = ours.bench_config(fv.n_layer, fv.d_model, mem_len=mem_len, n_token=fv.n_token)
     data, _ = harness.our_step_features(config, kind, fv.batch, fv.seq_len, num_predict_of_flags(fv), mem_len)
-    trainer = ours.production_trainer(kind, config, fv.batch, fv.seq_len, model_dir)
+    trainer = ours.production_trainer(kind, config, fv.batch, fv.seq_len, model_dir, variant=variant)
     step = ours.TrainerStep(trainer, {k: tf.constant(v) for k, v in data.items()})
     step()
     step()

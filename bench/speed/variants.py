@@ -36,8 +36,8 @@ def _per_example_positions(self, pos_emb, batch, per_example=False):
 
 
 def _per_example_scores(self, q_r, k_r, per_example=False):
-    del per_example  # always per example here
-    return tf.einsum("bind,bpnd->bnip", q_r, k_r)
+    del per_example  # always per example here; q_r heads first [B, H, Q, Dh], k_r [B, P, H, Dh]
+    return tf.einsum("bnid,bpnd->bnip", q_r, k_r)
 
 
 def _fused_keys_values(self, content, mems=None):

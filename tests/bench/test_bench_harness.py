@@ -500,6 +500,28 @@ def test_step_ab_puts_the_reference_methods_in_place_and_restores_them(tmp_path)
     assert step_ab.module_name("xlnet_tf/layers/attention.py") == "xlnet_tf.layers.attention"
 
 
+def test_step_ab_times_the_bfloat16_fusible_step_only_with_its_xla_flags(monkeypatch):
+    """step_ab --variant=bfloat16_fusible is harness.py's BFLOAT16_FUSIBLE, refused in a process without the fusible
+    TF_XLA_FLAGS (its clustering would silently be off and the A/B would time another step)."""
+    from absl import flags
+
+    from bench.speed import harness, ours, step_ab
+    from xlnet_tf.errors import UserError
+    from xlnet_tf.training import xla_clustering
+
+    fv = flags.FlagValues()
+    step_ab.define_flags(fv)
+    fv(["step_ab"])
+    monkeypatch.setattr(step_ab, "FLAGS", fv)
+    assert step_ab.variant_of_flags() is ours.PRODUCTION
+    fv.variant = "bfloat16_fusible"
+    monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_auto_jit=2")
+    with pytest.raises(UserError, match="--variant=bfloat16_fusible: start the process with TF_XLA_FLAGS"):
+        step_ab.variant_of_flags()
+    monkeypatch.setenv("TF_XLA_FLAGS", xla_clustering.with_fusible_flags(""))
+    assert step_ab.variant_of_flags() is harness.BFLOAT16_FUSIBLE
+
+
 def test_bfloat16_autocast_joins_the_reference_only_where_the_cpu_has_bfloat16():
     from bench.speed import harness
 

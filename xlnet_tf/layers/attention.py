@@ -53,6 +53,11 @@ def gather_shift(scores, query_pos, qlen: int, klen: int):
     return tf.gather(scores, idx, batch_dims=3)
 
 
+def heads_first(x):
+    """`[B, L, H, Dh]` <-> `[B, H, L, Dh]` (its own inverse)."""
+    return tf.transpose(x, [0, 2, 1, 3])
+
+
 # What `RelativeAttention.decode_step` reads unchanged from step to step, arranged once before a decoding loop
 # (`RelativeAttention.decoding_kernels`): `position_keys [H, Dh, P]` the projected relative encoding, heads first;
 # `qkv` the q, k and v projections side by side `[D, 3 * H * Dh]` and `output` the output projection `[H * Dh, D]`,
@@ -170,36 +175,41 @@ class RelativeAttention(keras.layers.Layer):
                 tf.concat([self._project(mems, self.v), values], axis=1))
 
     def _position_scores(self, q_r, k_r, per_example=False):
-        """q_r `[B, Q, H, Dh]`, k_r `[n_dir, P, H, Dh]` -> `[B, H, Q, P]` (rows of batch half x use k_r[x]);
-        with `per_example`, k_r is `[B, P, H, Dh]`."""
+        """q_r `[B, H, Q, Dh]` (heads first), k_r `[n_dir, P, H, Dh]` -> `[B, H, Q, P]` (rows of batch half x use
+        k_r[x]); with `per_example`, k_r is `[B, P, H, Dh]`."""
         if per_example:
-            return tf.einsum("bind,bpnd->bnip", q_r, k_r)
+            return tf.matmul(q_r, heads_first(k_r), transpose_b=True)
         n_dir = k_r.shape[0]
+        k_r = tf.transpose(k_r, [0, 2, 3, 1])  # [n_dir, H, Dh, P]
         if n_dir == 1:
-            return tf.einsum("bind,pnd->bnip", q_r, k_r[0])
+            return tf.matmul(q_r, k_r[0])  # the batch broadcast over the heads' products
         shape = tf.shape(q_r)
         halves = tf.reshape(q_r, tf.concat([[n_dir, shape[0] // n_dir], shape[1:]], 0))
-        scores = tf.einsum("xbind,xpnd->xbnip", halves, k_r)
+        scores = tf.matmul(halves, k_r[:, None])
         return tf.reshape(scores, tf.concat([[shape[0]], tf.shape(scores)[2:]], 0))
 
     def _core(self, q_head, k_head, v_head, k_r, biases, seg_diff, mask, query_pos, qlen, training,
               per_example=False, dropout_seed=None, site=0):
-        """Attention of queries `[B, Q, H, Dh]` over keys/values `[B, klen, H, Dh]` -> `[B, Q, H, Dh]`."""
-        r_w_bias, r_r_bias, r_s_bias = (self._w(b) for b in biases)
+        """Attention of queries `[B, Q, H, Dh]` over keys/values `[B, klen, H, Dh]` -> `[B, Q, H, Dh]`.
+
+        The products run heads first (`[B, H, ., Dh]`, batched matmuls): TensorFlow's `Einsum` would transpose
+        its operands for each product and each of its gradients (bench/speed/README.md, the attention core)."""
+        r_w_bias, r_r_bias, r_s_bias = (self._w(b)[:, None] for b in biases)  # [H, 1, Dh]
         klen = tf.shape(k_head)[1]
-        ac = tf.einsum("bind,bjnd->bnij", q_head + r_w_bias, k_head)
-        bd = self._position_scores(q_head + r_r_bias, k_r, per_example)
+        q = heads_first(q_head)
+        ac = tf.matmul(q + r_w_bias, heads_first(k_head), transpose_b=True)
+        bd = self._position_scores(q + r_r_bias, k_r, per_example)
         bd = rel_shift(bd, klen) if query_pos is None else gather_shift(bd, query_pos, qlen, klen)
         score = ac + bd
         if seg_diff is not None:
-            ef = tf.einsum("bind,snd->bnis", q_head + r_s_bias, self._w(self.seg_embed))
+            ef = tf.matmul(q + r_s_bias, tf.transpose(self._w(self.seg_embed), [1, 2, 0]))  # [B, H, Q, 2]
             score += tf.where(seg_diff[:, None], ef[..., 1:], ef[..., :1])
         score = tf.cast(score, tf.float32) * self.scale
         if mask is not None:
             score = tf.where(mask[:, None], tf.constant(MASK_VALUE, tf.float32), score)
         prob = tf.cast(tf.nn.softmax(score, axis=-1), self.compute_dtype)
         prob = seeded_dropout.apply(self.prob_dropout, prob, training, dropout_seed, site)
-        return tf.einsum("bnij,bjnd->bind", prob, v_head)
+        return heads_first(tf.matmul(prob, heads_first(v_head)))  # [B, H, Q, Dh] -> [B, Q, H, Dh]
 
     def _output_pieces(self, pieces: int = column_pieces.PIECES):
         """The output projection arranged `[H * Dh, D]` in the compute dtype, cut by columns (`decode_step`'s)."""
