@@ -100,12 +100,15 @@ def test_gradient_accumulation_equals_one_big_batch(tmp_path, rng):
                                    log=lambda line: None)
         assert (trainer.fused_step, trainer.compiled_update) == (jit, clustering == "fusible")
         history = trainer.train()
-        results[jit, k, remat, clustering, dtype] = (history[-1]["loss"], [w.copy() for w in model.get_weights()])
+        results[jit, k, remat, clustering, dtype] = (history[-1]["loss"], [w.copy() for w in model.get_weights()],
+                                                     history[-1]["grad_norm"])
     for dtype, atol in (("float32", 1e-5), ("mixed_bfloat16", 1e-4)):
         reference = results[False, 1 if dtype == "float32" else 2, False, "off", dtype]
-        for key, (loss, weights) in results.items():
+        for key, (loss, weights, norm) in results.items():
             if key[-1] == dtype:
                 assert abs(loss - reference[0]) < atol, key
+                # the norm that clips (the fusible update takes it from loop.squared_norm, outside XLA)
+                assert norm == pytest.approx(reference[2], rel=1e-4), key
                 for a, b in zip(weights, reference[1]):
                     np.testing.assert_allclose(a, b, atol=atol, err_msg=str(key))
 

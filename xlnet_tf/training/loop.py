@@ -136,7 +136,8 @@ def _format_eta(seconds: float) -> str:
     return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
 
 
-def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_mode: str = "global"):
+def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_mode: str = "global",
+                            squares=None):
     """The end of every training step (`Trainer` and Keras `fit` through `Task.train_step`), in a replica
     context.
 
@@ -159,6 +160,8 @@ def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_
     own global-norm clip (Keras's, on gradients already clipped here: a second pass over every gradient
     that changes nothing) is switched off while it applies them (`_own_clipping_off`): a faster step (the speed
     harness, bench/speed/), the same update to float32 rounding.
+    `squares`: the sum of the gradients' squares, when the caller computed it (one replica only; the Trainer's
+    compiled update computes it outside XLA: `squared_norm`).
     Returns `(global loss, unscaled gradient norm)` (per_replica: the norm of this replica's share).
     """
     loss_scaling = hasattr(optimizer, "inner_optimizer")
@@ -172,9 +175,13 @@ def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_
             loss_sum, weight = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [loss_sum, weight])
         else:
             grads, loss_sum, weight = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [grads, loss_sum, weight])
+    if squares is not None and replicas > 1:
+        raise ValueError("apply_clipped_gradients: squares given on several replicas (the norm is of the all-reduced "
+                         "gradients)")
     weight = tf.maximum(tf.cast(weight, tf.float32), 1e-9)
     # the norm of the global gradient grads / weight (or of this replica's share of it)
-    squares = tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float32))) for g in grads])
+    if squares is None:
+        squares = tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float32))) for g in grads])
     norm = tf.sqrt(squares) / weight
     scale = tf.cast(optimizer.dynamic_scale, tf.float32) if loss_scaling else 1.0
     factor = 1.0 / weight
@@ -187,6 +194,13 @@ def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_
     with _own_clipping_off(inner):
         optimizer.apply_gradients(zip(grads, variables))
     return loss_sum / weight, norm / scale
+
+
+def squared_norm(grads):
+    """The sum of the squares of every gradient (float32) as TensorFlow's `L2Loss` kernels: outside XLA, where a
+    compiled update's reduction over the 55.9 M gradients of the speed benchmark's model took ~47 ms against ~13
+    (XLA's CPU reductions; bench/speed/README.md). Twice `l2_loss`: exact."""
+    return tf.add_n([2.0 * tf.nn.l2_loss(tf.cast(g, tf.float32)) for g in grads])
 
 
 @contextlib.contextmanager
@@ -309,11 +323,13 @@ class Trainer:
             grads = micro_grads if grads is None else [a + b for a, b in zip(grads, micro_grads)]
             loss_sum += micro_loss
             weight += micro_weight
+        if self.compiled_update:  # the gradient's norm outside the compiled update (squared_norm)
+            return self._update(grads, loss_sum, weight, squared_norm(grads))
         return self._update(grads, loss_sum, weight)
 
-    def _apply_update(self, grads, loss_sum, weight):
+    def _apply_update(self, grads, loss_sum, weight, squares=None):
         return apply_clipped_gradients(self.optimizer, self.model.trainable_variables, grads, loss_sum, weight,
-                                       self.config.clip_mode)
+                                       self.config.clip_mode, squares)
 
     def _train_loop(self, iterator, steps):
         loss_sum = tf.constant(0.0)
