@@ -16,6 +16,7 @@ import collections
 import tensorflow as tf
 
 from xlnet_tf.layers import column_pieces
+from xlnet_tf.layers.attention import heads_first
 
 # What every step reads unchanged (`step_kernels`): per layer `XLNetLayer.decoding_kernels`, and the word
 # embedding transposed `[D, n_token]` (the LM head's) cut by columns.
@@ -79,7 +80,7 @@ def ring_cache(model, mems, mem_real, prompt_len: int):
     kv = []
     for layer, mem in zip(model.backbone.xl_layers, mems):
         keys, values = layer.rel_attn.project_keys_values(mem)  # [B, M, H, Dh]
-        kv.append(tuple(tf.transpose(ring(x, 1), [0, 2, 1, 3]) for x in (keys, values)))
+        kv.append(tuple(heads_first(ring(x, 1)) for x in (keys, values)))
     return kv, ring(mem_real, 1)
 
 

@@ -170,14 +170,14 @@ def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_
     ctx = tf.distribute.get_replica_context()
     replicas = ctx.num_replicas_in_sync if ctx is not None else 1
     per_replica = clip_mode == "per_replica" and replicas > 1
+    if squares is not None and replicas > 1:
+        raise ValueError("apply_clipped_gradients: squares given on several replicas (the norm is of the all-reduced "
+                         "gradients)")
     if replicas > 1:
         if per_replica:
             loss_sum, weight = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [loss_sum, weight])
         else:
             grads, loss_sum, weight = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [grads, loss_sum, weight])
-    if squares is not None and replicas > 1:
-        raise ValueError("apply_clipped_gradients: squares given on several replicas (the norm is of the all-reduced "
-                         "gradients)")
     weight = tf.maximum(tf.cast(weight, tf.float32), 1e-9)
     # the norm of the global gradient grads / weight (or of this replica's share of it)
     if squares is None:
