@@ -5,19 +5,19 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from xlnet_tf.layers import initializers
-from xlnet_tf.layers import column_pieces, seeded_dropout
+from xlnet_tf.layers import activations, column_pieces, initializers, seeded_dropout
 
 ACTIVATIONS = ("gelu", "gelu_exact", "relu")
 
 
 def get_activation(name: str):
     """`gelu` is the original release's tanh approximation (what the released checkpoints were trained
-    with); `gelu_exact` is the erf form (Hugging Face's `"gelu"`); `relu`."""
+    with); `gelu_exact` is the erf form (Hugging Face's `"gelu"`), both with their derivatives written out
+    (`activations`: the backward pass keeps only their input); `relu`."""
     if name == "gelu":
-        return lambda x: keras.activations.gelu(x, approximate=True)
+        return activations.gelu_tanh
     if name == "gelu_exact":
-        return lambda x: keras.activations.gelu(x, approximate=False)
+        return activations.gelu_erf
     if name == "relu":
         return keras.activations.relu
     raise ValueError(f"ff_activation must be one of {ACTIVATIONS}, got {name!r}")

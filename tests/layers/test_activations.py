@@ -1,0 +1,63 @@
+"""The feed-forward activations with written-out derivatives: `tf.nn.gelu`'s values, the exact derivative."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from xlnet_tf.layers import activations
+from xlnet_tf.layers.feedforward import get_activation
+
+FORMS = [("gelu", activations.gelu_tanh, True), ("gelu_exact", activations.gelu_erf, False)]
+
+
+def _exact_derivative(x: np.ndarray, approximate: bool) -> np.ndarray:
+    """The derivative in float64."""
+    x = x.astype(np.float64)
+    if approximate:
+        c = math.sqrt(2 / math.pi)
+        t = np.tanh(c * (x + 0.044715 * x ** 3))
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t ** 2) * c * (1 + 3 * 0.044715 * x ** 2)
+    erf = np.vectorize(math.erf)
+    return 0.5 * (1 + erf(x / math.sqrt(2))) + x * np.exp(-0.5 * x ** 2) / math.sqrt(2 * math.pi)
+
+
+def _value_and_gradient(fn, x, upstream):
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = fn(x)
+    return y, tape.gradient(y, x, output_gradients=upstream)
+
+
+@pytest.mark.parametrize("name,fn,approximate", FORMS)
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16])
+def test_values_are_tf_gelu_and_the_gradient_the_exact_derivative(name, fn, approximate, dtype):
+    assert get_activation(name) is fn
+    rng = np.random.RandomState(0)
+    x = tf.cast(tf.constant(rng.randn(4096).astype(np.float32) * 3.0), dtype)
+    upstream = tf.cast(tf.constant(rng.randn(4096).astype(np.float32)), dtype)
+    y, grad = _value_and_gradient(fn, x, upstream)
+    reference_y, reference_grad = _value_and_gradient(lambda v: tf.nn.gelu(v, approximate=approximate), x, upstream)
+    assert y.dtype == grad.dtype == dtype
+    np.testing.assert_array_equal(tf.cast(y, tf.float32).numpy(), tf.cast(reference_y, tf.float32).numpy())
+    x64 = tf.cast(x, tf.float32).numpy()
+    exact = tf.cast(upstream, tf.float32).numpy().astype(np.float64) * _exact_derivative(x64, approximate)
+    ours = tf.cast(grad, tf.float32).numpy()
+    if dtype == tf.float32:
+        np.testing.assert_allclose(ours, exact, rtol=1e-5, atol=2e-5)  # float32 cancellation where it nears 0
+        np.testing.assert_allclose(ours, reference_grad.numpy(), rtol=1e-5, atol=2e-5)
+    else:  # one rounding to bfloat16 (8 bits of mantissa); the automatic gradient rounds after each op
+        np.testing.assert_allclose(ours, exact, rtol=2 ** -8, atol=2e-5)
+
+
+@pytest.mark.parametrize("name,fn,approximate", FORMS)
+def test_compiled_gradient_equals_eager(name, fn, approximate):
+    del name, approximate
+    x = tf.constant(np.linspace(-6, 6, 1001, dtype=np.float32))
+
+    def gradient(v):
+        return _value_and_gradient(fn, v, tf.ones_like(v))[1]
+
+    np.testing.assert_allclose(tf.function(gradient, jit_compile=True)(x).numpy(), gradient(x).numpy(),
+                               rtol=1e-5, atol=1e-5)  # XLA's tanh and erf approximations are not Eigen's
