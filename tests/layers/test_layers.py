@@ -30,6 +30,29 @@ def test_rel_shift_small_matrix():
     np.testing.assert_array_equal(rel_shift(x, 3).numpy()[0, 0], [[2, 3, 4], [6, 7, 8]])
 
 
+@pytest.mark.parametrize("mode", ["eager", "graph", "jit_compile"])
+def test_rel_shift_gradient_puts_each_score_gradient_back_where_it_was_read(mode, rng):
+    """The written-out gradient (outside XLA's auto-clusters) against the rule: the gradient of out[i, j] lands on
+    scores[i, Q - i + j], zero on columns no output reads."""
+    qlen, mlen = 5, 3
+    klen, p = qlen + mlen, 2 * qlen + mlen
+    scores = tf.constant(rng.randn(2, 3, qlen, p).astype(np.float32))
+    upstream = rng.randn(2, 3, qlen, klen).astype(np.float32)
+
+    def gradient(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = rel_shift(x, tf.constant(klen))
+        return tape.gradient(out, x, output_gradients=tf.constant(upstream))
+
+    if mode != "eager":
+        gradient = tf.function(gradient, jit_compile=mode == "jit_compile")
+    expected = np.zeros(scores.shape, np.float32)
+    for i in range(qlen):
+        expected[:, :, i, qlen - i:qlen - i + klen] = upstream[:, :, i]
+    np.testing.assert_array_equal(gradient(scores).numpy(), expected)
+
+
 def test_gather_shift_equals_rel_shift_rows(rng):
     qlen, mlen = 6, 2
     klen, p = qlen + mlen, 2 * qlen + mlen
