@@ -47,7 +47,7 @@ def test_values_are_tf_gelu_and_the_gradient_the_exact_derivative(name, fn, appr
     if dtype == tf.float32:
         np.testing.assert_allclose(ours, exact, rtol=1e-5, atol=2e-5)  # float32 cancellation where it nears 0
         np.testing.assert_allclose(ours, reference_grad.numpy(), rtol=1e-5, atol=2e-5)
-    else:  # one rounding to bfloat16 (8 bits of mantissa); the automatic gradient rounds after each op
+    else:  # one rounding to bfloat16 (8 significant bits); the automatic gradient rounds after each op
         np.testing.assert_allclose(ours, exact, rtol=2 ** -8, atol=2e-5)
 
 
@@ -61,3 +61,23 @@ def test_compiled_gradient_equals_eager(name, fn, approximate):
 
     np.testing.assert_allclose(tf.function(gradient, jit_compile=True)(x).numpy(), gradient(x).numpy(),
                                rtol=1e-5, atol=1e-5)  # XLA's tanh and erf approximations are not Eigen's
+
+
+@pytest.mark.parametrize("fn,approximate,ours_only,automatic_only", [
+    (activations.gelu_tanh, True, None, "TanhGrad"), (activations.gelu_erf, False, "Erf", None)])
+def test_the_backward_pass_is_the_written_out_derivative(fn, approximate, ours_only, automatic_only):
+    """The gradient's graph is the written-out derivative's, not the automatic one (which differentiates tanh with
+    TanhGrad and erfc without an Erf): with the custom gradient gone this fails."""
+
+    def op_types(activation):
+        def gradient(v):
+            return _value_and_gradient(activation, v, tf.ones_like(v))[1]
+
+        graph = tf.function(gradient).get_concrete_function(tf.TensorSpec([8], tf.float32)).graph
+        return {op.type for op in graph.get_operations()}
+
+    ours, automatic = op_types(fn), op_types(lambda v: tf.nn.gelu(v, approximate=approximate))
+    if ours_only:
+        assert ours_only in ours and ours_only not in automatic
+    if automatic_only:
+        assert automatic_only in automatic and automatic_only not in ours

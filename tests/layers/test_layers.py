@@ -53,6 +53,26 @@ def test_rel_shift_gradient_puts_each_score_gradient_back_where_it_was_read(mode
     np.testing.assert_array_equal(gradient(scores).numpy(), expected)
 
 
+def test_rel_shift_gradient_is_left_out_of_xla_auto_clusters():
+    """Its pads carry `_XlaCompile=False` in a graph (TensorFlow's auto-clustering then leaves them to its own
+    kernels: bench/speed/README.md); the forward pass's ops do not."""
+
+    def gradient(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            out = rel_shift(x, 4)
+        return tape.gradient(out, x)
+
+    graph = tf.function(gradient).get_concrete_function(tf.TensorSpec([1, 2, 3, 7], tf.float32)).graph
+    pads = [op for op in graph.get_operations() if op.type in ("Pad", "PadV2")]
+    assert len(pads) == 2
+    for op in pads:
+        assert op.get_attr("_XlaCompile") is False
+    for op in graph.get_operations():
+        if op.type == "StridedSlice":
+            assert "_XlaCompile" not in op.node_def.attr
+
+
 def test_gather_shift_equals_rel_shift_rows(rng):
     qlen, mlen = 6, 2
     klen, p = qlen + mlen, 2 * qlen + mlen

@@ -4,12 +4,11 @@ input and recomputes the rest.
 TensorFlow's `tf.nn.gelu` is a composite of ops (a cube, a tanh or an erfc, products), and its automatic gradient
 keeps every intermediate of the forward pass for the backward: at the speed benchmark's size (`[1024, 3072]` per
 layer) the forward then writes four more tensors of the activation's size than its output, and the backward reads
-them again (bench/speed/README.md). Here the forward pass is `tf.nn.gelu` and writes its output only, and the
-backward pass computes the derivative from the input, in float32.
+them again (bench/speed/README.md, "Since: the gelu's derivative and rel_shift's gradient"). Here the forward pass is
+`tf.nn.gelu` and writes its output only, and the backward pass computes the derivative from the input, in float32.
 
 Numbers: the values are `tf.nn.gelu`'s; the gradient is the analytic derivative in float32, equal to the automatic
-one to float32 rounding (in bfloat16, closer to the exact derivative than the automatic one, which rounds after
-each op).
+one to float32 rounding (in bfloat16, rounded once to bfloat16 at the end).
 """
 
 from __future__ import annotations
@@ -27,36 +26,38 @@ def _float32(x):
     return tf.cast(x, tf.float32)
 
 
-# The backward passes compute from `x` with nodes of their own: TensorFlow's graph optimization (common
-# subexpression elimination, after rewriting `pow(x, 3)` as `x * square(x)` and `x * x` as `square(x)`) would
-# otherwise merge them with the forward pass's, and the forward pass would write those intermediates for the backward
-# pass to read. Hence products like `x * (x * c)` rather than squares, and a float32 cast the bfloat16 forward pass
-# does not have.
+# The derivatives compute from `x` with nodes of their own: TensorFlow's graph optimization (common subexpression
+# elimination, after rewriting `pow(x, 3)` as `x * square(x)` and `x * x` as `square(x)`) would otherwise merge them
+# with the forward pass's, and the forward pass would write those intermediates for the backward pass to read. Hence
+# products like `x * (x * c)` rather than squares, and a float32 cast the bfloat16 forward pass does not have.
 
-@tf.custom_gradient
-def gelu_tanh(x):
-    """`0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` (the original release's form, Hugging Face's `gelu_new`),
-    any shape, the dtype of `x`: `tf.nn.gelu(x, approximate=True)`, whose values it returns."""
-
-    def grad(dy):
-        xf = _float32(x)
-        cubic = xf * (xf * (_SQRT_2_OVER_PI * _CUBIC))  # sqrt(2/pi) 0.044715 x^2
-        t = tf.tanh(xf * (_SQRT_2_OVER_PI + cubic))
-        derivative = 0.5 * (1.0 + t) + 0.5 * (xf * (1.0 - tf.square(t))) * (_SQRT_2_OVER_PI + 3.0 * cubic)
-        return tf.cast(_float32(dy) * derivative, x.dtype)
-
-    return tf.nn.gelu(x, approximate=True), grad
+def _tanh_form_derivative(x):
+    """d/dx of `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, float32 `x`."""
+    cubic = x * (x * (_SQRT_2_OVER_PI * _CUBIC))  # sqrt(2/pi) 0.044715 x^2
+    t = tf.tanh(x * (_SQRT_2_OVER_PI + cubic))
+    return 0.5 * (1.0 + t) + 0.5 * (x * (1.0 - tf.square(t))) * (_SQRT_2_OVER_PI + 3.0 * cubic)
 
 
-@tf.custom_gradient
-def gelu_erf(x):
-    """`0.5 x erfc(-x / sqrt(2))` = `x Phi(x)` (Hugging Face's `gelu`), any shape, the dtype of `x`:
-    `tf.nn.gelu(x, approximate=False)`, whose values it returns."""
+def _erf_form_derivative(x):
+    """d/dx of `x Phi(x)` = `Phi(x) + x phi(x)`, float32 `x` (erf, not the forward pass's erfc)."""
+    return 0.5 + 0.5 * tf.math.erf(x * _INV_SQRT_2) + x * tf.exp(x * (x * -0.5)) / math.sqrt(2.0 * math.pi)
 
-    def grad(dy):
-        xf = _float32(x)
-        derivative = 0.5 + 0.5 * tf.math.erf(xf * _INV_SQRT_2) + xf * tf.exp(xf * (xf * -0.5)) / math.sqrt(
-            2.0 * math.pi)
-        return tf.cast(_float32(dy) * derivative, x.dtype)
 
-    return tf.nn.gelu(x, approximate=False), grad
+def _with_derivative(forward, derivative):
+    """`forward(x)` whose gradient is `dy * derivative(x)`, computed in float32 and cast to `x`'s dtype."""
+
+    @tf.custom_gradient
+    def activation(x):
+        def grad(dy):
+            return tf.cast(_float32(dy) * derivative(_float32(x)), x.dtype)
+
+        return forward(x), grad
+
+    return activation
+
+
+# `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))` (the original release's form, Hugging Face's `gelu_new`), any
+# shape, the dtype of `x`: `tf.nn.gelu(x, approximate=True)`'s values.
+gelu_tanh = _with_derivative(lambda x: tf.nn.gelu(x, approximate=True), _tanh_form_derivative)
+# `0.5 x erfc(-x / sqrt(2))` = `x Phi(x)` (Hugging Face's `gelu`): `tf.nn.gelu(x, approximate=False)`'s values.
+gelu_erf = _with_derivative(lambda x: tf.nn.gelu(x, approximate=False), _erf_form_derivative)

@@ -32,7 +32,8 @@ def rel_shift(scores, klen):
     The gradient is the one of these reshapes and slices (a zero pad, a reshape and a one-row pad), computed by
     TensorFlow's kernels outside XLA's auto-clusters (`--xla_clustering=fusible`): XLA's CPU fusion of those pads
     divides by `P - 1` for every element, 4.8 of the 7.5 ms of a layer's attention backward cluster at 8 x 128
-    (bench/speed/README.md). Inside a `jit_compile` function XLA compiles it as before.
+    (bench/speed/README.md, "Since: the gelu's derivative and rel_shift's gradient"). Inside a `jit_compile`
+    function XLA compiles it as before.
     """
     b, h, q, p = (tf.shape(scores)[k] for k in range(4))
 
@@ -40,7 +41,7 @@ def rel_shift(scores, klen):
     def shift(x):
         def grad(dy):
             with _outside_auto_clusters():
-                g = tf.pad(dy, [[0, 0], [0, 0], [0, 0], [0, p - 1 - klen]])
+                g = tf.pad(dy, [[0, 0], [0, 0], [0, 0], [0, p - 1 - tf.cast(klen, p.dtype)]])
                 g = tf.pad(tf.reshape(g, [b, h, p - 1, q]), [[0, 0], [0, 0], [1, 0], [0, 0]])
                 return tf.reshape(g, [b, h, q, p])
 

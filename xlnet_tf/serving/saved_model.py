@@ -107,7 +107,10 @@ def export(model, task: str, spiece_model: str, export_dir: str, version: int, m
     tmp = os.path.join(export_dir, f".tmp-{int(version)}")
     if tf.io.gfile.exists(tmp):
         tf.io.gfile.rmtree(tmp)
-    tf.saved_model.save(module, tmp, signatures=signatures)
+    # no gradients saved: serving never differentiates, and the layers' written-out gradients (layers/activations.py,
+    # attention.rel_shift) would otherwise be traced and stored with every signature
+    tf.saved_model.save(module, tmp, signatures=signatures,
+                        options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
     if warmup_inputs:
         write_warmup_requests(tmp, warmup_inputs)
     tf.io.gfile.makedirs(os.path.join(tmp, "assets.extra"))
