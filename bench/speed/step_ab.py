@@ -138,6 +138,20 @@ def patched(current: types.ModuleType, reference: types.ModuleType) -> Iterator[
 _MISSING = object()
 
 
+def check_something_replaced(path: str, ref: str, reference_file: str, current_file: str, names: List[str]):
+    """UserError when `path` differs between `ref` and the working tree but `patched` replaced nothing of it: what
+    differs is then something step_ab does not swap (module-level objects such as `tf.custom_gradient` functions,
+    constants), and the A/B would time the working tree against itself."""
+    if names:
+        return
+    with open(reference_file, encoding="utf-8") as a, open(current_file, encoding="utf-8") as b:
+        if a.read() == b.read():
+            return
+    raise UserError(f"--modules: {path} differs from {ref} only in what step_ab does not swap (module-level objects "
+                    "such as decorated functions, constants): A/B it through a module whose functions or methods "
+                    "differ, or time two processes")
+
+
 def variant_of_flags():
     """`--variant` as an ours.py Variant; UserError for bfloat16_fusible in a process without the fusible
     TF_XLA_FLAGS (its clustering would silently be off)."""
@@ -159,9 +173,13 @@ def main():
 
     variant = variant_of_flags()
     work = tempfile.mkdtemp(prefix="step_ab_src_")
-    pairs = [(importlib.import_module(module_name(p)), load_at(p, FLAGS.ref, work)) for p in FLAGS.modules]
+    pairs = [(p, importlib.import_module(module_name(p)), load_at(p, FLAGS.ref, work)) for p in FLAGS.modules]
     with contextlib.ExitStack() as stack:
-        replaced = [name for current, ref in pairs for name in stack.enter_context(patched(current, ref))]
+        replaced = []
+        for path, current, ref in pairs:
+            names = stack.enter_context(patched(current, ref))
+            check_something_replaced(path, FLAGS.ref, ref.__file__, current.__file__, names)
+            replaced += names
         reference = step_profile.step_of_flags(FLAGS, FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"), variant)
     ours_step = step_profile.step_of_flags(FLAGS, FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"), variant)
     # one untimed call of each in turns first: the side built first is slow on its first call after the other's

@@ -500,6 +500,27 @@ def test_step_ab_puts_the_reference_methods_in_place_and_restores_them(tmp_path)
     assert step_ab.module_name("xlnet_tf/layers/attention.py") == "xlnet_tf.layers.attention"
 
 
+def test_step_ab_refuses_a_module_that_differs_in_nothing_it_swaps(tmp_path):
+    """A module whose only change is a module-level object (here a decorated function, as a tf.custom_gradient one)
+    would be timed against itself: refused, naming the file; a module equal to the reference, or one with a
+    replaced function, passes."""
+    from bench.speed import step_ab
+    from xlnet_tf.errors import UserError
+
+    def write(name, text):
+        path = tmp_path / name
+        path.write_text(text)
+        return str(path)
+
+    decorated = "import functools\n\n@functools.lru_cache\ndef g(x):\n    return x + {}\n"
+    ref, same, changed = write("ref.py", decorated.format(1)), write("same.py", decorated.format(1)), \
+        write("changed.py", decorated.format(2))
+    step_ab.check_something_replaced("xlnet_tf/m.py", "HEAD", ref, same, [])
+    step_ab.check_something_replaced("xlnet_tf/m.py", "HEAD", ref, changed, ["m.h"])
+    with pytest.raises(UserError, match="xlnet_tf/m.py differs from HEAD only in what step_ab does not swap"):
+        step_ab.check_something_replaced("xlnet_tf/m.py", "HEAD", ref, changed, [])
+
+
 def test_step_ab_times_the_bfloat16_fusible_step_only_with_its_xla_flags(monkeypatch):
     """step_ab --variant=bfloat16_fusible is harness.py's BFLOAT16_FUSIBLE, refused in a process without the fusible
     TF_XLA_FLAGS (its clustering would silently be off and the A/B would time another step)."""
