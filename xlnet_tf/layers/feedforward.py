@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf.layers import activations, column_pieces, initializers, seeded_dropout
+from xlnet_tf.layers.bias_add import bias_add
 
 ACTIVATIONS = ("gelu", "gelu_exact", "relu")
 
@@ -62,11 +63,17 @@ class PositionwiseFeedForward(keras.layers.Layer):
 
     def call(self, x, training=False, dropout_seed=None, site=0):
         """`dropout_seed`: see `seeded_dropout` (sites `site` and `site + 1`)."""
-        y = self.layer_1(x)
+        y = self._dense(self.layer_1, x)
         y = seeded_dropout.apply(self.drop, y, training, dropout_seed, site)
-        y = self.layer_2(y)
+        y = self._dense(self.layer_2, y)
         y = seeded_dropout.apply(self.drop, y, training, dropout_seed, site + 1)
         return self.layer_norm(y + x)
+
+    def _dense(self, dense, x):
+        """`dense(x)` (its kernel, bias and activation, the same values) with the bias gradient as a matmul
+        (`bias_add`)."""
+        h = keras.ops.matmul(x, tf.cast(dense.kernel, self.compute_dtype))
+        return dense.activation(bias_add(h, tf.cast(dense.bias, self.compute_dtype)))
 
     # ------------------------------------------------------------------ one-position decoding (inference)
     def kernel_pieces(self, pieces: int = column_pieces.PIECES):
