@@ -3,8 +3,8 @@ against the same step with some modules as they were at a git revision, timed ca
 
 A machine shared with other tenants moves a step's time by a fifth between minutes (README, benchmarks), more than
 most changes are worth; two steps timed in turns in one process see the same minutes. Each of `--modules` (files
-under xlnet_tf/) is loaded as it was at `--ref` and its functions and the methods of its classes are put in place
-of the working tree's while the reference step is built and traced (callers look them up at call time; a class
+under xlnet_tf/) is loaded as it was at `--ref` and its functions, decorated functions (`tf.custom_gradient` ones)
+and the methods of its classes are put in place of the working tree's while the reference step is built and traced (callers look them up at call time; a class
 keeps its identity, only its methods change); then everything is restored and the working tree's step is built.
 Both are `ours.py`'s `TrainerStep` of `production_trainer` (what harness.py times), in the production variant or
 (`--variant=bfloat16_fusible`) harness.py's `BFLOAT16_FUSIBLE`, which needs the process started with the fusible
@@ -48,8 +48,9 @@ def define_flags(fv: flags.FlagValues = FLAGS):
     d = cli.Definer(fv)
     d.string("ref", "HEAD", "The git revision of the reference side.")
     d.list("modules", [], "Files under xlnet_tf/ taken from --ref on the reference side.")
-    d.enum("kind", "plm", ["plm", "classifier", "tagger"], "Whose step: run/pretrain.py's (plm) or the "
-           "fine-tuning runners' (ours.py RUNNERS).")
+    d.enum("kind", "plm", ["plm", "classifier", "tagger", "serving"], "Whose step: run/pretrain.py's (plm), the "
+           "fine-tuning runners' (ours.py RUNNERS), or serving: harness.py's serving row, a classifier's SavedModel "
+           "`from_ids` signature (exported and loaded again) in the variant's dtype (give --batch=32 for the row's).")
     step_profile.define_step_flags(fv)
     d.enum("variant", "production", list(VARIANTS), "Which of the runners' steps: production (float32, XLA) or "
            "bfloat16_fusible (--mixed_precision=bfloat16 --nojit_compile --xla_clustering=fusible; start the process "
@@ -105,7 +106,8 @@ def _rebound(function, owner: type):
 @contextlib.contextmanager
 def patched(current: types.ModuleType, reference: types.ModuleType) -> Iterator[List[str]]:
     """Inside: `current`'s functions, and the methods of its classes, whose source differs from `reference`'s of
-    the same name (defined in `reference` itself) replaced by those; yields the names replaced. Restored on exit."""
+    the same name (defined in `reference` itself) replaced by those, and its decorated functions (`_made_here`) by
+    `reference`'s; yields the names replaced. Restored on exit."""
     saved = []
     names = []
 
@@ -126,6 +128,8 @@ def patched(current: types.ModuleType, reference: types.ModuleType) -> Iterator[
                     if isinstance(member, types.FunctionType) and \
                             _source(member) != _source(here.__dict__.get(attr)):
                         put(here, attr, _rebound(member, here))
+            elif _made_here(value, reference) and _made_here(here, current):
+                put(current, name, value)  # a decorated function: its source says nothing of what it wraps
         yield names
     finally:
         for owner, name, value in reversed(saved):
@@ -138,18 +142,26 @@ def patched(current: types.ModuleType, reference: types.ModuleType) -> Iterator[
 _MISSING = object()
 
 
+def _made_here(value, module: types.ModuleType) -> bool:
+    """Whether `value` is a callable object made by `module`'s own code that is neither a plain function nor a class
+    (a `tf.custom_gradient` or other decorated function): `patched` always swaps those, since the code they run (a
+    closure, a wrapped function) is not theirs to compare."""
+    return callable(value) and not isinstance(value, (type, types.FunctionType, types.ModuleType)) and \
+        getattr(value, "__module__", None) == module.__name__
+
+
 def check_something_replaced(path: str, ref: str, reference_file: str, current_file: str, names: List[str]):
     """UserError when `path` differs between `ref` and the working tree but `patched` replaced nothing of it: what
-    differs is then something step_ab does not swap (module-level objects such as `tf.custom_gradient` functions,
-    constants), and the A/B would time the working tree against itself."""
+    differs is then something step_ab does not swap (module-level constants, objects made by other modules' code),
+    and the A/B would time the working tree against itself."""
     if names:
         return
     with open(reference_file, encoding="utf-8") as a, open(current_file, encoding="utf-8") as b:
         if a.read() == b.read():
             return
-    raise UserError(f"--modules: {path} differs from {ref} only in what step_ab does not swap (module-level objects "
-                    "such as decorated functions, constants): A/B it through a module whose functions or methods "
-                    "differ, or time two processes")
+    raise UserError(f"--modules: {path} differs from {ref} only in what step_ab does not swap (module-level "
+                    "constants, objects made by other modules' code): A/B it through a module whose functions or "
+                    "methods differ, or time two processes")
 
 
 def variant_of_flags():
@@ -166,6 +178,55 @@ def variant_of_flags():
     return harness.BFLOAT16_FUSIBLE
 
 
+class ServingCall:
+    """A classifier's SavedModel `from_ids` signature as harness.py's serving row calls it: the model (random
+    weights, or `like`'s) in `policy`, exported by `serving.export`, loaded again, called on one batch of harness.py's
+    inputs; `()` returns the logits (NumPy)."""
+
+    def __init__(self, policy: str, batch: int, seq_len: int, n_layer: int, d_model: int, n_token: int,
+                 spiece_model: str, like: "ServingCall" = None):
+        import tensorflow as tf
+
+        from bench.speed import harness, ours
+        from xlnet_tf import serving
+
+        config = ours.bench_config(n_layer, d_model, n_token=n_token)
+        self.model = harness._our_model(config, "classifier", policy)
+        data, _ = harness._inputs(config, batch, seq_len, 1)
+        self.args = {k: tf.constant(data[k]) for k in ("input_ids", "segment_ids", "attention_mask")}
+        self.model(dict(self.args))  # builds the weights
+        if like is not None:
+            self.model.set_weights(like.model.get_weights())
+        path = serving.export(self.model, "classifier", spiece_model, tempfile.mkdtemp(prefix="step_ab_serving_"), 1,
+                              seq_len, text_pair=True)
+        self.fn = tf.saved_model.load(path).signatures["from_ids"]
+        self()
+        self()
+
+    def __call__(self):
+        return self.fn(**self.args)["logits"].numpy()
+
+    def largest_difference(self, other: "ServingCall") -> float:
+        import numpy as np
+
+        return float(np.abs(self().astype(np.float64) - other().astype(np.float64)).max())
+
+
+def side_of_flags(variant, like=None):
+    """One side of the A/B: the runners' step of --kind, or (--kind=serving) a `ServingCall` in `variant`'s dtype
+    (with `like`'s weights when given)."""
+    if FLAGS.kind != "serving":
+        return step_profile.step_of_flags(FLAGS, FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"), variant)
+    from tfrecords import spm
+    from tfrecords.readers import corpus
+    from xlnet_tf.training import loop as training
+
+    spiece_model = spm.train_spm(corpus.expand_globs(os.path.join(REPO, "tests", "data", "corpus", "*.txt")),
+                                 os.path.join(tempfile.mkdtemp(prefix="step_ab_spm_"), "sp"), vocab_size=1000)
+    return ServingCall(training.dtype_policy(variant.mixed_precision), FLAGS.batch, FLAGS.seq_len, FLAGS.n_layer,
+                       FLAGS.d_model, FLAGS.n_token, spiece_model, like)
+
+
 def main():
     import numpy as np
 
@@ -180,8 +241,9 @@ def main():
             names = stack.enter_context(patched(current, ref))
             check_something_replaced(path, FLAGS.ref, ref.__file__, current.__file__, names)
             replaced += names
-        reference = step_profile.step_of_flags(FLAGS, FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"), variant)
-    ours_step = step_profile.step_of_flags(FLAGS, FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"), variant)
+        reference = side_of_flags(variant)
+    ours_step = side_of_flags(variant, like=reference)
+    largest_difference = ours_step.largest_difference(reference) if FLAGS.kind == "serving" else None
     # one untimed call of each in turns first: the side built first is slow on its first call after the other's
     # build (measured: 223 against 3 ms at a tiny size, 2.8 against 1.4 s at 4 x 768), which favoured the working tree
     reference()
@@ -200,7 +262,7 @@ def main():
               "config": {k: FLAGS[k].value for k in ("n_layer", "d_model", "n_token", "batch", "seq_len", "mem_len",
                                                       "num_predict")},
               "calls_ms": {side: [round(t * 1e3, 1) for t in ts] for side, ts in times.items()},
-              "median_ms": median, "ratio": ratio}
+              "median_ms": median, "ratio": ratio, "largest_logit_difference": largest_difference}
     text = "\n".join([
         f"# The runners' {FLAGS.kind} step ({FLAGS.variant}): working tree against "
         f"{', '.join(FLAGS.modules) or 'nothing'} at "
@@ -210,7 +272,9 @@ def main():
         "| side | median ms | fastest ms |", "|---|---|---|",
         *(f"| {side} | {median[side]:.1f} | {min(times[side]) * 1e3:.1f} |" for side in times), "",
         f"Ratio (reference / working tree): **{ratio:.3f}**. Replaced on the reference side: "
-        f"{', '.join(replaced) or 'nothing'}."]) + "\n"
+        f"{', '.join(replaced) or 'nothing'}." + (
+            "" if largest_difference is None else
+            f" Largest difference of the two sides' logits (the same weights): {largest_difference:.4g}.")]) + "\n"
     step_profile.write_report(report, text, FLAGS.output)
 
 

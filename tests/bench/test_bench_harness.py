@@ -485,25 +485,25 @@ def test_step_ab_puts_the_reference_methods_in_place_and_restores_them(tmp_path)
         spec.loader.exec_module(module)
         return module
 
-    base = "class Base:\n    def f(self):\n        return 10\n\n\n"
+    base = "import functools\n\n\nclass Base:\n    def f(self):\n        return 10\n\n\n"
+    decorated = "\n\ndef _make(v):\n    @functools.lru_cache\n    def k():\n        return v\n    return k\n\n\nk = _make({!r})\n"
     current = load("step_ab_current", base + "class A(Base):\n    def f(self):\n        return super().f() + 1\n\n"
-                   "    def g(self):\n        return 'same'\n\n\ndef h():\n    return 'new'\n")
+                   "    def g(self):\n        return 'same'\n\n\ndef h():\n    return 'new'\n" + decorated.format("new"))
     reference = load("step_ab_reference", base + "class A(Base):\n    def f(self):\n        return super().f() + 2\n\n"
-                     "    def g(self):\n        return 'same'\n\n\ndef h():\n    return 'old'\n")
+                     "    def g(self):\n        return 'same'\n\n\ndef h():\n    return 'old'\n" + decorated.format("old"))
     g = current.A.g
-    with step_ab.patched(current, reference) as names:
-        assert sorted(names) == ["A.f", "step_ab_current.h"]
-        assert current.A().f() == 12 and current.h() == "old" and current.A.g is g
-    assert current.A().f() == 11 and current.h() == "new"
+    with step_ab.patched(current, reference) as names:  # k: made by a closure, as activations.gelu_tanh
+        assert sorted(names) == ["A.f", "step_ab_current.h", "step_ab_current.k"]
+        assert current.A().f() == 12 and current.h() == "old" and current.A.g is g and current.k() == "old"
+    assert current.A().f() == 11 and current.h() == "new" and current.k() == "new"
     with pytest.raises(ValueError, match="not a file under xlnet_tf/"):
         step_ab.module_name("bench/speed/harness.py")
     assert step_ab.module_name("xlnet_tf/layers/attention.py") == "xlnet_tf.layers.attention"
 
 
 def test_step_ab_refuses_a_module_that_differs_in_nothing_it_swaps(tmp_path):
-    """A module whose only change is a module-level object (here a decorated function, as a tf.custom_gradient one)
-    would be timed against itself: refused, naming the file; a module equal to the reference, or one with a
-    replaced function, passes."""
+    """A module whose only change is something `patched` does not swap (here a constant) would be timed against
+    itself: refused, naming the file; a module equal to the reference, or one with a replaced function, passes."""
     from bench.speed import step_ab
     from xlnet_tf.errors import UserError
 
@@ -512,9 +512,9 @@ def test_step_ab_refuses_a_module_that_differs_in_nothing_it_swaps(tmp_path):
         path.write_text(text)
         return str(path)
 
-    decorated = "import functools\n\n@functools.lru_cache\ndef g(x):\n    return x + {}\n"
-    ref, same, changed = write("ref.py", decorated.format(1)), write("same.py", decorated.format(1)), \
-        write("changed.py", decorated.format(2))
+    constant = "SCALE = {}\n\n\ndef g(x):\n    return x * SCALE\n"
+    ref, same, changed = write("ref.py", constant.format(1)), write("same.py", constant.format(1)), \
+        write("changed.py", constant.format(2))
     step_ab.check_something_replaced("xlnet_tf/m.py", "HEAD", ref, same, [])
     step_ab.check_something_replaced("xlnet_tf/m.py", "HEAD", ref, changed, ["m.h"])
     with pytest.raises(UserError, match="xlnet_tf/m.py differs from HEAD only in what step_ab does not swap"):
@@ -541,6 +541,26 @@ def test_step_ab_times_the_bfloat16_fusible_step_only_with_its_xla_flags(monkeyp
         step_ab.variant_of_flags()
     monkeypatch.setenv("TF_XLA_FLAGS", xla_clustering.with_fusible_flags(""))
     assert step_ab.variant_of_flags() is harness.BFLOAT16_FUSIBLE
+
+
+def test_step_ab_serving_side_is_the_loaded_export_with_the_reference_weights():
+    """step_ab --kind=serving: each side a classifier's SavedModel `from_ids` signature, loaded again; the working
+    tree's side takes the reference side's weights, so with the same code the two give the same logits, and with
+    other weights they differ (the comparison can fail)."""
+    import numpy as np
+
+    from bench.speed import step_ab
+    from tests import data_fixtures
+
+    sizes = dict(batch=2, seq_len=16, n_layer=1, d_model=64, n_token=data_fixtures.TINY_VOCAB,
+                 spiece_model=data_fixtures.tiny_spm())
+    reference = step_ab.ServingCall("float32", **sizes)
+    assert reference().shape == (2, 2)
+    same = step_ab.ServingCall("float32", like=reference, **sizes)
+    assert same.largest_difference(reference) == 0.0
+    other = step_ab.ServingCall("float32", **sizes)  # its own random weights
+    assert other.largest_difference(reference) > 0.0
+    assert np.isfinite(other()).all()
 
 
 def test_bfloat16_autocast_joins_the_reference_only_where_the_cpu_has_bfloat16():
