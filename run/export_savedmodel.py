@@ -48,8 +48,9 @@ def define_flags(fv: flags.FlagValues = FLAGS):
     d.integer("export_max_windows", None, "Tagging: the most windows of max_seq_length tokens one sentence of a "
               "request may take (a longer one is refused; default xlnet_tf.serving.tagging.DEFAULT_MAX_WINDOWS).",
               lower_bound=1)
-    d.enum("export_dtype", "float32", list(EXPORT_DTYPES), "The served model's compute dtype: bfloat16 keeps the "
-           "weights in float32 and runs the matmuls in bfloat16 (Keras mixed_bfloat16; outputs float32), for CPUs "
+    d.enum("export_dtype", "float32", list(EXPORT_DTYPES), "The served model's compute dtype: bfloat16 runs the "
+           "model as Keras mixed_bfloat16 (outputs float32) and stores its weights rounded once to bfloat16, "
+           "LayerNorm's in float32 (xlnet_tf/serving/half_weights.py: the same outputs, half the bytes), for CPUs "
            "with bfloat16 arithmetic (AVX-512 BF16, AMX; elsewhere emulated and slower); its predictions equal "
            "float32's except at near-ties (bench/speed/README.md, where it is timed in a process with "
            "--xla_clustering=fusible's TF_XLA_FLAGS). Not for --task=lm.")

@@ -8,7 +8,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf.layers import initializers
-from xlnet_tf.layers import column_pieces
+from xlnet_tf.layers import column_pieces, precision
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
@@ -90,7 +90,7 @@ class SequenceSummary(keras.layers.Layer):
                                           kernel_initializer=initializers.normal(initializer_range),
                                           name="summary", dtype=self.dtype_policy) if use_proj else None
         self.layer_norm = (keras.layers.LayerNormalization(epsilon=layer_norm_eps, name="LayerNorm",
-                                                           dtype=self.dtype_policy)
+                                                           dtype=precision.layer_norm_policy(self.dtype_policy))
                            if summary_type == "attn" else None)
         self.drop = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         self.prob_dropout = keras.layers.Dropout(dropatt, dtype=self.dtype_policy)
@@ -190,8 +190,8 @@ class SquadHead(keras.layers.Layer):
             dtype=self.dtype_policy, **kw)
         self.start_dense = dense(1, "start_logits")
         self.end_dense_0 = dense(d_model, "end_logits_dense_0", activation="tanh")
-        self.end_layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_eps,
-                                                              name="end_logits_LayerNorm", dtype=self.dtype_policy)
+        self.end_layer_norm = keras.layers.LayerNormalization(
+            epsilon=layer_norm_eps, name="end_logits_LayerNorm", dtype=precision.layer_norm_policy(self.dtype_policy))
         self.end_dense_1 = dense(1, "end_logits_dense_1")
         if use_answer_class:
             self.cls_dense_0 = dense(d_model, "answer_class_dense_0", activation="tanh")

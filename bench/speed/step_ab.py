@@ -107,14 +107,28 @@ def _rebound(function, owner: type):
 def patched(current: types.ModuleType, reference: types.ModuleType) -> Iterator[List[str]]:
     """Inside: `current`'s functions, and the methods of its classes, whose source differs from `reference`'s of
     the same name (defined in `reference` itself) replaced by those, and its decorated functions (`_made_here`) by
-    `reference`'s; yields the names replaced. Restored on exit."""
+    `reference`'s, also where other project modules hold them under a name of their own (`xlnet_tf.serving.export`
+    is `saved_model.export`); yields the names replaced. Restored on exit."""
     saved = []
     names = []
 
-    def put(owner, name, value):
+    def put(owner, name, value, shown=True):
         saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
         setattr(owner, name, value)
-        names.append(f"{owner.__name__}.{name}")
+        if shown:
+            names.append(f"{owner.__name__}.{name}")
+
+    def put_everywhere(name, value):
+        """`current.<name>` and every other project module's name for that same object (a package's
+        `from .module import name` re-export would otherwise keep calling the working tree's)."""
+        here = getattr(current, name)
+        put(current, name, value)
+        for module in list(sys.modules.values()):
+            if module is current or not getattr(module, "__name__", "").startswith(_PROJECT_PACKAGES):
+                continue
+            for alias, held in list(vars(module).items()):
+                if held is here:
+                    put(module, alias, value, shown=False)
 
     try:
         for name, value in vars(reference).items():
@@ -122,14 +136,14 @@ def patched(current: types.ModuleType, reference: types.ModuleType) -> Iterator[
             if isinstance(value, types.FunctionType) and value.__module__ == reference.__name__ and \
                     isinstance(here, types.FunctionType):
                 if _source(value) != _source(here):
-                    put(current, name, value)
+                    put_everywhere(name, value)
             elif isinstance(value, type) and value.__module__ == reference.__name__ and isinstance(here, type):
                 for attr, member in vars(value).items():
                     if isinstance(member, types.FunctionType) and \
                             _source(member) != _source(here.__dict__.get(attr)):
                         put(here, attr, _rebound(member, here))
             elif _made_here(value, reference) and _made_here(here, current):
-                put(current, name, value)  # a decorated function: its source says nothing of what it wraps
+                put_everywhere(name, value)  # a decorated function: its source says nothing of what it wraps
         yield names
     finally:
         for owner, name, value in reversed(saved):
@@ -140,6 +154,7 @@ def patched(current: types.ModuleType, reference: types.ModuleType) -> Iterator[
 
 
 _MISSING = object()
+_PROJECT_PACKAGES = ("xlnet_tf", "tfrecords", "run", "bench")
 
 
 def _made_here(value, module: types.ModuleType) -> bool:

@@ -473,6 +473,7 @@ def test_step_ab_puts_the_reference_methods_in_place_and_restores_them(tmp_path)
     zero-argument super() still works on the working tree's class), identical ones stay, and all is restored."""
     import importlib.util
     import sys
+    import types
 
     from bench.speed import step_ab
 
@@ -492,10 +493,18 @@ def test_step_ab_puts_the_reference_methods_in_place_and_restores_them(tmp_path)
     reference = load("step_ab_reference", base + "class A(Base):\n    def f(self):\n        return super().f() + 2\n\n"
                      "    def g(self):\n        return 'same'\n\n\ndef h():\n    return 'old'\n" + decorated.format("old"))
     g = current.A.g
-    with step_ab.patched(current, reference) as names:  # k: made by a closure, as activations.gelu_tanh
-        assert sorted(names) == ["A.f", "step_ab_current.h", "step_ab_current.k"]
-        assert current.A().f() == 12 and current.h() == "old" and current.A.g is g and current.k() == "old"
-    assert current.A().f() == 11 and current.h() == "new" and current.k() == "new"
+    alias = types.ModuleType("xlnet_tf._step_ab_test_alias")  # a package re-exporting h, as xlnet_tf.serving
+    alias.exported_h = current.h
+    sys.modules[alias.__name__] = alias
+    try:
+        with step_ab.patched(current, reference) as names:  # k: made by a closure, as activations.gelu_tanh
+            assert sorted(names) == ["A.f", "step_ab_current.h", "step_ab_current.k"]
+            assert current.A().f() == 12 and current.h() == "old" and current.A.g is g and current.k() == "old"
+            assert alias.exported_h() == "old"
+        assert current.A().f() == 11 and current.h() == "new" and current.k() == "new"
+        assert alias.exported_h() == "new"
+    finally:
+        del sys.modules[alias.__name__]
     with pytest.raises(ValueError, match="not a file under xlnet_tf/"):
         step_ab.module_name("bench/speed/harness.py")
     assert step_ab.module_name("xlnet_tf/layers/attention.py") == "xlnet_tf.layers.attention"

@@ -101,11 +101,42 @@ def test_a_bfloat16_export_answers_as_the_float32_model_to_bfloat16_rounding(fit
     path = serving.export(twin, family.export_task, data_fixtures.tiny_spm(), str(tmp_path / "export"), 1,
                           task_harness.LENGTH, **family.export_options)
     with open(os.path.join(path, "assets.extra", "xlnet_export.json"), encoding="utf-8") as f:
-        assert json.load(f)["dtype_policy"] == "mixed_bfloat16"
-    served = tf.saved_model.load(path).signatures["from_ids"](**{k: tf.constant(x[k]) for k in family.id_inputs})
+        recorded = json.load(f)
+    assert recorded["dtype_policy"] == "mixed_bfloat16" and recorded["weights_dtype"] == "bfloat16"
+    loaded = tf.saved_model.load(path)
+    # the weights stored rounded once (serving/half_weights.py), LayerNorm's in float32
+    stored = {("LayerNorm" in v.name, v.dtype) for v in loaded.model_variables}
+    assert stored == {(False, tf.bfloat16), (True, tf.float32)}, stored
+    served = loaded.signatures["from_ids"](**{k: tf.constant(x[k]) for k in family.id_inputs})
     for key, value in _compared(family, predicted).items():
         if key.endswith("_index"):
             continue
         got = served[key].numpy().reshape(value.shape)
         assert got.dtype == np.float32, key
         np.testing.assert_allclose(got, value, atol=0.03 * (1 + np.abs(value).max()), err_msg=key)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_the_half_weights_twin_of_a_mixed_model_computes_exactly_its_outputs(fitted, name):
+    """serving/half_weights.rounded_once: every task's mixed_bfloat16 model (weights after a fit step, so the
+    LayerNorm parameters are no bfloat16 values) and its pure bfloat16 twin give the same outputs, bit for bit; a
+    float32 model is its own."""
+    from xlnet_tf.serving import half_weights
+
+    family = FAMILIES[name]
+    model, x, _, _, _ = fitted[name]
+    assert half_weights.rounded_once(model) is model
+    mixed = family.build(task_harness.tiny_config(), dtype="mixed_bfloat16")
+    mixed.predict(x, batch_size=task_harness.BATCH, verbose=0)  # builds its weights
+    mixed.set_weights(model.get_weights())
+    twin = half_weights.rounded_once(mixed)
+    assert type(twin) is type(mixed) and twin.dtype_policy.name == "bfloat16"
+    norms = [w for w in twin.weights if "LayerNorm" in w.path]
+    assert norms and all(w.dtype == "float32" for w in norms)
+    assert all(w.dtype == "bfloat16" for w in twin.weights if "LayerNorm" not in w.path)
+    assert any(np.any(np.asarray(w.value) != np.asarray(tf.cast(tf.cast(w.value, tf.bfloat16), tf.float32)))
+               for w in norms)  # the test would see LayerNorm parameters rounded
+    features = {k: tf.constant(v) for k, v in x.items()}
+    ours, theirs = mixed(features), twin(features)
+    for key in family.compared:
+        np.testing.assert_array_equal(np.asarray(theirs[key]), np.asarray(ours[key]), err_msg=key)

@@ -10,7 +10,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf.layers import initializers
-from xlnet_tf.layers import column_pieces, seeded_dropout
+from xlnet_tf.layers import column_pieces, precision, seeded_dropout
 
 # Added to blocked scores. Scores are always float32 when masked (softmax runs in float32), so this
 # never overflows, whatever the compute dtype.
@@ -151,7 +151,7 @@ class RelativeAttention(keras.layers.Layer):
         self.own_biases = own_biases
         self.scale = 1.0 / (d_head ** 0.5)
         self.layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_eps, name="LayerNorm",
-                                                          dtype=self.dtype_policy)
+                                                          dtype=precision.layer_norm_policy(self.dtype_policy))
         self.output_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         self.prob_dropout = keras.layers.Dropout(dropatt, dtype=self.dtype_policy)
 

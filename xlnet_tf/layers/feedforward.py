@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from xlnet_tf.layers import activations, column_pieces, initializers, seeded_dropout
+from xlnet_tf.layers import activations, column_pieces, initializers, precision, seeded_dropout
 from xlnet_tf.layers.bias_add import bias_add
 
 ACTIVATIONS = ("gelu", "gelu_exact", "relu")
@@ -52,7 +52,7 @@ class PositionwiseFeedForward(keras.layers.Layer):
         self.layer_2 = keras.layers.Dense(d_model, kernel_initializer=initializers.normal(initializer_range),
                                           name="layer_2", dtype=policy)
         self.layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_eps, name="LayerNorm",
-                                                          dtype=policy)
+                                                          dtype=precision.layer_norm_policy(policy))
         self.drop = keras.layers.Dropout(dropout, dtype=policy)
 
     def build(self, input_shape=None):

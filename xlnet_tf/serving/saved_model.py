@@ -27,6 +27,7 @@ from xlnet_tf import files
 from xlnet_tf.artifacts.export_info import ExportInfo
 from xlnet_tf.artifacts.text_settings import TextSettings
 from xlnet_tf.artifacts.versioned_json import VersionedJson
+from xlnet_tf.serving import half_weights
 from xlnet_tf.serving.base import ServingModule
 from xlnet_tf.serving.lm import LanguageModelServing
 from xlnet_tf.serving.race import RaceServing
@@ -91,7 +92,8 @@ def export(model, task: str, spiece_model: str, export_dir: str, version: int, m
     settings that shaped the export, `EXPORT_FILE`, with the TextSettings of its tokenization); returns it.
 
     `options`: `uncased`, `keep_accents` (the records' normalization) and `serving_module`'s options of the task.
-    Written to a temporary directory and renamed, so a failed export never leaves a half version.
+    A mixed-precision model is exported with its weights in its compute dtype (`half_weights.rounded_once`: the same
+    outputs; the file records `dtype_policy` and `weights_dtype`). Written to a temporary directory and renamed, so a failed export never leaves a half version.
     `extra_files`: more JSON files for `assets.extra/` (name -> content), in the version before it appears.
     """
     with open(spiece_model, "rb") as f:
@@ -99,7 +101,8 @@ def export(model, task: str, spiece_model: str, export_dir: str, version: int, m
     text = TextSettings(tokenization.file_sha256(spiece_model), bool(options.get("uncased", False)),
                         bool(options.get("keep_accents", False)))
     settings = {k: v for k, v in options.items() if k not in ("uncased", "keep_accents")}
-    module = serving_module(model, task, proto, max_seq_length, text, **settings)
+    served = half_weights.rounded_once(model)  # a mixed-precision model's weights stored in its compute dtype
+    module = serving_module(served, task, proto, max_seq_length, text, **settings)
     signatures = module.signatures()
     path = os.path.join(export_dir, str(int(version)))
     if tf.io.gfile.exists(path):
@@ -116,7 +119,7 @@ def export(model, task: str, spiece_model: str, export_dir: str, version: int, m
     tf.io.gfile.makedirs(os.path.join(tmp, "assets.extra"))
     EXPORT_FILE.write(os.path.join(tmp, "assets.extra", EXPORT_FILE_NAME), {
         "task": task, "max_seq_length": max_seq_length, "config": model.config.to_dict(),
-        "dtype_policy": model.dtype_policy.name,
+        "dtype_policy": model.dtype_policy.name, "weights_dtype": served.dtype_policy.variable_dtype,
         "text": dataclasses.asdict(text),
         **{k: (list(v) if isinstance(v, (list, tuple)) else v.to_dict() if hasattr(v, "to_dict") else v)
            for k, v in settings.items()}})
