@@ -97,7 +97,7 @@ def gather_rows(x, positions, shape):
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
-class RelativeAttention(keras.layers.Layer):
+class RelativeAttention(precision.CastOnce, keras.layers.Layer):
     """XLNet relative multi-head attention for the content stream and, optionally, the query stream.
 
     Scores are `(ac + bd + ef) / sqrt(d_head)`: content (`q + r_w_bias` against keys), position
@@ -170,9 +170,6 @@ class RelativeAttention(keras.layers.Layer):
         super().build(input_shape)
 
     # ------------------------------------------------------------------------------------------ helpers
-    def _w(self, variable):
-        return tf.cast(variable, self.compute_dtype)
-
     def _project(self, x, kernel):
         return tf.einsum("bld,dnh->blnh", x, self._w(kernel))
 
@@ -266,6 +263,14 @@ class RelativeAttention(keras.layers.Layer):
              content_mask=None, seg_diff=None, query_mask=None, query_seg_diff=None, query_pos=None,
              query_weight=None, target_mapping=None, biases=None, content_pos=None, training=False,
              dropout_seed=None):
+        with self.casting_once():  # both streams read q, o, the biases and seg_embed: one cast each
+            return self._two_streams(content, query, pos_emb, per_example_positions, mems, content_mask, seg_diff,
+                                     query_mask, query_seg_diff, query_pos, query_weight, target_mapping, biases,
+                                     content_pos, training, dropout_seed)
+
+    def _two_streams(self, content, query, pos_emb, per_example_positions, mems, content_mask, seg_diff, query_mask,
+                     query_seg_diff, query_pos, query_weight, target_mapping, biases, content_pos, training,
+                     dropout_seed):
         biases = self._biases(biases)
         qlen = tf.shape(content)[1]
         k_head, v_head = self._project_keys_values(content, mems)

@@ -62,9 +62,10 @@ class XLNetLayer(keras.layers.Layer):
         # a recomputed layer replays its masks); None: the dropout layers' own generators
         content, query = self.rel_attn(content, query, training=training, dropout_seed=dropout_seed,
                                        per_example_positions=per_example_positions, **attention_kwargs)
-        content = self.ff(content, training=training, dropout_seed=dropout_seed, site=4)
-        if query is not None:
-            query = self.ff(query, training=training, dropout_seed=dropout_seed, site=6)
+        with self.ff.casting_once():  # one cast of each feed-forward weight for both streams
+            content = self.ff(content, training=training, dropout_seed=dropout_seed, site=4)
+            if query is not None:
+                query = self.ff(query, training=training, dropout_seed=dropout_seed, site=6)
         return content, query
 
     # ------------------------------------------------------------------ one-position decoding (inference)

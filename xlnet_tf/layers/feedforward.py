@@ -25,7 +25,7 @@ def get_activation(name: str):
 
 
 @keras.saving.register_keras_serializable(package="xlnet_tf")
-class PositionwiseFeedForward(keras.layers.Layer):
+class PositionwiseFeedForward(precision.CastOnce, keras.layers.Layer):
     """`LayerNorm(x + dropout(W2 dropout(act(W1 x + b1)) + b2))`.
 
     Args:
@@ -72,8 +72,8 @@ class PositionwiseFeedForward(keras.layers.Layer):
     def _dense(self, dense, x):
         """`dense(x)` (its kernel, bias and activation, the same values) with the bias gradient as a matmul
         (`bias_add`)."""
-        h = keras.ops.matmul(x, tf.cast(dense.kernel, self.compute_dtype))
-        return dense.activation(bias_add(h, tf.cast(dense.bias, self.compute_dtype)))
+        h = keras.ops.matmul(x, self._w(dense.kernel))
+        return dense.activation(bias_add(h, self._w(dense.bias)))
 
     # ------------------------------------------------------------------ one-position decoding (inference)
     def kernel_pieces(self, pieces: int = column_pieces.PIECES):

@@ -1,4 +1,5 @@
-"""The dtype policy of a layer's LayerNormalization: float32 variables whatever the layer's policy.
+"""Weights in the compute dtype: LayerNormalization's policy (float32 variables whatever the layer's policy), and
+`CastOnce` (one cast per weight per layer call).
 
 Keras's LayerNormalization computes in float32 for half-precision inputs, reading its `gamma` and `beta` as float32:
 under a mixed policy (`mixed_bfloat16`, float32 variables) they are the trained values, under a pure half policy
@@ -10,7 +11,10 @@ mixed-precision models that way.
 
 from __future__ import annotations
 
+import contextlib
+
 import keras
+import tensorflow as tf
 
 # a pure half-precision policy -> the mixed policy of the same compute dtype (float32 variables)
 _MIXED = {"bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
@@ -21,3 +25,34 @@ def layer_norm_policy(policy):
     mixed policy of a pure half-precision one, otherwise `policy` itself."""
     name = policy.name if isinstance(policy, keras.DTypePolicy) else policy
     return _MIXED.get(name, policy)
+
+
+class CastOnce:
+    """For a Keras layer whose weights are read in its compute dtype: `_w(variable)` is the weight cast to it, and
+    inside `with self.casting_once():` one cast per weight however often it is read, e.g. by the two streams of an
+    XLNet layer. In a mixed-precision training step each cast is an op over the whole weight, and its gradient
+    another (a cast of each stream's weight gradient, then their float32 sum): 4 x 768 pretraining with separate
+    casts per stream spent 53 ms of its 545 in casts (bench/speed/README.md, "Since: the gelu in float32"). One cast
+    sums the streams' weight gradients in the compute dtype before the one cast back, as PyTorch's autocast does
+    with its cached casts."""
+
+    def _w(self, variable):
+        memo = getattr(self, "_cast_memo", None)
+        if memo is None:
+            return tf.cast(variable, self.compute_dtype)
+        key = id(variable)
+        if key not in memo:
+            memo[key] = tf.cast(variable, self.compute_dtype)
+        return memo[key]
+
+    @contextlib.contextmanager
+    def casting_once(self):
+        """Inside: `_w` casts each weight once (nested uses share the outer memo)."""
+        if getattr(self, "_cast_memo", None) is not None:
+            yield
+            return
+        object.__setattr__(self, "_cast_memo", {})  # not a Keras-tracked attribute
+        try:
+            yield
+        finally:
+            object.__setattr__(self, "_cast_memo", None)
