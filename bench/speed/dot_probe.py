@@ -1,6 +1,7 @@
-"""How fast XLA's CPU dots run on this machine at the shapes our two hot loops use.
+"""How fast XLA's CPU dots (and, for comparison, its elementwise code) run on this machine at the shapes our hot
+loops use.
 
-Two probes, each a handful of XLA-compiled programs timed in interleaved rounds (median), so that a new host's
+Three probes, each a handful of XLA-compiled programs timed in interleaved rounds (median), so that a new host's
 kernels are known before a step is blamed:
 
 - `attention`: the batched products of the pretraining step's attention core (batch 8, 12 heads, 128 queries,
@@ -12,6 +13,9 @@ kernels are known before a step is blamed:
 - `weights`: the generation loop's regime, a chain of two-row products over 16 weight matrices of 1 MB
   (float32) repeated in a `tf.while_loop`, with the weights stored in float32 and in bfloat16 (converted
   products: what a bfloat16 table would do to a step that streams its weights). GB/s of weights read.
+- `elementwise`: the feed-forward's activation at the training step's shape (`[1024, 3072]`), `tf.nn.gelu` on a
+  bfloat16 tensor (XLA rounds after each of its ops), the same in float32 rounded once (layers/activations.py's
+  forward), in float32 throughout, and a single multiply in each dtype: ns per element.
 
     python -m bench.speed.dot_probe --output=bench/speed/results/dot_probe_cpu
 
@@ -29,7 +33,7 @@ from bench import cli
 from xlnet_tf.errors import UserError
 
 FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
-PROBES = ("attention", "weights")
+PROBES = ("attention", "weights", "elementwise")
 
 
 def define_flags(fv: flags.FlagValues = FLAGS):
@@ -114,6 +118,28 @@ def weights_rows(rows_per_product=2, matrices=16, d_model=256, d_inner=1024, ite
     return rows
 
 
+def elementwise_rows(rows=1024, columns=3072, rounds=15):
+    """Rows `{name, ms, ns_per_element}` of XLA-compiled elementwise programs on a `[rows, columns]` tensor."""
+    import numpy as np
+    import tensorflow as tf
+
+    x32 = tf.constant(np.random.default_rng(0).standard_normal((rows, columns)).astype(np.float32))
+    x16 = tf.cast(x32, tf.bfloat16)
+    gelu = lambda x: tf.nn.gelu(x, approximate=True)  # noqa: E731
+    compiled = lambda fn: tf.function(fn, jit_compile=True)  # noqa: E731
+    programs = {
+        "gelu, bfloat16 ops (tf.nn.gelu on bfloat16)": (compiled(gelu), (x16,)),
+        "gelu in float32, rounded once to bfloat16": (compiled(lambda x: tf.cast(gelu(tf.cast(x, tf.float32)),
+                                                                                 x.dtype)), (x16,)),
+        "gelu, float32 in and out": (compiled(gelu), (x32,)),
+        "one multiply, bfloat16": (compiled(lambda x: x * tf.constant(2, x.dtype)), (x16,)),
+        "one multiply, float32": (compiled(lambda x: x * tf.constant(2, x.dtype)), (x32,)),
+    }
+    times = _median_ms(programs, rounds)
+    return [{"name": name, "ms": round(t, 3), "ns_per_element": round(t * 1e6 / (rows * columns), 3)}
+            for name, t in times.items()]
+
+
 def report_lines(report) -> list:
     m = report["machine"]
     lines = [f"# XLA CPU dot probe ({m['cpu']}, {m['cores']} cores; {m['vector_extensions']})", "",
@@ -127,6 +153,10 @@ def report_lines(report) -> list:
                   "| weights | ms per iteration | MB of weights | GB/s |", "|---|---|---|---|"]
         lines += [f"| {r['name']} | {r['ms_per_iteration']} | {r['bytes_per_iteration'] / 1e6:.1f} | {r['gb_per_s']} |"
                   for r in report["weights"]] + [""]
+    if "elementwise" in report:
+        lines += ["Elementwise programs (XLA, one tensor of the feed-forward's activation shape):", "",
+                  "| program | ms | ns per element |", "|---|---|---|"]
+        lines += [f"| {r['name']} | {r['ms']} | {r['ns_per_element']} |" for r in report["elementwise"]] + [""]
     return lines
 
 
@@ -147,6 +177,9 @@ def main():
     if "weights" in FLAGS.probes:
         sizes = dict(matrices=4, d_model=16, d_inner=32, iterations=3, rounds=2) if FLAGS.tiny else {}
         report["weights"] = weights_rows(**sizes)
+    if "elementwise" in FLAGS.probes:
+        sizes = dict(rows=4, columns=8, rounds=1) if FLAGS.tiny else dict(rounds=FLAGS.rounds)
+        report["elementwise"] = elementwise_rows(**sizes)
     lines = report_lines(report)
     print("\n".join(lines))
     if FLAGS.output:

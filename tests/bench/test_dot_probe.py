@@ -1,4 +1,4 @@
-"""bench/speed/dot_probe.py at tiny sizes: both probes run, and the report names the CPU and every program."""
+"""bench/speed/dot_probe.py at tiny sizes: every probe runs, and the report names the CPU and every program."""
 
 import json
 
@@ -24,10 +24,13 @@ def test_dot_probe_reports_every_program(tmp_path):
     # bfloat16 weights are half the bytes of the same matrices in float32
     f32, bf16 = report["weights"]
     assert bf16["bytes_per_iteration"] * 2 == f32["bytes_per_iteration"] == 4 * 4 * 16 * 32
+    elementwise = [r["name"] for r in report["elementwise"]]
+    assert len(elementwise) == 5 and all(r["ns_per_element"] > 0 for r in report["elementwise"])
     saved = json.load(open(out + ".json"))
     assert saved["machine"]["vector_extensions"] == report["machine"]["vector_extensions"]
     text = open(out + ".md").read()
     assert report["machine"]["cpu"] in text and "TN written as a transpose" in text
+    assert "gelu in float32, rounded once to bfloat16" in text
 
 
 def test_dot_probe_refuses_an_unknown_probe():
