@@ -60,3 +60,36 @@ def test_two_streams_through_one_layer_cast_each_weight_once():
         return layer.ff(a), layer.ff(b)
 
     assert _casts_of_weights(feed_forward_twice, spec(8), spec(3)) == 2 * 4  # two kernels, two biases, each read
+
+
+def test_the_cast_memo_belongs_to_the_calling_thread():
+    """A replica traced in another thread (MirroredStrategy) gets casts of its own, never the memo another thread
+    holds open."""
+    import threading
+
+    import tensorflow as tf
+
+    layer = PositionwiseFeedForward(64, 128, dtype="mixed_bfloat16")
+    layer.build()
+    kernel = layer.layer_1.kernel
+    inside, release = threading.Event(), threading.Event()
+    seen = {}
+
+    def hold_open():
+        with layer.casting_once():
+            seen["holder"] = layer._w(kernel)
+            assert layer._w(kernel) is seen["holder"]  # one cast inside the context
+            inside.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold_open)
+    holder.start()
+    inside.wait(10)
+    try:
+        mine = layer._w(kernel)  # this thread is outside any casting_once
+        assert mine is not seen["holder"] and mine.dtype == tf.bfloat16
+        with layer.casting_once():
+            assert layer._w(kernel) is not seen["holder"]
+    finally:
+        release.set()
+        holder.join()

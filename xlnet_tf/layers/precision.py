@@ -12,6 +12,7 @@ mixed-precision models that way.
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import keras
 import tensorflow as tf
@@ -27,6 +28,18 @@ def layer_norm_policy(policy):
     return _MIXED.get(name, policy)
 
 
+# per thread, the memo of each layer inside `casting_once` (id(layer) -> {id(variable): cast}): a
+# `tf.distribute.MirroredStrategy` traces its replicas in threads of their own, each on its own gradient tape, and a
+# replica must never read another replica's cast
+_THREAD = threading.local()
+
+
+def _memos() -> dict:
+    if not hasattr(_THREAD, "memos"):
+        _THREAD.memos = {}
+    return _THREAD.memos
+
+
 class CastOnce:
     """For a Keras layer whose weights are read in its compute dtype: `_w(variable)` is the weight cast to it, and
     inside `with self.casting_once():` one cast per weight however often it is read, e.g. by the two streams of an
@@ -34,10 +47,10 @@ class CastOnce:
     another (a cast of each stream's weight gradient, then their float32 sum): 4 x 768 pretraining with separate
     casts per stream spent 53 ms of its 545 in casts (bench/speed/README.md, "Since: the gelu in float32"). One cast
     sums the streams' weight gradients in the compute dtype before the one cast back, as PyTorch's autocast does
-    with its cached casts."""
+    with its cached casts. The memo is the calling thread's."""
 
     def _w(self, variable):
-        memo = getattr(self, "_cast_memo", None)
+        memo = _memos().get(id(self))
         if memo is None:
             return tf.cast(variable, self.compute_dtype)
         key = id(variable)
@@ -47,12 +60,13 @@ class CastOnce:
 
     @contextlib.contextmanager
     def casting_once(self):
-        """Inside: `_w` casts each weight once (nested uses share the outer memo)."""
-        if getattr(self, "_cast_memo", None) is not None:
+        """Inside (in this thread): `_w` casts each weight once (nested uses share the outer memo)."""
+        memos = _memos()
+        if id(self) in memos:
             yield
             return
-        object.__setattr__(self, "_cast_memo", {})  # not a Keras-tracked attribute
+        memos[id(self)] = {}
         try:
             yield
         finally:
-            object.__setattr__(self, "_cast_memo", None)
+            del memos[id(self)]

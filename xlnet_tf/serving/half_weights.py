@@ -5,7 +5,7 @@ on every call: served as is, every request pays those casts (13 ms of a 4 x 768 
 2-core AMX Xeon, bench/speed/README.md "Since: the gelu in float32"). `rounded_once` gives its twin in the pure
 half-precision policy with the weights rounded once, here, to what those casts give; LayerNormalization keeps its
 float32 `gamma` and `beta` (`layers/precision.py`), which the mixed model reads unrounded. So the twin computes
-exactly the mixed model's numbers, from half the bytes of weights (`tests/serving/test_half_weights.py`).
+exactly the mixed model's numbers, from half the bytes of weights (`tests/models/test_task_families.py`).
 """
 
 from __future__ import annotations
