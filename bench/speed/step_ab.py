@@ -4,8 +4,9 @@ against the same step with some modules as they were at a git revision, timed ca
 A machine shared with other tenants moves a step's time by a fifth between minutes (README, benchmarks), more than
 most changes are worth; two steps timed in turns in one process see the same minutes. Each of `--modules` (files
 under xlnet_tf/) is loaded as it was at `--ref` and its functions, decorated functions (`tf.custom_gradient` ones)
-and the methods of its classes are put in place of the working tree's while the reference step is built and traced (callers look them up at call time; a class
-keeps its identity, only its methods change); then everything is restored and the working tree's step is built.
+and the methods of its classes are put in place of the working tree's while the reference step is built and traced
+(callers look them up at call time; a class keeps its identity, only its methods change); then everything is
+restored and the working tree's step is built.
 Both are `ours.py`'s `TrainerStep` of `production_trainer` (what harness.py times), in the production variant or
 (`--variant=bfloat16_fusible`) harness.py's `BFLOAT16_FUSIBLE`, which needs the process started with the fusible
 TF_XLA_FLAGS (TensorFlow reads them when it loads).
@@ -111,8 +112,10 @@ def patched(current: types.ModuleType, reference: types.ModuleType) -> Iterator[
     is `saved_model.export`); yields the names replaced. Restored on exit."""
     saved = []
     names = []
+    swapped_in = {}  # id -> each reference object put in place
 
     def put(owner, name, value, shown=True):
+        swapped_in[id(value)] = value
         saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
         setattr(owner, name, value)
         if shown:
@@ -151,6 +154,13 @@ def patched(current: types.ModuleType, reference: types.ModuleType) -> Iterator[
                 delattr(owner, name)
             else:
                 setattr(owner, name, value)
+        # a name bound to a reference object inside the context (a package's lazy export, `xlnet_tf.serving.export`
+        # read for the first time by the reference side) would keep it: unbound, it resolves afresh when next read
+        for module in list(sys.modules.values()):
+            if getattr(module, "__name__", "").startswith(_PROJECT_PACKAGES):
+                for alias, held in list(vars(module).items()):
+                    if swapped_in.get(id(held)) is held:
+                        delattr(module, alias)
 
 
 _MISSING = object()
@@ -203,7 +213,7 @@ class ServingCall:
         import tensorflow as tf
 
         from bench.speed import harness, ours
-        from xlnet_tf import serving
+        from xlnet_tf.serving import saved_model  # its `export` looked up at call time (what --modules swaps)
 
         config = ours.bench_config(n_layer, d_model, n_token=n_token)
         self.model = harness._our_model(config, "classifier", policy)
@@ -212,9 +222,9 @@ class ServingCall:
         self.model(dict(self.args))  # builds the weights
         if like is not None:
             self.model.set_weights(like.model.get_weights())
-        path = serving.export(self.model, "classifier", spiece_model, tempfile.mkdtemp(prefix="step_ab_serving_"), 1,
-                              seq_len, text_pair=True)
-        self.fn = tf.saved_model.load(path).signatures["from_ids"]
+        self.path = saved_model.export(self.model, "classifier", spiece_model,
+                                       tempfile.mkdtemp(prefix="step_ab_serving_"), 1, seq_len, text_pair=True)
+        self.fn = tf.saved_model.load(self.path).signatures["from_ids"]
         self()
         self()
 

@@ -501,8 +501,10 @@ def test_step_ab_puts_the_reference_methods_in_place_and_restores_them(tmp_path)
             assert sorted(names) == ["A.f", "step_ab_current.h", "step_ab_current.k"]
             assert current.A().f() == 12 and current.h() == "old" and current.A.g is g and current.k() == "old"
             assert alias.exported_h() == "old"
+            alias.lazily_exported_h = current.h  # a lazy export first read inside: the reference's
         assert current.A().f() == 11 and current.h() == "new" and current.k() == "new"
         assert alias.exported_h() == "new"
+        assert not hasattr(alias, "lazily_exported_h")  # unbound on exit, to be resolved afresh
     finally:
         del sys.modules[alias.__name__]
     with pytest.raises(ValueError, match="not a file under xlnet_tf/"):

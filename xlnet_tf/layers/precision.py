@@ -28,7 +28,7 @@ def layer_norm_policy(policy):
     return _MIXED.get(name, policy)
 
 
-# per thread, the memo of each layer inside `casting_once` (id(layer) -> {id(variable): cast}): a
+# per thread, the memo of each layer inside `casting_once` (id(layer) -> {id(variable): (variable, cast)}): a
 # `tf.distribute.MirroredStrategy` traces its replicas in threads of their own, each on its own gradient tape, and a
 # replica must never read another replica's cast
 _THREAD = threading.local()
@@ -53,10 +53,10 @@ class CastOnce:
         memo = _memos().get(id(self))
         if memo is None:
             return tf.cast(variable, self.compute_dtype)
-        key = id(variable)
-        if key not in memo:
-            memo[key] = tf.cast(variable, self.compute_dtype)
-        return memo[key]
+        held = memo.get(id(variable))
+        if held is None or held[0] is not variable:  # the object kept with its cast: its id cannot be reused
+            held = memo[id(variable)] = (variable, tf.cast(variable, self.compute_dtype))
+        return held[1]
 
     @contextlib.contextmanager
     def casting_once(self):

@@ -169,5 +169,6 @@ class XLNetMultipleChoice(FineTuningModel):
 
     def get_config(self):
         return {**super().get_config(), "config": self.config.to_dict(), "num_choices": self.num_choices,
-                "summary_type": self.summary_type, "use_proj": self.use_proj,
-                "summary_rows_only": self.summary_rows_only}
+                "summary_type": self.summary_type, "use_proj": self.use_proj, "mem_len": self.mem_len,
+                "bptt_segments": self.bptt_segments, "summary_rows_only": self.summary_rows_only,
+                "document_summary": self.document_summary}

@@ -92,8 +92,9 @@ def export(model, task: str, spiece_model: str, export_dir: str, version: int, m
     settings that shaped the export, `EXPORT_FILE`, with the TextSettings of its tokenization); returns it.
 
     `options`: `uncased`, `keep_accents` (the records' normalization) and `serving_module`'s options of the task.
-    A mixed-precision model is exported with its weights in its compute dtype (`half_weights.rounded_once`: the same
-    outputs; the file records `dtype_policy` and `weights_dtype`). Written to a temporary directory and renamed, so a failed export never leaves a half version.
+    A mixed-precision model (not a language model) is exported with its weights in its compute dtype
+    (`half_weights.rounded_once`: the same outputs; the file records `dtype_policy` and `weights_dtype`). Written to a
+    temporary directory and renamed, so a failed export never leaves a half version.
     `extra_files`: more JSON files for `assets.extra/` (name -> content), in the version before it appears.
     """
     with open(spiece_model, "rb") as f:
@@ -101,7 +102,9 @@ def export(model, task: str, spiece_model: str, export_dir: str, version: int, m
     text = TextSettings(tokenization.file_sha256(spiece_model), bool(options.get("uncased", False)),
                         bool(options.get("keep_accents", False)))
     settings = {k: v for k, v in options.items() if k not in ("uncased", "keep_accents")}
-    served = half_weights.rounded_once(model)  # a mixed-precision model's weights stored in its compute dtype
+    # a mixed-precision model's weights stored in its compute dtype; not a language model's: its generation loop
+    # reads the LM head's bias unrounded (heads.LMHead.transposed_logits, outside Keras's autocast)
+    served = model if task == "lm" else half_weights.rounded_once(model)
     module = serving_module(served, task, proto, max_seq_length, text, **settings)
     signatures = module.signatures()
     path = os.path.join(export_dir, str(int(version)))
