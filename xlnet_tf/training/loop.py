@@ -16,7 +16,7 @@ import tensorflow as tf
 from xlnet_tf import checkpoints
 from xlnet_tf.artifacts import pretrain_info
 from xlnet_tf.errors import UserError
-from xlnet_tf.training import xla_clustering
+from xlnet_tf.training import gradient_rows, xla_clustering
 
 
 CLIP_MODES = ("global", "per_replica")
@@ -181,7 +181,7 @@ def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_
     weight = tf.maximum(tf.cast(weight, tf.float32), 1e-9)
     # the norm of the global gradient grads / weight (or of this replica's share of it)
     if squares is None:
-        squares = tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float32))) for g in grads])
+        squares = tf.add_n([gradient_rows.sum_of_squares(g) for g in grads])
     norm = tf.sqrt(squares) / weight
     scale = tf.cast(optimizer.dynamic_scale, tf.float32) if loss_scaling else 1.0
     factor = 1.0 / weight
@@ -190,7 +190,7 @@ def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_
         factor *= tf.where(tf.math.is_finite(norm), threshold / tf.maximum(norm, threshold), float("nan"))
     if replicas > 1 and not per_replica:
         factor /= replicas
-    grads = [g * tf.cast(factor, g.dtype) for g in grads]
+    grads = [gradient_rows.scaled(g, factor) for g in grads]
     with _own_clipping_off(inner):
         optimizer.apply_gradients(zip(grads, variables))
     return loss_sum / weight, norm / scale
@@ -200,7 +200,8 @@ def squared_norm(grads):
     """The sum of the squares of every gradient (float32) as TensorFlow's `L2Loss` kernels: outside XLA, where a
     compiled update's reduction over the 55.9 M gradients of the speed benchmark's model took ~47 ms against ~13
     (XLA's CPU reductions; bench/speed/README.md). Twice `l2_loss`: exact."""
-    return tf.add_n([2.0 * tf.nn.l2_loss(tf.cast(g, tf.float32)) for g in grads])
+    return tf.add_n([2.0 * tf.nn.l2_loss(tf.cast(gradient_rows.summed_rows(g)[1] if isinstance(g, tf.IndexedSlices)
+                                                 else g, tf.float32)) for g in grads])
 
 
 @contextlib.contextmanager
@@ -303,8 +304,11 @@ class Trainer:
             loss_sum, weight, new_mems = self.loss_fn(self.model, features, mems, True)
             scaled = self.optimizer.scale_loss(loss_sum) if hasattr(self.optimizer, "scale_loss") else loss_sum
         grads = tape.gradient(scaled, self.model.trainable_variables)
-        grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
-                 for g, v in zip(grads, self.model.trainable_variables)]
+        # a gathered table's gradient stays rows (gradient_rows) where the compiled update takes it: one replica, one
+        # micro-batch per step
+        rows_ok = self.compiled_update and self.config.gradient_accumulation_steps == 1
+        grads = [tf.zeros_like(v) if g is None else g if rows_ok and isinstance(g, tf.IndexedSlices)
+                 else tf.convert_to_tensor(g) for g, v in zip(grads, self.model.trainable_variables)]
         return loss_sum, tf.cast(weight, tf.float32), grads, new_mems
 
     def _replica_step(self, micro_batches):

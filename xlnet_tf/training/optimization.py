@@ -31,6 +31,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf import checkpoints
+from xlnet_tf.training import gradient_rows
 
 _LAYER = re.compile(r"^model/transformer/layer_(\d+)/")
 # Per-layer names we give to slices of variables the original stores stacked `[n_layer, ...]` directly
@@ -171,16 +172,24 @@ class XLNetAdamW(keras.optimizers.Optimizer):
 
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
-        if isinstance(gradient, tf.IndexedSlices):
-            gradient = tf.convert_to_tensor(gradient)
         dtype = variable.dtype
-        gradient = tf.cast(gradient, dtype)
-        if self._grad_multiplier[index] != 1.0:
-            gradient = gradient * self._grad_multiplier[index]
         lr = tf.cast(learning_rate, dtype) * self._multiplier[index]
         m, v = self._m[index], self._v[index]
-        self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * gradient)
-        self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * tf.square(gradient))
+        if isinstance(gradient, tf.IndexedSlices):  # rows of a gathered table: m and v decayed densely, the rows'
+            indices, rows = gradient_rows.summed_rows(gradient)  # terms added where they are (gradient_rows)
+            rows = tf.cast(rows, dtype)
+            if self._grad_multiplier[index] != 1.0:
+                rows = rows * self._grad_multiplier[index]
+            self.assign(m, self.beta_1 * m)
+            self.assign_add(m, tf.IndexedSlices((1.0 - self.beta_1) * rows, indices))
+            self.assign(v, self.beta_2 * v)
+            self.assign_add(v, tf.IndexedSlices((1.0 - self.beta_2) * tf.square(rows), indices))
+        else:
+            gradient = tf.cast(gradient, dtype)
+            if self._grad_multiplier[index] != 1.0:
+                gradient = gradient * self._grad_multiplier[index]
+            self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * gradient)
+            self.assign(v, self.beta_2 * v + (1.0 - self.beta_2) * tf.square(gradient))
         m_t, v_t = tf.convert_to_tensor(m), tf.convert_to_tensor(v)
         step = tf.cast(self.iterations + 1, dtype)
         correction_1 = 1.0 - tf.pow(tf.cast(self.beta_1, dtype), step)
