@@ -112,6 +112,16 @@ def _scratch(prefix: str) -> str:
     return tempfile.mkdtemp(prefix=prefix, dir=WORK_DIR)
 
 
+def test_corpus_spiece_model() -> str:
+    """A small SentencePiece model of the repository's test corpus (as tests/data_fixtures.tiny_spm), trained into a
+    scratch folder; its path."""
+    from tfrecords import spm
+    from tfrecords.readers import corpus
+
+    return spm.train_spm(corpus.expand_globs(os.path.join(REPO, "tests", "data", "corpus", "*.txt")),
+                         os.path.join(_scratch("xlnet_bench_spm_"), "sp"), vocab_size=1000)
+
+
 def without_emulated_bfloat16(variants, native_bfloat16: bool):
     """`variants` less the mixed_bfloat16 ones where the CPU has no bfloat16 arithmetic (they would time an
     emulation)."""
@@ -1100,12 +1110,7 @@ def main():
     began = time.time()
     WORK_DIR = tempfile.mkdtemp(prefix="xlnet_bench_")
     atexit.register(shutil.rmtree, WORK_DIR, True)  # also when a suite fails
-    from tfrecords.readers import corpus
-    from tfrecords import spm
-
-    # a small SentencePiece model of the repository's test corpus (as tests/data_fixtures.tiny_spm)
-    spiece_model = spm.train_spm(corpus.expand_globs(os.path.join(REPO, "tests", "data", "corpus", "*.txt")),
-                                 os.path.join(_scratch("xlnet_bench_spm_"), "sp"), vocab_size=1000)
+    spiece_model = test_corpus_spiece_model()
     demo_corpus = os.path.join(REPO, "data", "demo", "train.txt")
     report = {"machine": machine(), "command": cli.invocation("bench.speed.harness"),
               "args": {name: value for name, value in FLAGS.flag_values_dict().items() if name != "verbose"},

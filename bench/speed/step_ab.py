@@ -126,12 +126,9 @@ def patched(current: types.ModuleType, reference: types.ModuleType) -> Iterator[
         `from .module import name` re-export would otherwise keep calling the working tree's)."""
         here = getattr(current, name)
         put(current, name, value)
-        for module in list(sys.modules.values()):
-            if module is current or not getattr(module, "__name__", "").startswith(_PROJECT_PACKAGES):
-                continue
-            for alias, held in list(vars(module).items()):
-                if held is here:
-                    put(module, alias, value, shown=False)
+        for module, alias, held in _project_names():
+            if held is here and module is not current:
+                put(module, alias, value, shown=False)
 
     try:
         for name, value in vars(reference).items():
@@ -156,15 +153,20 @@ def patched(current: types.ModuleType, reference: types.ModuleType) -> Iterator[
                 setattr(owner, name, value)
         # a name bound to a reference object inside the context (a package's lazy export, `xlnet_tf.serving.export`
         # read for the first time by the reference side) would keep it: unbound, it resolves afresh when next read
-        for module in list(sys.modules.values()):
-            if getattr(module, "__name__", "").startswith(_PROJECT_PACKAGES):
-                for alias, held in list(vars(module).items()):
-                    if swapped_in.get(id(held)) is held:
-                        delattr(module, alias)
+        for module, alias, held in _project_names():
+            if swapped_in.get(id(held)) is held:
+                delattr(module, alias)
 
 
 _MISSING = object()
 _PROJECT_PACKAGES = ("xlnet_tf", "tfrecords", "run", "bench")
+
+
+def _project_names() -> Iterator[tuple]:
+    """`(module, name, value)` of every module-level name of the loaded project modules (a snapshot)."""
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith(_PROJECT_PACKAGES):
+            yield from [(module, name, value) for name, value in list(vars(module).items())]
 
 
 def _made_here(value, module: types.ModuleType) -> bool:
@@ -237,17 +239,13 @@ class ServingCall:
         return float(np.abs(self().astype(np.float64) - other().astype(np.float64)).max())
 
 
-def side_of_flags(variant, like=None):
+def side_of_flags(variant, spiece_model=None, like=None):
     """One side of the A/B: the runners' step of --kind, or (--kind=serving) a `ServingCall` in `variant`'s dtype
-    (with `like`'s weights when given)."""
+    with `spiece_model` (and `like`'s weights when given)."""
     if FLAGS.kind != "serving":
         return step_profile.step_of_flags(FLAGS, FLAGS.kind, tempfile.mkdtemp(prefix="step_ab_"), variant)
-    from tfrecords import spm
-    from tfrecords.readers import corpus
     from xlnet_tf.training import loop as training
 
-    spiece_model = spm.train_spm(corpus.expand_globs(os.path.join(REPO, "tests", "data", "corpus", "*.txt")),
-                                 os.path.join(tempfile.mkdtemp(prefix="step_ab_spm_"), "sp"), vocab_size=1000)
     return ServingCall(training.dtype_policy(variant.mixed_precision), FLAGS.batch, FLAGS.seq_len, FLAGS.n_layer,
                        FLAGS.d_model, FLAGS.n_token, spiece_model, like)
 
@@ -256,8 +254,10 @@ def main():
     import numpy as np
 
     from bench import host
+    from bench.speed import harness
 
     variant = variant_of_flags()
+    spiece_model = harness.test_corpus_spiece_model() if FLAGS.kind == "serving" else None  # one for both sides
     work = tempfile.mkdtemp(prefix="step_ab_src_")
     pairs = [(p, importlib.import_module(module_name(p)), load_at(p, FLAGS.ref, work)) for p in FLAGS.modules]
     with contextlib.ExitStack() as stack:
@@ -266,8 +266,8 @@ def main():
             names = stack.enter_context(patched(current, ref))
             check_something_replaced(path, FLAGS.ref, ref.__file__, current.__file__, names)
             replaced += names
-        reference = side_of_flags(variant)
-    ours_step = side_of_flags(variant, like=reference)
+        reference = side_of_flags(variant, spiece_model)
+    ours_step = side_of_flags(variant, spiece_model, like=reference)
     largest_difference = ours_step.largest_difference(reference) if FLAGS.kind == "serving" else None
     # one untimed call of each in turns first: the side built first is slow on its first call after the other's
     # build (measured: 223 against 3 ms at a tiny size, 2.8 against 1.4 s at 4 x 768), which favoured the working tree

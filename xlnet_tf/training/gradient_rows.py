@@ -37,8 +37,12 @@ def scaled(gradient, factor):
     return gradient * tf.cast(factor, gradient.dtype)
 
 
+def squared_values(gradient):
+    """What a gradient's sum of squares squares: a dense gradient itself, an `IndexedSlices` its summed rows (the
+    dense gradient's nonzero rows, each once)."""
+    return summed_rows(gradient)[1] if isinstance(gradient, tf.IndexedSlices) else gradient
+
+
 def sum_of_squares(gradient):
-    """The sum of a gradient's squares in float32 (an `IndexedSlices` as its summed rows)."""
-    if isinstance(gradient, tf.IndexedSlices):
-        gradient = summed_rows(gradient)[1]
-    return tf.reduce_sum(tf.square(tf.cast(gradient, tf.float32)))
+    """The sum of a gradient's squares in float32."""
+    return tf.reduce_sum(tf.square(tf.cast(squared_values(gradient), tf.float32)))

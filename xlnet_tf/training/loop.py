@@ -200,8 +200,7 @@ def squared_norm(grads):
     """The sum of the squares of every gradient (float32) as TensorFlow's `L2Loss` kernels: outside XLA, where a
     compiled update's reduction over the 55.9 M gradients of the speed benchmark's model took ~47 ms against ~13
     (XLA's CPU reductions; bench/speed/README.md). Twice `l2_loss`: exact."""
-    return tf.add_n([2.0 * tf.nn.l2_loss(tf.cast(gradient_rows.summed_rows(g)[1] if isinstance(g, tf.IndexedSlices)
-                                                 else g, tf.float32)) for g in grads])
+    return tf.add_n([2.0 * tf.nn.l2_loss(tf.cast(gradient_rows.squared_values(g), tf.float32)) for g in grads])
 
 
 @contextlib.contextmanager
