@@ -69,6 +69,8 @@ class XLNetBackbone(keras.layers.Layer):
         only at these rows (its keys and values still cover every position), and `content` is `[B, R, D]`,
         equal to those rows of the full output. A head that reads one row (the `<cls>` summary) saves most
         of the last layer's work. Memories are unaffected (they cache layer inputs).
+      input_embeddings: `[B, L, D]` the word embeddings of `input_ids` as the caller gathered them (a language model
+        reads its table once for these rows and its tied head: `tied_embedding.tied_reads`), or None (`embed`).
     Returns a dict:
       `content` `[B, L, D]` (`[B, R, D]` with `output_positions`); `query` `[B, P, D]` (None without
       `target_mapping`); `new_mems`: list of
@@ -164,7 +166,7 @@ class XLNetBackbone(keras.layers.Layer):
 
     def call(self, input_ids, segment_ids=None, attention_mask=None, mems=None, perm_mask=None,
              target_mapping=None, training=False, mem_mask=None, mem_segment_ids=None, mem_gradient=False,
-             output_positions=None):
+             output_positions=None, input_embeddings=None):
         c = self.config
         input_ids = tf.convert_to_tensor(input_ids)
         batch, qlen = tf.shape(input_ids)[0], input_ids.shape[1]
@@ -209,7 +211,9 @@ class XLNetBackbone(keras.layers.Layer):
                                     query_seg_diff=gather_rows(seg_diff, pos, [batch, qlen, klen]))
 
         # ---- embeddings and positions
-        content = self.drop(self.embed(input_ids), training=training)
+        words = (self.embed(input_ids) if input_embeddings is None
+                 else tf.cast(input_embeddings, self.compute_dtype))
+        content = self.drop(words, training=training)
         pos_emb, per_example = self.positions(batch, qlen, klen, training)
         biases = None if c.untie_r else (self.r_w_bias, self.r_r_bias, self.r_s_bias)
 

@@ -15,18 +15,14 @@ column sum (float32 accumulation, in the gradient's dtype).
 from __future__ import annotations
 
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util  # no public API says whether a graph is an XLA program's
 
-
-def _in_xla_program() -> bool:
-    """Whether ops created now are compiled by XLA as one program (a `jit_compile` function, or inside one)."""
-    return control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph())
+from xlnet_tf.layers.xla_context import in_xla_program
 
 
 def _column_sums(dy):
     """`dy [..., N]` summed over every leading axis -> `[N]`: as `ones [1, rows] @ dy [rows, N]`, or in an XLA
     program as a reduction."""
-    if _in_xla_program():
+    if in_xla_program():
         return tf.reduce_sum(dy, axis=list(range(len(dy.shape) - 1)))
     rows = tf.reshape(dy, [-1, tf.shape(dy)[-1]])
     return tf.reshape(tf.matmul(tf.ones([1, tf.shape(rows)[0]], dy.dtype), rows), [-1])

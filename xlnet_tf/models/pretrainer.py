@@ -7,7 +7,7 @@ from typing import Union
 import keras
 import tensorflow as tf
 
-from xlnet_tf.layers import initializers
+from xlnet_tf.layers import initializers, tied_embedding
 from xlnet_tf.backbone import XLNetBackbone
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.heads import LMHead, SequenceSummary
@@ -73,14 +73,18 @@ class XLNetPretrainer(Task):
 
     def call(self, features, mems=None, training=False):
         mlm = self.objective == "mlm"
-        out = self.backbone(token_ids(features), segment_ids=features.get("segment_ids"),
+        # the word embedding read once for the input rows and the tied head (its gradient summed in place)
+        rows_table, head_table = tied_embedding.tied_reads(self.backbone.word_embedding, self.compute_dtype)
+        ids = token_ids(features)
+        out = self.backbone(ids, segment_ids=features.get("segment_ids"),
                             attention_mask=features.get("attention_mask"), mems=mems,
                             perm_mask=features.get("perm_mask"),
-                            target_mapping=None if mlm else features["target_mapping"], training=training)
+                            target_mapping=None if mlm else features["target_mapping"], training=training,
+                            input_embeddings=tf.gather(rows_table, ids))
         if mlm:
             mapping = tf.cast(features["target_mapping"], out["content"].dtype)
             out["query"] = tf.einsum("bpl,bld->bpd", mapping, out["content"])
-        logits = self.lm_head(out["query"], self.backbone.word_embedding)
+        logits = self.lm_head(out["query"], head_table)
         if self.nsp:
             pooled = self.nsp_summary(out["content"], features.get("attention_mask"), training=training)
             out["nsp_logits"] = tf.cast(self.nsp_output(pooled), tf.float32)
