@@ -86,6 +86,47 @@ def test_gather_shift_equals_rel_shift_rows(rng):
             np.testing.assert_array_equal(out[b, :, k], full[b, :, pos[b, k]])
 
 
+def _gather_shift_reference(scores, pos, qlen, klen):
+    """numpy: out[b, :, k, j] = scores[b, :, k, min(qlen - pos[b, k] + j, P - 1)]."""
+    idx = np.minimum(qlen - pos[:, :, None] + np.arange(klen)[None, None, :], scores.shape[-1] - 1)
+    return np.take_along_axis(scores, np.broadcast_to(idx[:, None], scores.shape[:3] + (klen,)), axis=-1), idx
+
+
+@pytest.mark.parametrize("p_extra", [None, 1])  # P = klen + qlen (bidirectional), klen + 1 (causal: clipped)
+@pytest.mark.parametrize("sizes", ["ints", "tensors", "jit_compile"])
+def test_gather_shift_values_and_gradient_every_way(rng, sizes, p_extra):
+    """The compiled gather (int sizes, outside an XLA program), the plain one (tensor sizes) and the one inside an
+    XLA program give the reference values, and the gradient adds each output's gradient where it was read."""
+    qlen, klen = 6, 8
+    p = klen + (qlen if p_extra is None else p_extra)
+    scores = rng.randn(2, 3, 4, p).astype(np.float32)
+    pos = np.array([[5, 0, 3, 2], [1, 2, 4, 0]], np.int32)
+    dy = rng.randn(2, 3, 4, klen).astype(np.float32)
+    want, idx = _gather_shift_reference(scores, pos, qlen, klen)
+    want_grad = np.zeros_like(scores)
+    for b, h, k, j in np.ndindex(dy.shape):
+        want_grad[b, h, k, idx[b, k, j]] += dy[b, h, k, j]
+
+    def run(scores, pos):
+        with tf.GradientTape() as tape:
+            tape.watch(scores)
+            if sizes == "tensors":
+                out = gather_shift(scores, pos, tf.constant(qlen), tf.constant(klen))
+            else:
+                out = gather_shift(scores, pos, qlen, klen)
+        return out, tape.gradient(out, scores, output_gradients=tf.constant(dy))
+
+    fn = tf.function(run, jit_compile=sizes == "jit_compile")
+    out, grad = fn(tf.constant(scores), tf.constant(pos))
+    np.testing.assert_array_equal(out.numpy(), want)
+    np.testing.assert_allclose(tf.convert_to_tensor(grad).numpy(), want_grad, rtol=1e-6, atol=1e-6)
+    calls = [op for op in fn.get_concrete_function(tf.constant(scores), tf.constant(pos)).graph.get_operations()
+             if op.type in ("PartitionedCall", "StatefulPartitionedCall") and "_XlaMustCompile" in op.node_def.attr
+             and op.get_attr("_XlaMustCompile")]
+    # with int sizes outside an XLA program: the gather and its gradient are XLA programs of their own
+    assert len(calls) == (2 if sizes == "ints" else 0)
+
+
 def test_causal_mask_matches_original_create_mask():
     blocked = causal_mask(qlen=3, mlen=2).numpy().astype(int)
     np.testing.assert_array_equal(blocked, [[0, 0, 0, 1, 1], [0, 0, 0, 0, 1], [0, 0, 0, 0, 0]])
