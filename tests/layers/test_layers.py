@@ -8,6 +8,7 @@ import tensorflow as tf
 from xlnet_tf.backbone import XLNetBackbone, causal_mask
 from xlnet_tf.config import XLNetConfig
 from xlnet_tf.heads import LMHead
+from xlnet_tf.layers import xla_context
 from xlnet_tf.layers import (PositionwiseFeedForward, RelativeAttention, RelativePositionalEncoding,
                              XLNetLayer, gather_shift, rel_shift)
 from xlnet_tf.models import XLNetPretrainer
@@ -93,10 +94,11 @@ def _gather_shift_reference(scores, pos, qlen, klen):
 
 
 @pytest.mark.parametrize("p_extra", [None, 1])  # P = klen + qlen (bidirectional), klen + 1 (causal: clipped)
-@pytest.mark.parametrize("sizes", ["ints", "tensors", "jit_compile"])
+@pytest.mark.parametrize("sizes", ["ints", "ints_not_compiled", "tensors", "jit_compile"])
 def test_gather_shift_values_and_gradient_every_way(rng, sizes, p_extra):
-    """The compiled gather (int sizes, outside an XLA program), the plain one (tensor sizes) and the one inside an
-    XLA program give the reference values, and the gradient adds each output's gradient where it was read."""
+    """The compiled gather (asked for, int sizes, outside an XLA program), the plain one (not asked for, or tensor
+    sizes) and the one inside an XLA program give the reference values, and the gradient adds each output's gradient
+    where it was read."""
     qlen, klen = 6, 8
     p = klen + (qlen if p_extra is None else p_extra)
     scores = rng.randn(2, 3, 4, p).astype(np.float32)
@@ -111,9 +113,9 @@ def test_gather_shift_values_and_gradient_every_way(rng, sizes, p_extra):
         with tf.GradientTape() as tape:
             tape.watch(scores)
             if sizes == "tensors":
-                out = gather_shift(scores, pos, tf.constant(qlen), tf.constant(klen))
+                out = gather_shift(scores, pos, tf.constant(qlen), tf.constant(klen), compiled=True)
             else:
-                out = gather_shift(scores, pos, qlen, klen)
+                out = gather_shift(scores, pos, qlen, klen, compiled=sizes != "ints_not_compiled")
         return out, tape.gradient(out, scores, output_gradients=tf.constant(dy))
 
     fn = tf.function(run, jit_compile=sizes == "jit_compile")
@@ -123,8 +125,30 @@ def test_gather_shift_values_and_gradient_every_way(rng, sizes, p_extra):
     calls = [op for op in fn.get_concrete_function(tf.constant(scores), tf.constant(pos)).graph.get_operations()
              if op.type in ("PartitionedCall", "StatefulPartitionedCall") and "_XlaMustCompile" in op.node_def.attr
              and op.get_attr("_XlaMustCompile")]
-    # with int sizes outside an XLA program: the gather and its gradient are XLA programs of their own
+    # asked for, with int sizes outside an XLA program: the gather and its gradient are XLA programs of their own
     assert len(calls) == (2 if sizes == "ints" else 0)
+
+
+@pytest.mark.parametrize("training,clustering", [(True, True), (False, True), (True, False)])
+def test_only_training_with_auto_clustering_compiles_the_query_streams_gather(rng, monkeypatch, training, clustering):
+    """A training step's attention at targets, in a process that asked for XLA's auto-clustering, compiles its
+    gather_shift (an XLA program of its own); inference (a generation program run or exported without XLA) and a
+    run that asked for no XLA keep TensorFlow's gather."""
+    monkeypatch.setattr(xla_context, "auto_clustering", lambda: clustering)
+    layer = RelativeAttention(d_model=8, n_head=2, d_head=4, own_biases=True)
+    content = tf.constant(rng.randn(2, 5, 8).astype(np.float32))
+    query = tf.constant(rng.randn(2, 3, 8).astype(np.float32))
+    pos_emb = tf.constant(rng.randn(1, 10, 8).astype(np.float32))
+    query_pos = tf.constant([[0, 2, 4], [1, 3, 4]], tf.int32)
+
+    @tf.function
+    def run(content, query):
+        return layer(content, query, pos_emb=pos_emb, query_pos=query_pos, training=training)
+
+    graph = run.get_concrete_function(content, query).graph
+    compiled = [op for op in graph.get_operations() if "_XlaMustCompile" in op.node_def.attr
+                and op.get_attr("_XlaMustCompile")]
+    assert len(compiled) == (1 if training and clustering else 0)
 
 
 def test_causal_mask_matches_original_create_mask():
@@ -350,3 +374,11 @@ def test_memory_rows_take_no_input_gradient_they_do_not_need():
         assert (got is None) == (want is None)  # seg_embed: no segments here
         if got is not None:
             np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("flags,on", [("", False), ("--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit", True),
+                                      ("--tf_xla_auto_jit=1", True), ("--tf_xla_auto_jit=-1", False),
+                                      ("--tf_xla_cpu_global_jit", False)])
+def test_auto_clustering_reads_tf_xla_flags(monkeypatch, flags, on):
+    monkeypatch.setenv("TF_XLA_FLAGS", flags)
+    assert xla_context.auto_clustering() is on

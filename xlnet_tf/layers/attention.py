@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from xlnet_tf.layers import initializers
 from xlnet_tf.layers import column_pieces, precision, seeded_dropout
-from xlnet_tf.layers.xla_context import in_xla_program
+from xlnet_tf.layers import xla_context
 
 # Added to blocked scores. Scores are always float32 when masked (softmax runs in float32), so this
 # never overflows, whatever the compute dtype.
@@ -60,25 +60,29 @@ def _outside_auto_clusters():
     return tf.xla.experimental.jit_scope(compile_ops=False)
 
 
-def gather_shift(scores, query_pos, qlen, klen):
+def gather_shift(scores, query_pos, qlen, klen, compiled: bool = False):
     """`rel_shift` for query rows at arbitrary positions (the query stream at its targets).
 
     Args:
       scores: `[B, H, K, P]`, row `k` belongs to the query at position `query_pos[b, k]`.
       query_pos: `[B, K]` int, position of each query row within the current segment (`0 <= pos < qlen`).
       qlen, klen: ints, or scalar int tensors.
+      compiled: the gather as a small XLA program of its own (see below), where the sizes are ints and the ops are
+        not compiled as one XLA program already; `RelativeAttention` asks for it in training steps of a process that
+        asked for XLA's auto-clustering (`xla_context.auto_clustering`, as `--xla_clustering=fusible`), not in
+        inference (a graph run or exported without XLA stays without it) nor in a run that asked for no XLA.
 
     Returns:
       `[B, H, K, klen]` with `out[b, :, k, j] = scores[b, :, k, qlen - query_pos[b, k] + j]`. Indices past
       the last row of the encoding (only reachable with `attn_type="uni"` for keys in the future, which
       are masked) are clipped.
 
-    With int sizes and outside an XLA program, the gather is a small XLA program of its own (`_compiled_windows`,
-    its gradient too): TensorFlow's `GatherV2` moves one element at a time here and its gradient is an
-    `UnsortedSegmentSum` over every element (3.6-4.4 ms per layer forward and backward at 8 x 21 targets and
+    `compiled`, with int sizes and outside an XLA program: the gather is a small XLA program of its own
+    (`_compiled_windows`, its gradient too): TensorFlow's `GatherV2` moves one element at a time here and its gradient
+    is an `UnsortedSegmentSum` over every element (3.6-4.4 ms per layer forward and backward at 8 x 21 targets and
     klen 192 against 2.1-2.5 ms; bench/speed/README.md, "Since: the tied table read once"). The same values.
     """
-    if isinstance(qlen, int) and isinstance(klen, int) and not in_xla_program():
+    if compiled and isinstance(qlen, int) and isinstance(klen, int) and not xla_context.in_xla_program():
         return _compiled_windows(scores, query_pos, qlen, klen)
     return _windows(scores, query_pos, qlen, klen)
 
@@ -240,8 +244,9 @@ class RelativeAttention(precision.CastOnce, keras.layers.Layer):
         bd = self._position_scores(q + r_r_bias, k_r, per_example)
         if query_pos is None:
             bd = rel_shift(bd, klen)
-        else:  # (static sizes where known: gather_shift compiles its gather then)
-            bd = gather_shift(bd, query_pos, qlen, k_head.shape[1] if k_head.shape[1] is not None else klen)
+        else:  # (static sizes where known: a training step with auto-clustering compiles the gather then)
+            bd = gather_shift(bd, query_pos, qlen, k_head.shape[1] if k_head.shape[1] is not None else klen,
+                              compiled=training is True and xla_context.auto_clustering())
         score = ac + bd
         if seg_diff is not None:
             ef = tf.matmul(q + r_s_bias, tf.transpose(self._w(self.seg_embed), [1, 2, 0]))  # [B, H, Q, 2]
