@@ -151,6 +151,23 @@ def test_only_training_with_auto_clustering_compiles_the_query_streams_gather(rn
     assert len(compiled) == (1 if training and clustering else 0)
 
 
+def test_the_content_streams_rows_keep_tensorflows_gather(rng, monkeypatch):
+    """Only the query stream's windows are compiled: the content stream at some rows (a classifier's last layer at
+    its summary row) keeps TensorFlow's gather, training with auto-clustering or not."""
+    monkeypatch.setattr(xla_context, "auto_clustering", lambda: True)
+    layer = RelativeAttention(d_model=8, n_head=2, d_head=4, own_biases=True)
+    content = tf.constant(rng.randn(2, 5, 8).astype(np.float32))
+    pos_emb = tf.constant(rng.randn(1, 10, 8).astype(np.float32))
+
+    @tf.function
+    def run(content):
+        return layer(content, pos_emb=pos_emb, content_pos=tf.constant([[4], [4]]), training=True)
+
+    graph = run.get_concrete_function(content).graph
+    assert not [op for op in graph.get_operations() if "_XlaMustCompile" in op.node_def.attr
+                and op.get_attr("_XlaMustCompile")]
+
+
 def test_causal_mask_matches_original_create_mask():
     blocked = causal_mask(qlen=3, mlen=2).numpy().astype(int)
     np.testing.assert_array_equal(blocked, [[0, 0, 0, 1, 1], [0, 0, 0, 0, 1], [0, 0, 0, 0, 0]])
@@ -377,7 +394,9 @@ def test_memory_rows_take_no_input_gradient_they_do_not_need():
 
 
 @pytest.mark.parametrize("flags,on", [("", False), ("--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit", True),
-                                      ("--tf_xla_auto_jit=1", True), ("--tf_xla_auto_jit=-1", False),
+                                      ("--tf_xla_cpu_global_jit --tf_xla_auto_jit=1", True),
+                                      ("--tf_xla_auto_jit=2", False),  # no CPU clustering without the global jit
+                                      ("--tf_xla_auto_jit=-1 --tf_xla_cpu_global_jit", False),
                                       ("--tf_xla_cpu_global_jit", False)])
 def test_auto_clustering_reads_tf_xla_flags(monkeypatch, flags, on):
     monkeypatch.setenv("TF_XLA_FLAGS", flags)

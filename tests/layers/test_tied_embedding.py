@@ -88,3 +88,41 @@ def test_the_pretrainers_table_gradient_is_summed_in_place(rng):
     grad = gradient(features)
     assert isinstance(grad, tf.Tensor) and grad.dtype == tf.float32
     assert grad.shape == (config.n_token, config.d_model)
+
+
+@pytest.mark.parametrize("policy", ["float32", "mixed_bfloat16"])
+def test_the_pretrainers_gradients_equal_reading_the_table_twice(rng, monkeypatch, policy):
+    """Every gradient of a pretrainer's training loss (mems, repeated ids) equals the one of reading the table twice."""
+    config = XLNetConfig(**{**TINY, "dropout": 0.0, "dropatt": 0.0, "mem_len": 4})
+    model = XLNetPretrainer(config, dtype=policy)
+    inputs = random_inputs(rng, 2, 8, config.n_token, n_pred=3)
+    inputs["input_ids"][:, :4] = inputs["input_ids"][:, 4:]  # repeated rows
+    inputs["target_ids"] = rng.randint(0, config.n_token, (2, 3))
+    inputs["target_mask"] = inputs["target_mapping"].sum(-1)
+    features = {k: tf.constant(v) for k, v in inputs.items()}
+    mems = [tf.constant(rng.randn(2, 4, config.d_model).astype(np.float32)) for _ in range(config.n_layer)]
+
+    def gradients():
+        with tf.GradientTape() as tape:
+            loss = model.task_loss(features, model(features, mems=mems, training=True))
+        return [tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, model.trainable_variables)]
+
+    tied = gradients()
+    monkeypatch.setattr(tied_embedding, "tied_reads", lambda table, dtype: (table, tf.cast(table, dtype)))
+    twice = gradients()
+    for got, want, variable in zip(tied, twice, model.trainable_variables):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7, err_msg=variable.path)
+
+
+def test_inference_reads_the_table_plainly(rng):
+    """Outside training the pretrainer records no custom gradient around its table (a SavedModel of the call would
+    keep one, recorded for a dense gradient, that a caller differentiating the loaded model meets with rows)."""
+    config = XLNetConfig(**{**TINY, "dropout": 0.0, "dropatt": 0.0})
+    model = XLNetPretrainer(config)
+    inputs = random_inputs(rng, 2, 8, config.n_token, n_pred=3)
+    features = {k: tf.constant(v) for k, v in inputs.items()}
+    table_shape = [config.n_token, config.d_model]
+    for training, custom in ((False, 0), (True, 1)):
+        graph = tf.function(lambda f: model(f, training=training)["logits"]).get_concrete_function(features).graph
+        ops = [op for op in graph.get_operations() if op.type == "IdentityN" and op.outputs[0].shape == table_shape]
+        assert len(ops) == custom, training

@@ -68,9 +68,11 @@ def gather_shift(scores, query_pos, qlen, klen, compiled: bool = False):
       query_pos: `[B, K]` int, position of each query row within the current segment (`0 <= pos < qlen`).
       qlen, klen: ints, or scalar int tensors.
       compiled: the gather as a small XLA program of its own (see below), where the sizes are ints and the ops are
-        not compiled as one XLA program already; `RelativeAttention` asks for it in training steps of a process that
-        asked for XLA's auto-clustering (`xla_context.auto_clustering`, as `--xla_clustering=fusible`), not in
-        inference (a graph run or exported without XLA stays without it) nor in a run that asked for no XLA.
+        not compiled as one XLA program already; `RelativeAttention` asks for it for the query stream in training
+        steps of a process that asked for XLA's auto-clustering (`xla_context.auto_clustering`, as
+        `--xla_clustering=fusible`), not in inference (a graph run or exported without XLA stays without it) nor in
+        a run that asked for no XLA. One trace (and compilation) per shape and sizes, kept for the process: a
+        training step's shapes are fixed.
 
     Returns:
       `[B, H, K, klen]` with `out[b, :, k, j] = scores[b, :, k, qlen - query_pos[b, k] + j]`. Indices past
@@ -84,16 +86,24 @@ def gather_shift(scores, query_pos, qlen, klen, compiled: bool = False):
     """
     if compiled and isinstance(qlen, int) and isinstance(klen, int) and not xla_context.in_xla_program():
         return _compiled_windows(scores, query_pos, qlen, klen)
-    return _windows(scores, query_pos, qlen, klen)
+    idx = _window_indices(scores, query_pos, qlen, klen)
+    idx = tf.broadcast_to(idx[:, None], tf.concat([tf.shape(scores)[:3], [klen]], 0))
+    return tf.gather(scores, idx, batch_dims=3)
+
+
+def _window_indices(scores, query_pos, qlen, klen):
+    """`[B, K, klen]`: the column of `scores` each output reads (clipped to the last)."""
+    p = tf.shape(scores)[-1]
+    idx = qlen - query_pos[:, :, None] + tf.range(klen, dtype=query_pos.dtype)[None, None, :]
+    return tf.minimum(idx, tf.cast(p - 1, idx.dtype))
 
 
 def _windows(scores, query_pos, qlen, klen):
-    """`gather_shift`'s values: heads last, each row's window a gather of `H`-element slices."""
-    p = tf.shape(scores)[-1]
-    idx = qlen - query_pos[:, :, None] + tf.range(klen, dtype=query_pos.dtype)[None, None, :]
-    idx = tf.minimum(idx, tf.cast(p - 1, idx.dtype))  # [B, K, klen]
+    """`gather_shift`'s values heads last: each row's window a gather of `H`-element slices (XLA compiles this form
+    faster than the element-wise gather)."""
     rows = tf.transpose(scores, [0, 2, 3, 1])  # [B, K, P, H]
-    return tf.transpose(tf.gather(rows, idx, batch_dims=2), [0, 3, 1, 2])
+    out = tf.gather(rows, _window_indices(scores, query_pos, qlen, klen), batch_dims=2)
+    return tf.transpose(out, [0, 3, 1, 2])
 
 
 _compiled_windows = tf.function(_windows, jit_compile=True, autograph=False)
@@ -232,7 +242,7 @@ class RelativeAttention(precision.CastOnce, keras.layers.Layer):
         return tf.reshape(scores, tf.concat([[shape[0]], tf.shape(scores)[2:]], 0))
 
     def _core(self, q_head, k_head, v_head, k_r, biases, seg_diff, mask, query_pos, qlen, training,
-              per_example=False, dropout_seed=None, site=0):
+              per_example=False, dropout_seed=None, site=0, compile_windows=False):
         """Attention of queries `[B, Q, H, Dh]` over keys/values `[B, klen, H, Dh]` -> `[B, Q, H, Dh]`.
 
         The products run heads first (`[B, H, ., Dh]`, batched matmuls): TensorFlow's `Einsum` would transpose
@@ -244,9 +254,9 @@ class RelativeAttention(precision.CastOnce, keras.layers.Layer):
         bd = self._position_scores(q + r_r_bias, k_r, per_example)
         if query_pos is None:
             bd = rel_shift(bd, klen)
-        else:  # (static sizes where known: a training step with auto-clustering compiles the gather then)
+        else:  # (static sizes where known: gather_shift compiles its gather then, if asked)
             bd = gather_shift(bd, query_pos, qlen, k_head.shape[1] if k_head.shape[1] is not None else klen,
-                              compiled=training is True and xla_context.auto_clustering())
+                              compiled=compile_windows)
         score = ac + bd
         if seg_diff is not None:
             ef = tf.matmul(q + r_s_bias, tf.transpose(self._w(self.seg_embed), [1, 2, 0]))  # [B, H, Q, 2]
@@ -320,8 +330,10 @@ class RelativeAttention(precision.CastOnce, keras.layers.Layer):
                              training, per_example_positions, dropout_seed, 2)
             vec = tf.einsum("blnd,bkl->bknd", vec, mapping)
         else:
+            # a training step with XLA's auto-clustering compiles the query stream's windows (gather_shift)
             vec = self._core(q_head, k_head, v_head, k_r, biases, query_seg_diff, query_mask, query_pos,
-                             qlen, training, per_example_positions, dropout_seed, 2)
+                             qlen, training, per_example_positions, dropout_seed, 2,
+                             compile_windows=training is True and xla_context.auto_clustering())
             if query_weight is not None:
                 vec *= tf.cast(query_weight, vec.dtype)[:, :, None, None]
         return content_out, self._post_attention(query, vec, training, dropout_seed, 3)

@@ -17,10 +17,13 @@ def in_xla_program() -> bool:
 
 
 def auto_clustering() -> bool:
-    """Whether this process asked TensorFlow to cluster ops for XLA by itself: `--tf_xla_auto_jit=1` or `2` in
-    TF_XLA_FLAGS (the runners' `--xla_clustering=fusible` sets 2) or `tf.config.optimizer.set_jit(True)`. A run that
-    did not ask for XLA gets no XLA program of a layer's making."""
-    for flag in os.environ.get("TF_XLA_FLAGS", "").split():
-        if flag.startswith("--tf_xla_auto_jit=") and flag.split("=", 1)[1] in ("1", "2"):
-            return True
+    """Whether this process asked TensorFlow to cluster ops for XLA by itself on CPU: TF_XLA_FLAGS with
+    `--tf_xla_auto_jit=1` or `2` and `--tf_xla_cpu_global_jit` (the runners' `--xla_clustering=fusible` sets both),
+    or `tf.config.optimizer.set_jit(True)`. A run that did not ask for XLA gets no XLA program of a layer's making.
+    TensorFlow reads TF_XLA_FLAGS once, when it loads; this reads the environment when called (a runner sets the
+    flags before TensorFlow loads and never changes them)."""
+    flags = os.environ.get("TF_XLA_FLAGS", "").split()
+    auto_jit = any(flag in ("--tf_xla_auto_jit=1", "--tf_xla_auto_jit=2") for flag in flags)
+    if auto_jit and "--tf_xla_cpu_global_jit" in flags:
+        return True
     return tf.config.optimizer.get_jit() == "autoclustering"

@@ -73,8 +73,14 @@ class XLNetPretrainer(Task):
 
     def call(self, features, mems=None, training=False):
         mlm = self.objective == "mlm"
-        # the word embedding read once for the input rows and the tied head (its gradient summed in place)
-        rows_table, head_table = tied_embedding.tied_reads(self.backbone.word_embedding, self.compute_dtype)
+        # training: the word embedding read once for the input rows and the tied head (its gradient summed in place);
+        # otherwise read plainly (a SavedModel of the call records no custom gradient that a caller differentiating
+        # the loaded model would meet with the gather's row gradient)
+        table = self.backbone.word_embedding
+        if training is True:
+            rows_table, head_table = tied_embedding.tied_reads(table, self.compute_dtype)
+        else:
+            rows_table, head_table = table, tf.cast(table, self.compute_dtype)
         ids = token_ids(features)
         out = self.backbone(ids, segment_ids=features.get("segment_ids"),
                             attention_mask=features.get("attention_mask"), mems=mems,
