@@ -544,7 +544,7 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 sys.path.insert(0, sys.argv[1])
-from tfrecords.pretrain_reader import make_pretrain_dataset_fn, pretrain_dataset
+from tfrecords.pretrain.reader import make_pretrain_dataset_fn, pretrain_dataset
 d = sys.argv[2]
 kw = dict(seq_len=64, reuse_len=32, num_predict=10, global_batch_size=8)
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
