@@ -255,8 +255,7 @@ class RelativeAttention(precision.CastOnce, keras.layers.Layer):
         if query_pos is None:
             bd = rel_shift(bd, klen)
         else:  # (static sizes where known: gather_shift compiles its gather then, if asked)
-            bd = gather_shift(bd, query_pos, qlen, k_head.shape[1] if k_head.shape[1] is not None else klen,
-                              compiled=compile_windows)
+            bd = gather_shift(bd, query_pos, qlen, keras.ops.shape(k_head)[1], compiled=compile_windows)
         score = ac + bd
         if seg_diff is not None:
             ef = tf.matmul(q + r_s_bias, tf.transpose(self._w(self.seg_embed), [1, 2, 0]))  # [B, H, Q, 2]
@@ -307,7 +306,7 @@ class RelativeAttention(precision.CastOnce, keras.layers.Layer):
                      query_seg_diff, query_pos, query_weight, target_mapping, biases, content_pos, training,
                      dropout_seed):
         biases = self._biases(biases)
-        qlen = content.shape[1] if content.shape[1] is not None else tf.shape(content)[1]
+        qlen = keras.ops.shape(content)[1]  # static where known
         k_head, v_head = self._project_keys_values(content, mems)
         k_r = self._project_positions(pos_emb, tf.shape(content)[0], per_example_positions)
         rows = content

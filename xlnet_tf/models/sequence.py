@@ -135,7 +135,7 @@ class XLNetMultipleChoice(FineTuningModel):
 
     def call(self, features, training=False):
         ids = token_ids(features)  # [B, C, L]; C may be below num_choices in a serving request
-        length = ids.shape[-1] if ids.shape[-1] is not None else tf.shape(ids)[-1]  # unknown when serving
+        length = keras.ops.shape(ids)[-1]  # static where known (unknown when serving)
         flat = lambda x: None if x is None else tf.reshape(x, [-1, length])  # noqa: E731
         pooled = self.pooled(flat(ids), flat(features.get("segment_ids")),
                              flat(features.get("attention_mask")), training)
