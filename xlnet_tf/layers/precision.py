@@ -1,5 +1,6 @@
-"""Weights in the compute dtype: LayerNormalization's policy (float32 variables whatever the layer's policy), and
-`CastOnce` (one cast per weight per layer call).
+"""Weights in the compute dtype: LayerNormalization's policy (float32 variables whatever the layer's policy),
+`CastOnce` (one cast per weight per layer call) and `HalfCopies` (half-precision copies of float32 weights that the
+training step's update keeps, read instead of a cast).
 
 Keras's LayerNormalization computes in float32 for half-precision inputs, reading its `gamma` and `beta` as float32:
 under a mixed policy (`mixed_bfloat16`, float32 variables) they are the trained values, under a pure half policy
@@ -52,11 +53,17 @@ class CastOnce:
     def _w(self, variable):
         memo = _memos().get(id(self))
         if memo is None:
-            return tf.cast(variable, self.compute_dtype)
+            return self._compute_dtype_weight(variable)
         held = memo.get(id(variable))
         if held is None or held[0] is not variable:  # the object kept with its cast: its id cannot be reused
-            held = memo[id(variable)] = (variable, tf.cast(variable, self.compute_dtype))
+            held = memo[id(variable)] = (variable, self._compute_dtype_weight(variable))
         return held[1]
+
+    def _compute_dtype_weight(self, variable):
+        copies = getattr(_THREAD, "copies", None)
+        if copies is not None and copies.holds(self.compute_dtype):
+            return copies.copy_of(variable).value()
+        return tf.cast(variable, self.compute_dtype)
 
     @contextlib.contextmanager
     def casting_once(self):
@@ -70,3 +77,67 @@ class CastOnce:
             yield
         finally:
             del memos[id(self)]
+
+
+class HalfCopies:
+    """Half-precision copies of float32 weights, for a mixed-precision training step whose update writes them.
+
+    Under a mixed policy (`mixed_bfloat16`: float32 variables, bfloat16 compute) every weight a `CastOnce` layer reads
+    is cast to bfloat16 in every step, and its gradient, computed in bfloat16, cast back to float32 before the norm
+    and the update. Inside `with copies.reading():` (this thread) `CastOnce._w` reads instead a bfloat16
+    `tf.Variable` holding the cast weight, created on first read (under `tf.init_scope`, from the weight's value then;
+    `trainable`, so that a gradient tape watches it); the caller differentiates with respect to the copy (`get`) and
+    gets the bfloat16 gradient the cast's gradient would have received, and its update, having changed the weights,
+    calls `refresh` to write their casts. The numbers are those of casting in the step: the same bfloat16 weights (the
+    cast of the same float32 values), the same gradients (a bfloat16 -> float32 cast is exact); what moves is where
+    the casts run: the forward pass's casts are gone, the gradients' become the norm's (`loop.squared_norm`) and the
+    update reads half the bytes; the update then writes the copies (XLA's CPU code runs that as a pass of its own).
+    Measured on the runners' bfloat16 steps in bench/speed/README.md ("Since: the weights' bfloat16 copies").
+    Memory: two bytes per copied weight.
+
+    `dtype`: the copies' dtype (the policy's compute dtype); a weight read by a layer computing in it is copied (the
+    caller's model keeps float32 weights). The copies are no checkpoint's state: whoever changes the weights other
+    than through the update calls `refresh` (the Trainer does at the start of every host loop).
+    """
+
+    def __init__(self, dtype):
+        self.dtype = tf.as_dtype(dtype)
+        self._copies = {}  # id(variable) -> (variable, copy); the variable kept: its id cannot be reused
+
+    def holds(self, compute_dtype) -> bool:
+        """Whether a weight read in `compute_dtype` is read from a copy (the caller's model keeps float32 weights: a
+        Keras variable reports the autocast dtype inside a layer's call, not its own)."""
+        return tf.as_dtype(compute_dtype) == self.dtype
+
+    def copy_of(self, variable) -> tf.Variable:
+        """The copy of `variable`, created (from its value now) on the first call."""
+        held = self._copies.get(id(variable))
+        if held is None or held[0] is not variable:
+            with tf.init_scope():
+                copy = tf.Variable(tf.cast(variable, self.dtype), trainable=True,
+                                   name=variable.name.replace("/", "_").replace(":", "_") + "_half")
+            held = self._copies[id(variable)] = (variable, copy)
+        return held[1]
+
+    def get(self, variable):
+        """The copy of `variable`, or None when none was read."""
+        held = self._copies.get(id(variable))
+        return held[1] if held is not None and held[0] is variable else None
+
+    def __len__(self):
+        return len(self._copies)
+
+    def refresh(self):
+        """Writes every copy from its variable (in a `tf.function` too)."""
+        for variable, copy in self._copies.values():
+            copy.assign(tf.cast(variable, self.dtype))
+
+    @contextlib.contextmanager
+    def reading(self):
+        """Inside (in this thread): `CastOnce._w` reads these copies."""
+        saved = getattr(_THREAD, "copies", None)
+        _THREAD.copies = self
+        try:
+            yield self
+        finally:
+            _THREAD.copies = saved

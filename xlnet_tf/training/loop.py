@@ -16,6 +16,7 @@ import tensorflow as tf
 from xlnet_tf import checkpoints
 from xlnet_tf.artifacts import pretrain_info
 from xlnet_tf.errors import UserError
+from xlnet_tf.layers import precision
 from xlnet_tf.training import gradient_rows, xla_clustering
 
 
@@ -190,7 +191,8 @@ def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_
         factor *= tf.where(tf.math.is_finite(norm), threshold / tf.maximum(norm, threshold), float("nan"))
     if replicas > 1 and not per_replica:
         factor /= replicas
-    grads = [gradient_rows.scaled(g, factor) for g in grads]
+    # a half-precision gradient (of a HalfCopies copy) in its variable's dtype before the factor touches it
+    grads = [gradient_rows.scaled(gradient_rows.in_dtype(g, v.dtype), factor) for g, v in zip(grads, variables)]
     with _own_clipping_off(inner):
         optimizer.apply_gradients(zip(grads, variables))
     return loss_sum / weight, norm / scale
@@ -291,6 +293,10 @@ class Trainer:
                 "loss scaling); only the auto-clusters apply")
         self._update = (tf.function(self._apply_update, jit_compile=True) if self.compiled_update
                         else self._apply_update)
+        # and under a mixed policy, the weights' half-precision copies written by that update (precision.HalfCopies):
+        # no cast of a weight in the step, nor of its gradient back
+        half = model.compute_dtype in ("bfloat16", "float16") and model.variable_dtype == "float32"
+        self.copies = precision.HalfCopies(model.compute_dtype) if self.compiled_update and half else None
         self._loop = tf.function(self._train_loop)
         self.writer = (tf.summary.create_file_writer(os.path.join(config.model_dir, "train")) if self.chief
                        else tf.summary.create_noop_writer())
@@ -299,16 +305,39 @@ class Trainer:
     def _compute(self, features, mems):
         """Summed loss, its weight, gradients of the sum and new memories of one replica's micro-batch
         (the XLA-compiled part)."""
-        with tf.GradientTape() as tape:
-            loss_sum, weight, new_mems = self.loss_fn(self.model, features, mems, True)
-            scaled = self.optimizer.scale_loss(loss_sum) if hasattr(self.optimizer, "scale_loss") else loss_sum
-        grads = tape.gradient(scaled, self.model.trainable_variables)
+        # (the gradient inside the copies' scope too: a rematerialized layer reads its weights again there)
+        with self.copies.reading() if self.copies is not None else contextlib.nullcontext():
+            with tf.GradientTape() as tape:
+                loss_sum, weight, new_mems = self.loss_fn(self.model, features, mems, True)
+                scaled = self.optimizer.scale_loss(loss_sum) if hasattr(self.optimizer, "scale_loss") else loss_sum
+            grads = self._gradients(tape, scaled)
         # a gathered table's gradient stays rows (gradient_rows) where the compiled update takes it: one replica, one
         # micro-batch per step
         rows_ok = self.compiled_update and self.config.gradient_accumulation_steps == 1
         grads = [tf.zeros_like(v) if g is None else g if rows_ok and isinstance(g, tf.IndexedSlices)
                  else tf.convert_to_tensor(g) for g, v in zip(grads, self.model.trainable_variables)]
         return loss_sum, tf.cast(weight, tf.float32), grads, new_mems
+
+    def _gradients(self, tape, scaled):
+        """The gradient of each trainable variable: with `self.copies`, of the copy the step read it from (the
+        half-precision gradient; float32 when several micro-batches are summed), plus the variable's own where it
+        was also read directly."""
+        variables = self.model.trainable_variables
+        if self.copies is None:
+            return tape.gradient(scaled, variables)
+        copies = [self.copies.get(v) for v in variables]
+        read = [c for c in copies if c is not None]
+        grads = tape.gradient(scaled, variables + read)
+        of_copies = iter(grads[len(variables):])
+        summed = self.config.gradient_accumulation_steps > 1
+        out = []
+        for g, c, v in zip(grads, copies, variables):
+            h = next(of_copies) if c is not None else None
+            if h is not None:
+                h = tf.cast(h, v.dtype) if summed or g is not None else h
+                g = h if g is None else tf.convert_to_tensor(g) + h
+            out.append(g)
+        return out
 
     def _replica_step(self, micro_batches):
         """One optimizer step over `gradient_accumulation_steps` micro-batches of this replica.
@@ -331,8 +360,11 @@ class Trainer:
         return self._update(grads, loss_sum, weight)
 
     def _apply_update(self, grads, loss_sum, weight, squares=None):
-        return apply_clipped_gradients(self.optimizer, self.model.trainable_variables, grads, loss_sum, weight,
-                                       self.config.clip_mode, squares)
+        result = apply_clipped_gradients(self.optimizer, self.model.trainable_variables, grads, loss_sum, weight,
+                                         self.config.clip_mode, squares)
+        if self.copies is not None:  # after the update's writes (the function's automatic control dependencies)
+            self.copies.refresh()
+        return result
 
     def _train_loop(self, iterator, steps):
         loss_sum = tf.constant(0.0)
@@ -390,6 +422,8 @@ class Trainer:
         while step < c.train_steps:
             steps = min(c.steps_per_loop, c.train_steps - step)
             t0 = time.time()
+            if self.copies is not None:  # the weights may have changed since the last update (a restore, a caller)
+                self.copies.refresh()
             loss, norm = self._loop(iterator, tf.constant(steps))
             loss, norm = float(loss), float(norm)
             elapsed = time.time() - t0
