@@ -22,7 +22,7 @@ def test_a_layer_reads_the_copies_only_inside_reading():
     layer.build((None, None, 16))
     x = tf.random.normal([2, 3, 16])
     want = layer(x)
-    copies = precision.HalfCopies("bfloat16")
+    copies = precision.HalfCopies(layer, "bfloat16")
     with copies.reading():
         got = layer(x)
     np.testing.assert_array_equal(got, want)
@@ -40,7 +40,6 @@ def test_a_layer_reads_the_copies_only_inside_reading():
         np.testing.assert_array_equal(layer(x), want)
         copies.refresh()
         np.testing.assert_array_equal(layer(x), changed)
-    assert len(copies) == len(weights)  # created once per weight
 
     # another thread does not read this thread's copies
     seen = []
@@ -52,41 +51,47 @@ def test_a_layer_reads_the_copies_only_inside_reading():
     np.testing.assert_array_equal(seen[0], want)
 
 
-def test_copies_only_of_the_layers_computing_in_their_dtype():
-    copies = precision.HalfCopies("bfloat16")
-    assert copies.holds("bfloat16") and not copies.holds("float32") and not copies.holds("float16")
+def test_copies_only_of_the_layers_computing_in_their_dtype_and_only_read_by_their_owner():
     layer = PositionwiseFeedForward(16, 32, dtype="float32")
     layer.build((None, None, 16))
-    with copies.reading():
-        layer(tf.random.normal([2, 3, 16]))
-    assert len(copies) == 0
+    assert len(precision.HalfCopies(layer, "bfloat16")) == 0
+    mixed = PositionwiseFeedForward(16, 32, dtype="mixed_bfloat16")
+    mixed.build((None, None, 16))
+    assert len(precision.HalfCopies(mixed, "float16")) == 0
+    copies = precision.HalfCopies(mixed, "bfloat16")
+    kernel = mixed.layer_1.kernel
+    assert copies.get(kernel) is not None and copies.get(kernel, mixed) is copies.get(kernel)
+    assert copies.get(kernel, layer) is None  # another layer reading it casts it
 
 
-def _classifier(dtype):
+def _classifier(dtype, untie_r=True):
     from xlnet_tf.config import XLNetConfig
     from xlnet_tf.models import XLNetClassifier
 
     keras.utils.set_random_seed(0)
     return XLNetClassifier(XLNetConfig(n_token=50, n_layer=2, d_model=16, n_head=2, d_head=8, d_inner=32,
-                                       dropout=0.0, dropatt=0.0), num_labels=3, dtype=dtype)
+                                       dropout=0.0, dropatt=0.0, untie_r=untie_r), num_labels=3, dtype=dtype)
 
 
-def _trainer(tmp_path, name, copies=True, k=1, remat=False, steps=3, dtype="mixed_bfloat16"):
+def _trainer(tmp_path, name, copies=True, k=1, remat=False, steps=3, dtype="mixed_bfloat16", untie_r=True,
+             strategy=None):
     from xlnet_tf.training import distribute, finetuning, loop as training, optimization
 
     rng = np.random.RandomState(0)
     features = {"input_ids": rng.randint(0, 50, (8, 10)).astype(np.int32),
-                "segment_ids": np.zeros((8, 10), np.int32), "attention_mask": np.ones((8, 10), np.float32),
-                "label": rng.randint(0, 3, 8).astype(np.int32)}
-    model = _classifier(dtype)
-    model.backbone.remat = remat
-    optimizer = optimization.create_optimizer(model, learning_rate=1e-2, train_steps=steps, clip=1.0)
+                "segment_ids": (rng.rand(8, 10) > 0.5).astype(np.int32),
+                "attention_mask": np.ones((8, 10), np.float32), "label": rng.randint(0, 3, 8).astype(np.int32)}
+    strategy = strategy or distribute.get_strategy("default")
+    with strategy.scope():
+        model = _classifier(dtype, untie_r)
+        model.backbone.remat = remat
+        optimizer = optimization.create_optimizer(model, learning_rate=1e-2, train_steps=steps, clip=1.0)
     loop = training.TrainLoopConfig(model_dir=str(tmp_path / name), train_steps=steps, steps_per_loop=1,
                                     save_steps=steps, gradient_accumulation_steps=k, global_batch_size=8,
                                     xla_clustering="fusible")
     dataset_fn = lambda ctx, skip: tf.data.Dataset.from_tensor_slices(features).batch(8 // k).repeat()
-    trainer = training.Trainer(distribute.get_strategy("default"), model, optimizer, finetuning.task_loss_fn,
-                               dataset_fn, loop, log=lambda line: None)
+    trainer = training.Trainer(strategy, model, optimizer, finetuning.task_loss_fn, dataset_fn, loop,
+                               log=lambda line: None)
     if not copies:
         trainer.copies = None
     return trainer
@@ -169,3 +174,35 @@ def test_weights_changed_between_loops_reach_the_copies(tmp_path):
 def test_only_a_mixed_policy_with_the_compiled_update_keeps_copies(tmp_path):
     assert _trainer(tmp_path, "mixed").copies is not None
     assert _trainer(tmp_path, "f32", dtype="float32").copies is None
+
+
+def _one_compute(trainer):
+    features = next(iter(trainer.dataset_fn(None, 0)))
+    return [None if g is None else tf.cast(tf.convert_to_tensor(g), tf.float32).numpy()
+            for g in trainer.compute(features, None)[2]]
+
+
+@pytest.mark.parametrize("untie_r", [True, False])
+def test_one_steps_gradients_equal_to_the_bit(tmp_path, untie_r):
+    """Every gradient of one step equal to the bit with copies and without, also with untie_r=False: its attention
+    biases, shared by every layer, have no copy (each layer casts them, and their gradients sum in float32)."""
+    grads = {}
+    for copies in (True, False):
+        trainer = _trainer(tmp_path, f"one_{untie_r}_{copies}", copies=copies, untie_r=untie_r)
+        grads[copies] = _one_compute(trainer)
+        if copies:
+            with_copies = trainer
+    for a, b in zip(grads[True], grads[False]):
+        np.testing.assert_array_equal(a, b)
+    shared = [v for v in with_copies.model.trainable_variables if v.path.split("/")[-1] in ("r_w_bias", "r_r_bias")]
+    assert shared and all((with_copies.copies.get(v) is None) == (not untie_r) for v in shared)
+
+
+def test_a_one_device_mirrored_strategy_trains_without_the_compiled_update(tmp_path):
+    """A MirroredStrategy of one device synchronizes in the optimizer's update, which an XLA program cannot hold:
+    it trains with the plain update, without copies (it failed with "nested `tf.function` contains a synchronization
+    point" when it took the compiled update)."""
+    trainer = _trainer(tmp_path, "mirrored", strategy=tf.distribute.MirroredStrategy(["/cpu:0"]))
+    assert not trainer.compiled_update and trainer.copies is None
+    history = trainer.train()
+    assert np.isfinite(history[-1]["loss"])

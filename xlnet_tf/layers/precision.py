@@ -42,7 +42,8 @@ def _memos() -> dict:
 
 
 class CastOnce:
-    """For a Keras layer whose weights are read in its compute dtype: `_w(variable)` is the weight cast to it, and
+    """For a Keras layer whose weights are read in its compute dtype: `_w(variable)` is the weight cast to it (or,
+    inside `HalfCopies.reading`, the copy of a weight the layer owns), and
     inside `with self.casting_once():` one cast per weight however often it is read, e.g. by the two streams of an
     XLNet layer. In a mixed-precision training step each cast is an op over the whole weight, and its gradient
     another (a cast of each stream's weight gradient, then their float32 sum): 4 x 768 pretraining with separate
@@ -60,10 +61,11 @@ class CastOnce:
         return held[1]
 
     def _compute_dtype_weight(self, variable):
+        """`variable` in the compute dtype: its `HalfCopies` copy where one is being read (`HalfCopies.reading`) and
+        this layer owns it, else its cast."""
         copies = getattr(_THREAD, "copies", None)
-        if copies is not None and copies.holds(self.compute_dtype):
-            return copies.copy_of(variable).value()
-        return tf.cast(variable, self.compute_dtype)
+        copy = copies.get(variable, self) if copies is not None else None
+        return copy.value() if copy is not None else tf.cast(variable, self.compute_dtype)
 
     @contextlib.contextmanager
     def casting_once(self):
@@ -84,52 +86,56 @@ class HalfCopies:
 
     Under a mixed policy (`mixed_bfloat16`: float32 variables, bfloat16 compute) every weight a `CastOnce` layer reads
     is cast to bfloat16 in every step, and its gradient, computed in bfloat16, cast back to float32 before the norm
-    and the update. Inside `with copies.reading():` (this thread) `CastOnce._w` reads instead a bfloat16
-    `tf.Variable` holding the cast weight, created on first read (under `tf.init_scope`, from the weight's value then;
-    `trainable`, so that a gradient tape watches it); the caller differentiates with respect to the copy (`get`) and
-    gets the bfloat16 gradient the cast's gradient would have received, and its update, having changed the weights,
-    calls `refresh` to write their casts. The numbers are those of casting in the step: the same bfloat16 weights (the
-    cast of the same float32 values), the same gradients (a bfloat16 -> float32 cast is exact); what moves is where
-    the casts run: the forward pass's casts are gone, the gradients' become the norm's (`loop.squared_norm`) and the
-    update reads half the bytes; the update then writes the copies (XLA's CPU code runs that as a pass of its own).
-    Measured on the runners' bfloat16 steps in bench/speed/README.md ("Since: the weights' bfloat16 copies").
-    Memory: two bytes per copied weight.
+    and the update. `HalfCopies(model, dtype)` holds a `dtype` `tf.Variable` per weight of each `CastOnce` layer of
+    `model` computing in `dtype` (the layer's own weights and its dense sublayers', not its LayerNormalization's,
+    which reads its own in float32), created here from the weights' values. Inside `with copies.reading():` (this
+    thread) `CastOnce._w` reads the copy of a weight its layer owns instead of casting it; the caller differentiates
+    with respect to the copies (`get`: `trainable` variables, so a gradient tape watches them) and gets the bfloat16
+    gradients the casts' gradients would have received, and its update, having changed the weights, calls `refresh`
+    to write their casts. A weight read by layers that do not own it (`untie_r=False`'s attention biases, shared by
+    every layer) is cast where it is read, as before: a copy read by several layers would sum their gradients in
+    bfloat16, where the casts' gradients are summed in float32.
 
-    `dtype`: the copies' dtype (the policy's compute dtype); a weight read by a layer computing in it is copied (the
-    caller's model keeps float32 weights). The copies are no checkpoint's state: whoever changes the weights other
-    than through the update calls `refresh` (the Trainer does at the start of every host loop).
+    The numbers are those of casting in the step: the same bfloat16 weights (the cast of the same float32 values),
+    the same gradients (a bfloat16 -> float32 cast is exact); what moves is where the casts run: the forward pass's
+    casts are gone, the gradients' become the norm's (`loop.squared_norm`) and the update reads half the bytes; the
+    update then writes the copies (XLA's CPU code runs that as a pass of its own). Measured on the runners' bfloat16
+    steps in bench/speed/README.md ("Since: the weights' bfloat16 copies"). Memory: two bytes per copied weight.
+    The copies are no checkpoint's state: whoever changes the weights other than through the update calls `refresh`
+    (the Trainer does at the start of every host loop).
     """
 
-    def __init__(self, dtype):
+    def __init__(self, model, dtype):
         self.dtype = tf.as_dtype(dtype)
-        self._copies = {}  # id(variable) -> (variable, copy); the variable kept: its id cannot be reused
+        self._held = {}  # id(variable) -> (variable, copy, owning layer); objects kept: their ids cannot be reused
+        for layer in model._flatten_layers(include_self=True):  # Keras's walk over every nested layer
+            if not isinstance(layer, CastOnce) or tf.as_dtype(layer.compute_dtype) != self.dtype:
+                continue
+            norms = {id(w) for sub in layer._flatten_layers(include_self=False)
+                     if isinstance(sub, keras.layers.LayerNormalization) for w in sub.weights}
+            for variable in layer.weights:
+                if id(variable) not in norms:
+                    copy = tf.Variable(tf.cast(variable, self.dtype), trainable=True,
+                                       name=variable.path.replace("/", "_") + "_half")
+                    self._held[id(variable)] = (variable, copy, layer)
 
-    def holds(self, compute_dtype) -> bool:
-        """Whether a weight read in `compute_dtype` is read from a copy (the caller's model keeps float32 weights: a
-        Keras variable reports the autocast dtype inside a layer's call, not its own)."""
-        return tf.as_dtype(compute_dtype) == self.dtype
-
-    def copy_of(self, variable) -> tf.Variable:
-        """The copy of `variable`, created (from its value now) on the first call."""
-        held = self._copies.get(id(variable))
-        if held is None or held[0] is not variable:
-            with tf.init_scope():
-                copy = tf.Variable(tf.cast(variable, self.dtype), trainable=True,
-                                   name=variable.name.replace("/", "_").replace(":", "_") + "_half")
-            held = self._copies[id(variable)] = (variable, copy)
+    def get(self, variable, layer=None):
+        """The copy of `variable`, or None when it has none (with `layer`: when `layer` does not own it)."""
+        held = self._held.get(id(variable))
+        if held is None or held[0] is not variable or (layer is not None and held[2] is not layer):
+            return None
         return held[1]
 
-    def get(self, variable):
-        """The copy of `variable`, or None when none was read."""
-        held = self._copies.get(id(variable))
-        return held[1] if held is not None and held[0] is variable else None
+    def pairs(self):
+        """`(variable, copy)` for every copy."""
+        return [(variable, copy) for variable, copy, _ in self._held.values()]
 
     def __len__(self):
-        return len(self._copies)
+        return len(self._held)
 
     def refresh(self):
         """Writes every copy from its variable (in a `tf.function` too)."""
-        for variable, copy in self._copies.values():
+        for variable, copy in self.pairs():
             copy.assign(tf.cast(variable, self.dtype))
 
     @contextlib.contextmanager

@@ -279,8 +279,11 @@ class Trainer:
         # With one replica (no all-reduce, no cross-replica optimizer update) and no loss scaling, the
         # whole step - loss, gradients, clipping and the AdamW update - is one XLA cluster: faster than a
         # gradients-only cluster (the speed harness's "AdamW outside the XLA cluster" variant, bench/speed/).
-        alone = (self.num_replicas == 1 and not isinstance(strategy, tf.distribute.TPUStrategy)
-                 and not self.loss_scaling)  # no all-reduce, no cross-replica update, no loss scale
+        # (no all-reduce, no cross-replica update, no loss scale; a MirroredStrategy of one device still synchronizes in
+        # the optimizer's update, which an XLA program cannot hold)
+        alone = (self.num_replicas == 1 and not self.loss_scaling and not isinstance(
+            strategy, (tf.distribute.TPUStrategy, tf.distribute.MirroredStrategy,
+                       tf.distribute.MultiWorkerMirroredStrategy)))
         self.fused_step = config.jit_compile and alone
         self._step = (tf.function(self._replica_step, jit_compile=True) if self.fused_step
                       else self._replica_step)
@@ -296,7 +299,8 @@ class Trainer:
         # and under a mixed policy, the weights' half-precision copies written by that update (precision.HalfCopies):
         # no cast of a weight in the step, nor of its gradient back
         half = model.compute_dtype in ("bfloat16", "float16") and model.variable_dtype == "float32"
-        self.copies = precision.HalfCopies(model.compute_dtype) if self.compiled_update and half else None
+        with strategy.scope():
+            self.copies = precision.HalfCopies(model, model.compute_dtype) if self.compiled_update and half else None
         self._loop = tf.function(self._train_loop)
         self.writer = (tf.summary.create_file_writer(os.path.join(config.model_dir, "train")) if self.chief
                        else tf.summary.create_noop_writer())
@@ -304,7 +308,7 @@ class Trainer:
     # --------------------------------------------------------------------------------------- the step
     def _compute(self, features, mems):
         """Summed loss, its weight, gradients of the sum and new memories of one replica's micro-batch
-        (the XLA-compiled part)."""
+        (the XLA-compiled part). With `self.copies` the copied weights' gradients are bfloat16 (`_gradients`)."""
         # (the gradient inside the copies' scope too: a rematerialized layer reads its weights again there)
         with self.copies.reading() if self.copies is not None else contextlib.nullcontext():
             with tf.GradientTape() as tape:
@@ -319,24 +323,26 @@ class Trainer:
         return loss_sum, tf.cast(weight, tf.float32), grads, new_mems
 
     def _gradients(self, tape, scaled):
-        """The gradient of each trainable variable: with `self.copies`, of the copy the step read it from (the
-        half-precision gradient; float32 when several micro-batches are summed), plus the variable's own where it
-        was also read directly."""
+        """The gradient of each trainable variable. With `self.copies`, a copied weight's is its copy's (bfloat16: the
+        list is then of mixed dtypes, which the norm and the update take), cast to float32 where it is summed: with the
+        variable's own (a weight also read directly) or over micro-batches."""
         variables = self.model.trainable_variables
         if self.copies is None:
             return tape.gradient(scaled, variables)
         copies = [self.copies.get(v) for v in variables]
-        read = [c for c in copies if c is not None]
-        grads = tape.gradient(scaled, variables + read)
+        grads = tape.gradient(scaled, variables + [c for c in copies if c is not None])
         of_copies = iter(grads[len(variables):])
         summed = self.config.gradient_accumulation_steps > 1
         out = []
-        for g, c, v in zip(grads, copies, variables):
-            h = next(of_copies) if c is not None else None
-            if h is not None:
-                h = tf.cast(h, v.dtype) if summed or g is not None else h
-                g = h if g is None else tf.convert_to_tensor(g) + h
-            out.append(g)
+        for own, copy, variable in zip(grads, copies, variables):
+            of_copy = next(of_copies) if copy is not None else None
+            if of_copy is None:
+                out.append(own)
+            elif own is None and not summed:
+                out.append(of_copy)
+            else:
+                of_copy = tf.cast(of_copy, variable.dtype)
+                out.append(of_copy if own is None else tf.convert_to_tensor(own) + of_copy)
         return out
 
     def _replica_step(self, micro_batches):
