@@ -98,9 +98,9 @@ def _trainer(tmp_path, name, copies=True, k=1, remat=False, steps=3, dtype="mixe
 
 
 def _same_run(a, b):
-    """The same losses (and norms) and weights: to the bit in a process, but the step without copies is not
-    bit-reproducible from process to process (about one run in eight of the one-micro-batch step differs by a
-    rounding, measured at the commit before the copies), so to far less than one update (learning rate 1e-2)."""
+    """The same losses (and norms) and weights: to the bit in a process, but the step without copies was once seen
+    to differ by a rounding from process to process (one run in eight of the one-micro-batch step, at the commit
+    before the copies, on a busy machine), so to far less than one update (learning rate 1e-2)."""
     np.testing.assert_allclose(np.array(a[0], np.float64), np.array(b[0], np.float64), rtol=1e-5)
     for x, y in zip(a[1], b[1]):
         np.testing.assert_allclose(x, y, rtol=0, atol=1e-4)
