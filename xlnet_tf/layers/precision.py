@@ -22,6 +22,13 @@ import tensorflow as tf
 _MIXED = {"bfloat16": "mixed_bfloat16", "float16": "mixed_float16"}
 
 
+def stores_half(model) -> bool:
+    """Whether `model`'s (or a layer's) policy computes in a half-precision dtype from float32 variables (a mixed
+    policy)."""
+    policy = model.dtype_policy
+    return policy.compute_dtype in _MIXED and policy.variable_dtype == "float32"
+
+
 def layer_norm_policy(policy):
     """The policy for a LayerNormalization inside a layer of `policy` (a `keras.DTypePolicy` or its name): the
     mixed policy of a pure half-precision one, otherwise `policy` itself."""

@@ -10,13 +10,7 @@ exactly the mixed model's numbers, from half the bytes of weights (`tests/models
 
 from __future__ import annotations
 
-HALF = ("bfloat16", "float16")
-
-
-def stores_half(model) -> bool:
-    """Whether `model`'s policy computes in a half-precision dtype from float32 variables (a mixed policy)."""
-    policy = model.dtype_policy
-    return policy.compute_dtype in HALF and policy.variable_dtype == "float32"
+from xlnet_tf.layers.precision import stores_half
 
 
 def rounded_once(model):

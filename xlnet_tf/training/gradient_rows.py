@@ -37,15 +37,6 @@ def scaled(gradient, factor):
     return gradient * tf.cast(factor, gradient.dtype)
 
 
-def in_dtype(gradient, dtype):
-    """`gradient` (dense or `IndexedSlices`) cast to `dtype` (itself when it has it)."""
-    if gradient.dtype == dtype:
-        return gradient
-    if isinstance(gradient, tf.IndexedSlices):
-        return tf.IndexedSlices(tf.cast(gradient.values, dtype), gradient.indices, gradient.dense_shape)
-    return tf.cast(gradient, dtype)
-
-
 def squared_values(gradient):
     """What a gradient's sum of squares squares: a dense gradient itself, an `IndexedSlices` its summed rows (the
     dense gradient's nonzero rows, each once)."""

@@ -192,7 +192,7 @@ def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_
     if replicas > 1 and not per_replica:
         factor /= replicas
     # a half-precision gradient (of a HalfCopies copy) in its variable's dtype before the factor touches it
-    grads = [gradient_rows.scaled(gradient_rows.in_dtype(g, v.dtype), factor) for g, v in zip(grads, variables)]
+    grads = [gradient_rows.scaled(tf.cast(g, v.dtype), factor) for g, v in zip(grads, variables)]
     with _own_clipping_off(inner):
         optimizer.apply_gradients(zip(grads, variables))
     return loss_sum / weight, norm / scale
@@ -298,9 +298,9 @@ class Trainer:
                         else self._apply_update)
         # and under a mixed policy, the weights' half-precision copies written by that update (precision.HalfCopies):
         # no cast of a weight in the step, nor of its gradient back
-        half = model.compute_dtype in ("bfloat16", "float16") and model.variable_dtype == "float32"
         with strategy.scope():
-            self.copies = precision.HalfCopies(model, model.compute_dtype) if self.compiled_update and half else None
+            self.copies = (precision.HalfCopies(model, model.compute_dtype)
+                           if self.compiled_update and precision.stores_half(model) else None)
         self._loop = tf.function(self._train_loop)
         self.writer = (tf.summary.create_file_writer(os.path.join(config.model_dir, "train")) if self.chief
                        else tf.summary.create_noop_writer())
