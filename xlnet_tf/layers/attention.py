@@ -12,6 +12,7 @@ import tensorflow as tf
 from xlnet_tf.layers import initializers
 from xlnet_tf.layers import column_pieces, precision, seeded_dropout
 from xlnet_tf.layers import xla_context
+from xlnet_tf.layers.layer_norm import LayerNorm
 
 # Added to blocked scores. Scores are always float32 when masked (softmax runs in float32), so this
 # never overflows, whatever the compute dtype.
@@ -181,8 +182,8 @@ class RelativeAttention(precision.CastOnce, keras.layers.Layer):
         self.initializer_range = initializer_range
         self.own_biases = own_biases
         self.scale = 1.0 / (d_head ** 0.5)
-        self.layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_eps, name="LayerNorm",
-                                                          dtype=precision.layer_norm_policy(self.dtype_policy))
+        self.layer_norm = LayerNorm(epsilon=layer_norm_eps, name="LayerNorm",
+                                    dtype=precision.layer_norm_policy(self.dtype_policy))
         self.output_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
         self.prob_dropout = keras.layers.Dropout(dropatt, dtype=self.dtype_policy)
 

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from xlnet_tf.layers import activations, column_pieces, initializers, precision, seeded_dropout
 from xlnet_tf.layers.bias_add import bias_add
+from xlnet_tf.layers.layer_norm import LayerNorm
 
 ACTIVATIONS = ("gelu", "gelu_exact", "relu")
 
@@ -51,8 +52,8 @@ class PositionwiseFeedForward(precision.CastOnce, keras.layers.Layer):
                                           name="layer_1", dtype=policy)
         self.layer_2 = keras.layers.Dense(d_model, kernel_initializer=initializers.normal(initializer_range),
                                           name="layer_2", dtype=policy)
-        self.layer_norm = keras.layers.LayerNormalization(epsilon=layer_norm_eps, name="LayerNorm",
-                                                          dtype=precision.layer_norm_policy(policy))
+        self.layer_norm = LayerNorm(epsilon=layer_norm_eps, name="LayerNorm",
+                                    dtype=precision.layer_norm_policy(policy))
         self.drop = keras.layers.Dropout(dropout, dtype=policy)
 
     def build(self, input_shape=None):

@@ -1,0 +1,1 @@
+"""C++ TensorFlow ops of our own, built on first use (library.py)."""

@@ -1,0 +1,105 @@
+"""TensorFlow CPU ops of our own (the C++ sources beside this file), compiled for the installed TensorFlow on first use.
+
+XLA's CPU code runs a layer norm's forward and backward as several passes over each tensor, with its reductions as
+trees of separate passes (bench/speed/README.md); a C++ kernel does each in one pass over its rows. The ops are an
+optimization only: every caller has the plain TensorFlow form of the same numbers and uses it when `ops()` is None
+(switched off, no compiler, a failed build: each said in one warning), inside an XLA program (no XLA lowering), and
+wherever a graph may leave the process (inference and export: TF Serving has no such op). Tests compare the two.
+
+The library is built with the C++ compiler (`CXX`, default `g++`) and the flags TensorFlow reports
+(`tf.sysconfig`), into `$XLNET_TF_NATIVE_CACHE` (default `~/.cache/xlnet_tf/native`), under a name that hashes the
+sources, the flags, the compiler and TensorFlow's version: a change to any of them builds again, and a finished
+build is moved into place in one rename (two processes building at once both finish). `XLNET_TF_NATIVE=0` switches
+the ops off (before the first use in a process).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import warnings
+
+import tensorflow as tf
+
+SOURCES = ("layer_norm.cc",)
+SWITCH = "XLNET_TF_NATIVE"
+CACHE = "XLNET_TF_NATIVE_CACHE"
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_LOCK = threading.Lock()
+_STATE = {}
+
+
+def switched_on() -> bool:
+    """False where `XLNET_TF_NATIVE=0` (or `false`/`off`)."""
+    return os.environ.get(SWITCH, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def _cpu_flags() -> list:
+    """`-mavx2 -mfma` where the CPU has both (every x86 host the benchmarks name), else the compiler's baseline: the
+    kernels are bound by memory, not by the vector width."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            words = set(f.read().split())
+    except OSError:
+        return []
+    return ["-mavx2", "-mfma"] if {"avx2", "fma"} <= words else []
+
+
+def _command(compiler: str, output: str) -> list:
+    sources = [os.path.join(_HERE, s) for s in SOURCES]
+    return ([compiler, "-shared", "-fPIC", "-O3", "-fopenmp-simd", "-w"] + _cpu_flags() + sources + ["-o", output]
+            + tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags())
+
+
+def _key(compiler_path: str) -> str:
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        with open(os.path.join(_HERE, name), "rb") as f:
+            digest.update(f.read())
+    version = subprocess.run([compiler_path, "--version"], capture_output=True, text=True, check=False).stdout
+    digest.update(" ".join(_command(compiler_path, "OUT") + [version, tf.__version__]).encode())
+    return digest.hexdigest()[:16]
+
+
+def library_path() -> str:
+    """The built library's path (building it if needed); raises `RuntimeError` saying why it cannot be built."""
+    compiler = os.environ.get("CXX", "g++")
+    compiler_path = shutil.which(compiler)
+    if compiler_path is None:
+        raise RuntimeError(f"no C++ compiler {compiler!r} on PATH (set CXX)")
+    cache = os.environ.get(CACHE) or os.path.join(os.path.expanduser("~"), ".cache", "xlnet_tf", "native")
+    target = os.path.join(cache, f"xlnet_tf_ops_{_key(compiler_path)}.so")
+    if os.path.exists(target):
+        return target
+    os.makedirs(cache, exist_ok=True)
+    fd, partial = tempfile.mkstemp(suffix=".so", dir=cache)
+    os.close(fd)
+    try:
+        done = subprocess.run(_command(compiler_path, partial), capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-600:]}")
+        os.replace(partial, target)
+    finally:
+        if os.path.exists(partial):
+            os.remove(partial)
+    return target
+
+
+@tf.autograph.experimental.do_not_convert  # called while a layer is traced: plain Python, nothing to convert
+def ops():
+    """The loaded ops module (`tf.load_op_library`), or None: switched off, or it could not be built or loaded (one
+    warning per process says why, and the callers' TensorFlow forms run)."""
+    with _LOCK:
+        if "ops" not in _STATE:
+            _STATE["ops"] = None
+            if switched_on():
+                try:
+                    _STATE["ops"] = tf.load_op_library(library_path())
+                except (RuntimeError, OSError, tf.errors.OpError) as error:
+                    warnings.warn(f"xlnet_tf: the native ops (xlnet_tf/layers/native) are not available, the plain "
+                                  f"TensorFlow forms run instead ({SWITCH}=0 says so quietly): {error}", stacklevel=2)
+        return _STATE["ops"]
