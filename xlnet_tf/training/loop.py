@@ -17,7 +17,7 @@ from xlnet_tf import checkpoints
 from xlnet_tf.artifacts import pretrain_info
 from xlnet_tf.errors import UserError
 from xlnet_tf.layers import precision
-from xlnet_tf.training import gradient_rows, xla_clustering
+from xlnet_tf.training import gradient_rows, optimization, xla_clustering
 
 
 CLIP_MODES = ("global", "per_replica")
@@ -138,7 +138,7 @@ def _format_eta(seconds: float) -> str:
 
 
 def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_mode: str = "global",
-                            squares=None):
+                            squares=None, fused: bool = False, copies=None):
     """The end of every training step (`Trainer` and Keras `fit` through `Task.train_step`), in a replica
     context.
 
@@ -163,6 +163,8 @@ def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_
     harness, bench/speed/), the same update to float32 rounding.
     `squares`: the sum of the gradients' squares, when the caller computed it (one replica only; the Trainer's
     compiled update computes it outside XLA: `squared_norm`).
+    `fused`: the update as `optimization.XLNetAdamW.fused` native ops (one replica, `optimization.fusable`), which
+    take the dense gradients unscaled with the factor, and write `copies` (a `precision.HalfCopies`) themselves.
     Returns `(global loss, unscaled gradient norm)` (per_replica: the norm of this replica's share).
     """
     loss_scaling = hasattr(optimizer, "inner_optimizer")
@@ -191,9 +193,12 @@ def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_
         factor *= tf.where(tf.math.is_finite(norm), threshold / tf.maximum(norm, threshold), float("nan"))
     if replicas > 1 and not per_replica:
         factor /= replicas
-    # a half-precision gradient (of a HalfCopies copy) in its variable's dtype before the factor touches it
-    grads = [gradient_rows.scaled(tf.cast(g, v.dtype), factor) for g, v in zip(grads, variables)]
-    with _own_clipping_off(inner):
+    if fused:  # the op scales a dense gradient (in its own dtype) as it reads it
+        grads = [gradient_rows.scaled(tf.cast(g, v.dtype), factor) if isinstance(g, tf.IndexedSlices) else g
+                 for g, v in zip(grads, variables)]
+    else:  # a half-precision gradient (of a HalfCopies copy) in its variable's dtype before the factor touches it
+        grads = [gradient_rows.scaled(tf.cast(g, v.dtype), factor) for g, v in zip(grads, variables)]
+    with _own_clipping_off(inner), inner.fused(factor, copies) if fused else contextlib.nullcontext():
         optimizer.apply_gradients(zip(grads, variables))
     return loss_sum / weight, norm / scale
 
@@ -294,8 +299,11 @@ class Trainer:
         if config.xla_clustering == "fusible" and not alone:
             log(f"--xla_clustering={config.xla_clustering}: the update stays outside XLA (several replicas, a TPU or "
                 "loss scaling); only the auto-clusters apply")
-        self._update = (tf.function(self._apply_update, jit_compile=True) if self.compiled_update
-                        else self._apply_update)
+        # where the native ops are built, that update as one native op per weight instead (one pass over a weight and
+        # its moments where XLA's CPU code makes three: optimization.XLNetAdamW.fused)
+        self.native_update = self.compiled_update and optimization.fusable(optimizer)
+        self._update = (tf.function(self._apply_update, jit_compile=True)
+                        if self.compiled_update and not self.native_update else self._apply_update)
         # and under a mixed policy, the weights' half-precision copies written by that update (precision.HalfCopies):
         # no cast of a weight in the step, nor of its gradient back
         with strategy.scope():
@@ -367,9 +375,9 @@ class Trainer:
 
     def _apply_update(self, grads, loss_sum, weight, squares=None):
         result = apply_clipped_gradients(self.optimizer, self.model.trainable_variables, grads, loss_sum, weight,
-                                         self.config.clip_mode, squares)
-        if self.copies is not None:  # after the update's writes (the function's automatic control dependencies)
-            self.copies.refresh()
+                                         self.config.clip_mode, squares, fused=self.native_update, copies=self.copies)
+        if self.copies is not None and not self.native_update:  # after the update's writes (the function's automatic
+            self.copies.refresh()  # control dependencies); the native update writes them itself
         return result
 
     def _train_loop(self, iterator, steps):

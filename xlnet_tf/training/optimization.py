@@ -21,6 +21,7 @@ Two per-layer decay modes (`LAYER_DECAY_MODES`) for `lr_layer_decay_rate`:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 
 import math
@@ -31,6 +32,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf import checkpoints
+from xlnet_tf.layers.native import library as native
 from xlnet_tf.training import gradient_rows
 
 _LAYER = re.compile(r"^model/transformer/layer_(\d+)/")
@@ -38,6 +40,7 @@ _LAYER = re.compile(r"^model/transformer/layer_(\d+)/")
 # under model/transformer/ (checkpoints.py): not under layer_i in the original.
 _STACKED = re.compile(r"^model/transformer/layer_\d+/rel_attn/(r_w_bias|r_r_bias|r_s_bias|seg_embed)$")
 ADAM_VARIANTS = ("standard", "no_bias_correction", "tf1")
+_VARIANT_CODES = {"standard": 0, "tf1": 1, "no_bias_correction": 2}  # layers/native/adamw.cc: adam_variant
 LAYER_DECAY_MODES = ("learning_rate", "gradient")
 _EMBEDDING = re.compile(r"^model/transformer/(word_embedding|mask_emb)/")
 # The original's AdamWeightDecayOptimizer: include list checked first, then the exclusions.
@@ -170,8 +173,24 @@ class XLNetAdamW(keras.optimizers.Optimizer):
         self._grad_multiplier = [float(self.grad_multipliers.get(v.path, 1.0)) for v in var_list]
         self._decays = [self.weight_decay_rate > 0 and (decay is None or v.path in decay) for v in var_list]
 
+    @contextlib.contextmanager
+    def fused(self, factor, copies=None):
+        """Inside (while `apply_gradients` is traced): each weight's update is one native op over its elements
+        (`layers/native/adamw.cc`: the numbers of `update_step`'s TensorFlow ops, in one pass instead of XLA's three),
+        which multiplies the dense gradients by `factor` itself (hand them over unscaled; a gathered table's
+        `IndexedSlices` already scaled) and writes each weight's bfloat16 copy (`copies.get(variable)`, a
+        `precision.HalfCopies`) after it. Only where `native.ops()` is available, outside an XLA program."""
+        saved = getattr(self, "_fused", None)
+        self._fused = (factor, copies)
+        try:
+            yield
+        finally:
+            self._fused = saved
+
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
+        if getattr(self, "_fused", None) is not None:
+            return self._fused_step(gradient, variable, learning_rate, index)
         dtype = variable.dtype
         lr = tf.cast(learning_rate, dtype) * self._multiplier[index]
         m, v = self._m[index], self._v[index]
@@ -204,6 +223,30 @@ class XLNetAdamW(keras.optimizers.Optimizer):
             update += self.weight_decay_rate * tf.convert_to_tensor(variable)
         self.assign_sub(variable, lr * update)
 
+    def _fused_step(self, gradient, variable, learning_rate, index):
+        """`update_step` as one native op (`fused`), its scalars computed by the same TensorFlow ops."""
+        factor, copies = self._fused
+        lr = tf.cast(learning_rate, tf.float32) * self._multiplier[index]
+        step = tf.cast(self.iterations + 1, tf.float32)
+        correction_1 = 1.0 - tf.pow(tf.cast(self.beta_1, tf.float32), step)
+        correction_2 = 1.0 - tf.pow(tf.cast(self.beta_2, tf.float32), step)
+        # (the variable as built: apply_gradients may hand update_step another object for it)
+        copy = copies.get(self._trainable_variables[index]) if copies is not None else None
+        attrs = dict(beta_1=self.beta_1, one_minus_beta_1=1.0 - self.beta_1, beta_2=self.beta_2,
+                     one_minus_beta_2=1.0 - self.beta_2, epsilon=self.epsilon,
+                     weight_decay=self.weight_decay_rate if self._decays[index] else 0.0,
+                     grad_multiplier=self._grad_multiplier[index], adam_variant=_VARIANT_CODES[self.adam_variant])
+        handles = [_handle(variable), _handle(self._m[index]), _handle(self._v[index])]
+        scalars = [lr, correction_1, correction_2]
+        copy_handles = [] if copy is None else [copy.handle]
+        ops = native.ops()
+        if isinstance(gradient, tf.IndexedSlices):  # scaled already: sum, then the op (factor 1)
+            indices, rows = gradient_rows.summed_rows(gradient)
+            return ops.xlnet_tf_adam_w_rows(*handles, indices, tf.cast(rows, tf.float32), 1.0, *scalars,
+                                            copy=copy_handles, **attrs)
+        return ops.xlnet_tf_adam_w(*handles, gradient, tf.cast(factor, tf.float32), *scalars, copy=copy_handles,
+                                   **attrs)
+
     def get_config(self):
         config = super().get_config()
         config.update(weight_decay_rate=self.weight_decay_rate, beta_1=self.beta_1, beta_2=self.beta_2,
@@ -211,6 +254,16 @@ class XLNetAdamW(keras.optimizers.Optimizer):
                       lr_multipliers=self.lr_multipliers, grad_multipliers=self.grad_multipliers,
                       decay_paths=self.decay_paths)
         return config
+
+
+def _handle(variable):
+    """The resource handle of a Keras (or TensorFlow) variable."""
+    return variable.value.handle if hasattr(variable, "value") and hasattr(variable.value, "handle") else variable.handle
+
+
+def fusable(optimizer) -> bool:
+    """Whether `optimizer` can take `XLNetAdamW.fused` in this process (the native ops built and loaded)."""
+    return isinstance(optimizer, XLNetAdamW) and native.ops() is not None
 
 
 def resolve_adam_variant(adam_variant: str, weight_decay: float) -> str:
