@@ -2,10 +2,11 @@
 for the forward pass and one for its gradient (`native/layer_norm.cc`) where it can.
 
 The speed benchmark's bfloat16 steps spent 2.7 ms per layer norm (forward and backward, `[1024, 768]`) in XLA's
-auto-clusters, 1.3 ms as the op; the tagging step 1.06-1.09x, pretraining 1.04x, fine-tuning 1.05x
-(bench/speed/README.md, "Since: the layer norm as one op"). The op computes what `keras.ops.layer_normalization`
-computes (float32 statistics as `tf.nn.moments`: the mean, then the mean of squared differences; the output in the
-input's dtype), summing in another order: equal to float32 rounding, the output to one unit of its dtype's last place.
+auto-clusters, 1.3 ms as the ops: the tagging step 1.050x, pretraining 1.031x, fine-tuning 1.073x
+(bench/speed/README.md, "Since: the layer norm and the update as native ops"). The op computes what
+`keras.ops.layer_normalization` computes (float32 statistics as `tf.nn.moments`: the mean, then the mean of squared
+differences; the output in the input's dtype), summing in another order: equal to float32 rounding, the output to one
+unit of its dtype's last place.
 
 The op runs only in a training call (`training=True`: a graph that stays in the process) outside an XLA program, over
 the last axis, with `gamma` and `beta`, in float32 or bfloat16, and when `native.library.ops()` is available;
