@@ -148,3 +148,16 @@ def test_the_trainer_takes_the_native_update_and_trains_as_the_compiled_one(tmp_
     _same_run(native_run, compiled_run)
     moved = [not np.array_equal(a, b) for a, b in zip(native_run[1], _trainer(tmp_path, "fresh").model.get_weights())]
     assert sum(moved) > len(moved) // 2
+
+
+def test_inside_an_xla_program_the_fused_update_refuses():
+    variables, opt = _setup("standard", np.random.RandomState(0))
+    grads = _gradients(variables, np.random.RandomState(1), 0, tf.float32)
+
+    @tf.function(jit_compile=True)
+    def step():
+        with opt.fused(tf.constant(1.0)):
+            opt.apply_gradients(zip(grads[1:], list(variables.values())[1:]))
+
+    with pytest.raises(RuntimeError, match="inside an XLA program"):
+        step()

@@ -32,6 +32,7 @@ import keras
 import tensorflow as tf
 
 from xlnet_tf import checkpoints
+from xlnet_tf.layers import xla_context
 from xlnet_tf.layers.native import library as native
 from xlnet_tf.training import gradient_rows
 
@@ -225,6 +226,8 @@ class XLNetAdamW(keras.optimizers.Optimizer):
 
     def _fused_step(self, gradient, variable, learning_rate, index):
         """`update_step` as one native op (`fused`), its scalars computed by the same TensorFlow ops."""
+        if xla_context.in_xla_program():  # no XLA kernel; and the plain update would take the gradients unscaled
+            raise RuntimeError("XLNetAdamW.fused: inside an XLA program (jit_compile); apply the gradients without it")
         factor, copies = self._fused
         lr = tf.cast(learning_rate, tf.float32) * self._multiplier[index]
         step = tf.cast(self.iterations + 1, tf.float32)

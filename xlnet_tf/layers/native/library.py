@@ -102,6 +102,7 @@ def ops():
                 try:
                     _STATE["ops"] = tf.load_op_library(library_path())
                 except (RuntimeError, OSError, tf.errors.OpError) as error:
-                    warnings.warn(f"xlnet_tf: the native ops (xlnet_tf/layers/native) are not available, the plain "
-                                  f"TensorFlow forms run instead ({SWITCH}=0 says so quietly): {error}", stacklevel=2)
+                    warnings.warn(f"xlnet_tf: the native ops (xlnet_tf/layers/native) are not available, so "
+                                  f"TensorFlow's slower forms run ({SWITCH}=0 chooses that without this warning): "
+                                  f"{error}", stacklevel=2)
         return _STATE["ops"]
