@@ -161,3 +161,32 @@ def test_inside_an_xla_program_the_fused_update_refuses():
 
     with pytest.raises(RuntimeError, match="inside an XLA program"):
         step()
+
+
+def _bits(a):
+    a = np.asarray(a)
+    return a.view(f"u{a.itemsize}")
+
+
+def test_a_table_row_without_gradient_decays_as_the_plain_update_to_the_sign_of_zero():
+    """A row the batch did not gather: m = beta_1 * m exactly (a -0.0 stays -0.0, as TensorFlow's ops leave it)."""
+    runs = {}
+    for fused in (False, True):
+        variables, opt = _setup("standard", np.random.RandomState(0))
+        table = variables["table"]
+        index = opt._get_variable_index(table)
+        start = np.full(table.shape, -0.0, np.float32)
+        start[::2] = -1e-3
+        opt._m[index].assign(start)
+        grads = _gradients(variables, np.random.RandomState(1), 0, tf.float32)
+        tf.function(lambda: _apply(opt, variables, grads, 1.0, fused))()
+        runs[fused] = [opt._m[index].numpy(), opt._v[index].numpy(), table.numpy()]
+    for plain, fused in zip(runs[False], runs[True]):
+        np.testing.assert_array_equal(_bits(fused), _bits(plain))
+    assert np.signbit(runs[True][0]).sum() > 0
+
+
+def test_keras_own_gradient_treatments_keep_the_plain_update():
+    for kwargs in ({"clipnorm": 0.5}, {"clipvalue": 0.01}, {"use_ema": True}):
+        assert not optimization.fusable(optimization.XLNetAdamW(1e-3, **kwargs)), kwargs
+    assert optimization.fusable(optimization.XLNetAdamW(1e-3))

@@ -9,7 +9,7 @@ differences; the output in the input's dtype), summing in another order: equal t
 unit of its dtype's last place.
 
 The op runs only in a training call (`training=True`: a graph that stays in the process) outside an XLA program, over
-the last axis, with `gamma` and `beta`, in float32 or bfloat16, and when `native.library.ops()` is available;
+the last axis, with `gamma` and `beta`, on a float32 or bfloat16 input, and when `native.library.ops()` is available;
 everywhere else (inference, export, a `jit_compile` step, float16) the Keras form.
 """
 
@@ -31,6 +31,12 @@ def _layer_norm_gradient(op, dy, unused_dmean, unused_drstd):
     return library.ops().xlnet_tf_layer_norm_grad(dy, op.inputs[0], op.inputs[1], op.outputs[1], op.outputs[2])
 
 
+@framework_ops.RegisterGradient("XlnetTfLayerNormGrad")
+def _no_second_derivative(op, *unused):
+    raise NotImplementedError("xlnet_tf LayerNorm: the native op's gradient has no gradient of its own (a second "
+                              f"derivative); run with {library.SWITCH}=0 for TensorFlow's form")
+
+
 @keras.saving.register_keras_serializable(package="xlnet_tf")
 class LayerNorm(keras.layers.LayerNormalization):
     """`keras.layers.LayerNormalization` over the last axis (inputs `[..., D]`, output the same shape in the compute
@@ -38,14 +44,16 @@ class LayerNorm(keras.layers.LayerNormalization):
 
     def call(self, inputs, training=None):
         if self._takes_native_op(inputs, training):
-            x = tf.cast(inputs, self.compute_dtype)
+            # from the input in its own dtype, as Keras's form (the layer does not autocast its input), the output
+            # cast to the compute dtype after
             gamma, beta = (tf.cast(w, tf.float32) for w in (self.gamma, self.beta))
-            return library.ops().xlnet_tf_layer_norm(x, gamma, beta, epsilon=float(self.epsilon))[0]
+            y = library.ops().xlnet_tf_layer_norm(inputs, gamma, beta, epsilon=float(self.epsilon))[0]
+            return tf.cast(y, self.compute_dtype)
         return super().call(inputs)
 
     def _takes_native_op(self, inputs, training) -> bool:
         rank = len(inputs.shape)
         axis = self.axis if isinstance(self.axis, (list, tuple)) else [self.axis]
         return (training is True and self.center and self.scale and not self.rms_scaling
-                and [a % rank for a in axis] == [rank - 1] and self.compute_dtype in _DTYPES
+                and [a % rank for a in axis] == [rank - 1] and inputs.dtype.name in _DTYPES
                 and not in_xla_program() and library.ops() is not None)

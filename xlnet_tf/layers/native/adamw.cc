@@ -57,7 +57,7 @@ struct Settings {
   float factor, lr, c1, c2, tf1_step;
 };
 
-// One run of elements [begin, end): g_i = (grad ? float(grad[i]) * factor : 0) * grad_multiplier, then the update;
+// One run of elements [begin, end): g_i = float(grad[i]) * factor * grad_multiplier (no grad: the moments decay), the update;
 // branch-free inside (the variant, the decay and the copy are template arguments), so that the loops vectorize. In
 // blocks of kBlock elements, the moments first, then the weights from the moments just written (still in L1): one
 // loop over all nine streams ran at half the memory rate of XLA's separate passes here (4K aliasing of the
@@ -69,11 +69,19 @@ void UpdateRun(const T* grad, float* w, float* m, float* v, uint16_t* copy, int6
                const Settings& s) {
   for (int64_t first = begin; first < end; first += kBlock) {
     const int64_t last = std::min(end, first + kBlock);
+    if (grad == nullptr) {  // a table row without a gradient: its moments decay only (as the TensorFlow ops, -0 kept)
 #pragma omp simd
-    for (int64_t i = first; i < last; ++i) {
-      const float g = (grad == nullptr ? 0.f : Widen(grad[i - begin]) * s.factor) * s.grad_multiplier;
-      m[i] = s.beta_1 * m[i] + s.one_minus_beta_1 * g;
-      v[i] = s.beta_2 * v[i] + s.one_minus_beta_2 * (g * g);
+      for (int64_t i = first; i < last; ++i) {
+        m[i] = s.beta_1 * m[i];
+        v[i] = s.beta_2 * v[i];
+      }
+    } else {
+#pragma omp simd
+      for (int64_t i = first; i < last; ++i) {
+        const float g = Widen(grad[i - begin]) * s.factor * s.grad_multiplier;
+        m[i] = s.beta_1 * m[i] + s.one_minus_beta_1 * g;
+        v[i] = s.beta_2 * v[i] + s.one_minus_beta_2 * (g * g);
+      }
     }
 #pragma omp simd
     for (int64_t i = first; i < last; ++i) {

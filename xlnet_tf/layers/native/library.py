@@ -1,10 +1,12 @@
 """TensorFlow CPU ops of our own (the C++ sources beside this file), compiled for the installed TensorFlow on first use.
 
 XLA's CPU code runs a layer norm's forward and backward as several passes over each tensor, with its reductions as
-trees of separate passes (bench/speed/README.md); a C++ kernel does each in one pass over its rows. The ops are an
-optimization only: every caller has the plain TensorFlow form of the same numbers and uses it when `ops()` is None
-(switched off, no compiler, a failed build: each said in one warning), inside an XLA program (no XLA lowering), and
-wherever a graph may leave the process (inference and export: TF Serving has no such op). Tests compare the two.
+trees of separate passes, and an AdamW update as a pass per output (the moments, the weight, its bfloat16 copy);
+a C++ kernel does each in one pass (`layer_norm.cc`, `adamw.cc`; bench/speed/README.md, "Since: the layer norm and
+the update as native ops"). The ops are an optimization only: every caller has the plain TensorFlow form of the same
+numbers and uses it when `ops()` is None (switched off; no compiler or a failed build: one warning says so), inside
+an XLA program (no XLA lowering), and wherever a graph may leave the process (inference and export: TF Serving has no
+such op). Tests compare the two.
 
 The library is built with the C++ compiler (`CXX`, default `g++`) and the flags TensorFlow reports
 (`tf.sysconfig`), into `$XLNET_TF_NATIVE_CACHE` (default `~/.cache/xlnet_tf/native`), under a name that hashes the
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -53,7 +56,8 @@ def _command(compiler: str, output: str) -> list:
     sources = [os.path.join(_HERE, s) for s in SOURCES]
     # -ffp-contract=off: every product and sum rounded as the TensorFlow ops an op replaces round them;
     # -fno-math-errno: sqrt as one instruction (vectorized; no op reads errno)
-    return ([compiler, "-shared", "-fPIC", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fopenmp-simd", "-w"]
+    return (shlex.split(compiler)
+            + ["-shared", "-fPIC", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fopenmp-simd", "-w"]
             + _cpu_flags() + sources + ["-o", output] + tf.sysconfig.get_compile_flags() + tf.sysconfig.get_link_flags())
 
 
@@ -62,7 +66,8 @@ def _key(compiler_path: str) -> str:
     for name in SOURCES:
         with open(os.path.join(_HERE, name), "rb") as f:
             digest.update(f.read())
-    version = subprocess.run([compiler_path, "--version"], capture_output=True, text=True, check=False).stdout
+    version = subprocess.run(shlex.split(compiler_path)[-1:] + ["--version"], capture_output=True, text=True,
+                             check=False).stdout
     digest.update(" ".join(_command(compiler_path, "OUT") + [version, tf.__version__]).encode())
     return digest.hexdigest()[:16]
 
@@ -70,9 +75,11 @@ def _key(compiler_path: str) -> str:
 def library_path() -> str:
     """The built library's path (building it if needed); raises `RuntimeError` saying why it cannot be built."""
     compiler = os.environ.get("CXX", "g++")
-    compiler_path = shutil.which(compiler)
+    words = shlex.split(compiler) or ["g++"]
+    compiler_path = shutil.which(words[0])
     if compiler_path is None:
         raise RuntimeError(f"no C++ compiler {compiler!r} on PATH (set CXX)")
+    compiler_path = shlex.join([compiler_path] + words[1:])
     cache = os.environ.get(CACHE) or os.path.join(os.path.expanduser("~"), ".cache", "xlnet_tf", "native")
     target = os.path.join(cache, f"xlnet_tf_ops_{_key(compiler_path)}.so")
     if os.path.exists(target):
@@ -84,6 +91,7 @@ def library_path() -> str:
         done = subprocess.run(_command(compiler_path, partial), capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-600:]}")
+        os.chmod(partial, 0o755)  # (mkstemp makes it private; a shared cache serves other users too)
         os.replace(partial, target)
     finally:
         if os.path.exists(partial):
