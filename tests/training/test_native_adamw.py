@@ -118,6 +118,8 @@ def test_refusals_name_what_is_wrong():
     with pytest.raises(tf.errors.InvalidArgumentError, match="adam_variant 0, 1 or 2"):
         ops.xlnet_tf_adam_w(w.handle, m.handle, v.handle, tf.zeros([4, 3]), 1.0, 0.1, 0.1, 0.1,
                             **{**attrs, "adam_variant": 3})
+    with pytest.raises(tf.errors.InvalidArgumentError, match="must be four variables"):  # not a hang
+        ops.xlnet_tf_adam_w(w.handle, w.handle, v.handle, tf.zeros([4, 3]), 1.0, 0.1, 0.1, 0.1, **attrs)
     copy = tf.Variable(tf.zeros([4, 3]))  # not bfloat16
     with pytest.raises(tf.errors.InvalidArgumentError, match="the copy must be bfloat16"):
         ops.xlnet_tf_adam_w(w.handle, m.handle, v.handle, tf.zeros([4, 3]), 1.0, 0.1, 0.1, 0.1,
@@ -187,6 +189,6 @@ def test_a_table_row_without_gradient_decays_as_the_plain_update_to_the_sign_of_
 
 
 def test_keras_own_gradient_treatments_keep_the_plain_update():
-    for kwargs in ({"clipnorm": 0.5}, {"clipvalue": 0.01}, {"use_ema": True}):
+    for kwargs in ({"clipnorm": 0.5}, {"clipvalue": 0.01}, {"use_ema": True}, {"loss_scale_factor": 2.0}):
         assert not optimization.fusable(optimization.XLNetAdamW(1e-3, **kwargs)), kwargs
     assert optimization.fusable(optimization.XLNetAdamW(1e-3))

@@ -266,12 +266,14 @@ def _handle(variable):
 
 def fusable(optimizer) -> bool:
     """Whether `optimizer` can take `XLNetAdamW.fused` in this process (the native ops built and loaded), and none of
-    Keras's own gradient treatments is set (`clipnorm`, `clipvalue`, EMA, Keras's gradient accumulation): they would
+    Keras's own gradient treatments is set (`clipnorm`, `clipvalue`, EMA, Keras's gradient accumulation,
+    `loss_scale_factor`): they would
     act on the gradients `fused` takes before their clip factor."""
     if not isinstance(optimizer, XLNetAdamW):
         return False
     if (optimizer.clipnorm is not None or optimizer.clipvalue is not None or optimizer.use_ema
-            or getattr(optimizer, "gradient_accumulation_steps", None)):
+            or getattr(optimizer, "gradient_accumulation_steps", None)
+            or getattr(optimizer, "loss_scale_factor", None) is not None):
         return False
     return native.ops() is not None
 

@@ -173,6 +173,12 @@ class AdamWBase : public OpKernel {
       const int input = i < 3 ? i : ctx->num_inputs() - 1;
       OP_REQUIRES_OK(ctx, ::tensorflow::LookupResource(ctx, ::tensorflow::HandleFromInput(ctx, input), &vars[i]));
     }
+    for (size_t i = 0; i < vars.size(); ++i) {  // (locking one variable twice would wait forever)
+      for (size_t j = 0; j < i; ++j) {
+        OP_REQUIRES(ctx, vars[i].get() != vars[j].get(),
+                    InvalidArgument("XlnetTfAdamW: the variable, its moments and its copy must be four variables"));
+      }
+    }
     std::vector<std::unique_ptr<::tensorflow::mutex_lock>> locks;
     for (auto& var : vars) locks.emplace_back(new ::tensorflow::mutex_lock{*var->mu()});
     Tensor *w, *m, *v, *copy = nullptr;

@@ -66,7 +66,7 @@ def _key(compiler_path: str) -> str:
     for name in SOURCES:
         with open(os.path.join(_HERE, name), "rb") as f:
             digest.update(f.read())
-    version = subprocess.run(shlex.split(compiler_path)[-1:] + ["--version"], capture_output=True, text=True,
+    version = subprocess.run(shlex.split(compiler_path)[:1] + ["--version"], capture_output=True, text=True,
                              check=False).stdout
     digest.update(" ".join(_command(compiler_path, "OUT") + [version, tf.__version__]).encode())
     return digest.hexdigest()[:16]
@@ -101,12 +101,14 @@ def library_path() -> str:
 
 @tf.autograph.experimental.do_not_convert  # called while a layer is traced: plain Python, nothing to convert
 def ops():
-    """The loaded ops module (`tf.load_op_library`), or None: switched off, or it could not be built or loaded (one
-    warning per process says why, and the callers' TensorFlow forms run)."""
+    """The loaded ops module (`tf.load_op_library`), or None: switched off, a GPU visible (the ops have CPU kernels
+    only), or it could not be built or loaded (one warning per process says why, and the callers' TensorFlow forms
+    run)."""
     with _LOCK:
         if "ops" not in _STATE:
             _STATE["ops"] = None
-            if switched_on():
+            # CPU kernels only: where a GPU is visible, TensorFlow's forms run (no host round trips of a placed op)
+            if switched_on() and not tf.config.list_logical_devices("GPU"):
                 try:
                     _STATE["ops"] = tf.load_op_library(library_path())
                 except (RuntimeError, OSError, tf.errors.OpError) as error:
