@@ -193,11 +193,10 @@ def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_
         factor *= tf.where(tf.math.is_finite(norm), threshold / tf.maximum(norm, threshold), float("nan"))
     if replicas > 1 and not per_replica:
         factor /= replicas
-    if fused:  # the op scales a dense gradient (in its own dtype) as it reads it
-        grads = [gradient_rows.scaled(tf.cast(g, v.dtype), factor) if isinstance(g, tf.IndexedSlices) else g
-                 for g, v in zip(grads, variables)]
-    else:  # a half-precision gradient (of a HalfCopies copy) in its variable's dtype before the factor touches it
-        grads = [gradient_rows.scaled(tf.cast(g, v.dtype), factor) for g, v in zip(grads, variables)]
+    # a half-precision gradient (of a HalfCopies copy) in its variable's dtype before the factor touches it; fused, the
+    # op scales a dense gradient (in its own dtype) as it reads it
+    grads = [g if fused and not isinstance(g, tf.IndexedSlices) else gradient_rows.scaled(tf.cast(g, v.dtype), factor)
+             for g, v in zip(grads, variables)]
     with _own_clipping_off(inner), inner.fused(factor, copies) if fused else contextlib.nullcontext():
         optimizer.apply_gradients(zip(grads, variables))
     return loss_sum / weight, norm / scale

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <vector>
 
+#include "bfloat16_bits.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/resource_mgr.h"
@@ -38,18 +39,6 @@ using ::tensorflow::Status;
 using ::tensorflow::Tensor;
 using ::tensorflow::Var;
 using ::tensorflow::errors::InvalidArgument;
-
-inline float Widen(float v) { return v; }
-inline float Widen(Eigen::bfloat16 v) {
-  uint16_t h;
-  std::memcpy(&h, &v, 2);
-  return __builtin_bit_cast(float, static_cast<uint32_t>(h) << 16);
-}
-inline uint16_t RoundToBfloat16(float f) {  // to nearest even, as TensorFlow's Cast
-  const uint32_t u = __builtin_bit_cast(uint32_t, f);
-  return (u & 0x7fffffffu) > 0x7f800000u ? static_cast<uint16_t>((u >> 16) | 0x0040u)
-                                         : static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 
 struct Settings {
   float beta_1, one_minus_beta_1, beta_2, one_minus_beta_2, epsilon, weight_decay, grad_multiplier;

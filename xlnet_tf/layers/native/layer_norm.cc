@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "bfloat16_bits.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -29,29 +30,6 @@ using ::tensorflow::errors::InvalidArgument;
 namespace shape_inference = ::tensorflow::shape_inference;
 
 constexpr int64_t kBlockRows = 16;  // rows per block of the backward's column sums
-
-inline float Widen(float v) { return v; }
-inline float Widen(Eigen::bfloat16 v) {
-  uint16_t h;
-  std::memcpy(&h, &v, 2);
-  uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-inline void Narrow(float f, float* out) { *out = f; }
-inline void Narrow(float f, Eigen::bfloat16* out) {  // round to nearest even, as TensorFlow's Cast
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  uint16_t h;
-  if ((u & 0x7fffffffu) > 0x7f800000u) {
-    h = static_cast<uint16_t>((u >> 16) | 0x0040u);  // NaN stays NaN (quiet)
-  } else {
-    h = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
-  std::memcpy(out, &h, 2);
-}
 
 template <typename T>
 void ForwardRow(const T* x, const float* gamma, const float* beta, float eps, int64_t d, float* wide, T* y,

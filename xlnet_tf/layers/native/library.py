@@ -29,6 +29,7 @@ import warnings
 import tensorflow as tf
 
 SOURCES = ("adamw.cc", "layer_norm.cc")
+HEADERS = ("bfloat16_bits.h",)  # included by the sources: part of the cache key
 SWITCH = "XLNET_TF_NATIVE"
 CACHE = "XLNET_TF_NATIVE_CACHE"
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -63,7 +64,7 @@ def _command(compiler: str, output: str) -> list:
 
 def _key(compiler_path: str) -> str:
     digest = hashlib.sha256()
-    for name in SOURCES:
+    for name in SOURCES + HEADERS:
         with open(os.path.join(_HERE, name), "rb") as f:
             digest.update(f.read())
     version = subprocess.run(shlex.split(compiler_path)[:1] + ["--version"], capture_output=True, text=True,
