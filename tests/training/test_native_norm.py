@@ -1,0 +1,86 @@
+"""The gradient norm's sum of squares as one native op per dtype (layers/native/sum_of_squares.cc, through
+loop.squared_norm): the exact sum to float32 rounding for bfloat16 and float32 lists of any sizes, the same bits every
+call, TensorFlow's cast and `L2Loss` where the ops are off or inside an XLA program, and a gathered table's rows each
+once."""
+
+import shutil
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from xlnet_tf.layers.native import library
+from xlnet_tf.training import loop
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler: the native ops cannot build")
+
+# sizes around the op's blocks (256 squares) and its AVX2 steps (32), over a chunk (65,536), and empty
+SIZES = [(0,), (1,), (31,), (33,), (255,), (256,), (257,), (3, 1000), (70_001,), (300, 700)]
+
+
+def _tensors(dtype, seed=0, scale=1e-2):
+    rng = np.random.RandomState(seed)
+    return [tf.constant(rng.randn(*s).astype(np.float32) * scale * (i + 1), dtype) for i, s in enumerate(SIZES)]
+
+
+def _exact(tensors):
+    return sum(float(np.sum(np.square(t.numpy().astype(np.float64)))) for t in tensors)
+
+
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float32])
+def test_the_op_is_the_exact_sum_to_float32_rounding(dtype):
+    tensors = _tensors(dtype)
+    got = float(library.ops().xlnet_tf_sum_of_squares(tensors))
+    exact = _exact(tensors)
+    assert abs(got - exact) <= 2e-7 * exact
+    # at least as close as TensorFlow's float32 cast and L2Loss, up to one float32 rounding of the total
+    reference = float(tf.add_n([2.0 * tf.nn.l2_loss(tf.cast(t, tf.float32)) for t in tensors]))
+    assert abs(got - exact) <= abs(reference - exact) + np.spacing(np.float32(exact))
+
+
+def test_the_op_repeats_to_the_bit():
+    tensors = _tensors(tf.bfloat16, seed=3)
+    runs = {float(library.ops().xlnet_tf_sum_of_squares(tensors)) for _ in range(5)}
+    assert len(runs) == 1
+
+
+def test_every_element_counts():
+    """One element changed anywhere (a lane, a block's tail, a later chunk) changes the sum."""
+    base = np.zeros(70_001, np.float32)
+    for where in (0, 7, 31, 255, 256, 65_535, 65_536, 70_000):
+        x = base.copy()
+        x[where] = 3.0
+        assert float(library.ops().xlnet_tf_sum_of_squares([tf.constant(x, tf.bfloat16)])) == 9.0
+
+
+def _gradients():
+    rng = np.random.RandomState(1)
+    table = tf.IndexedSlices(tf.constant(rng.randn(6, 4).astype(np.float32), tf.bfloat16),
+                             tf.constant([3, 0, 3, 9, 0, 1]), tf.constant([10, 4]))
+    return _tensors(tf.bfloat16, seed=2) + _tensors(tf.float32, seed=4)[:6] + [table]
+
+
+def _dense_exact(grads):
+    dense = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
+    return _exact([tf.cast(g, tf.float32) for g in dense])
+
+
+def test_squared_norm_takes_the_op_and_agrees_with_tensorflows_form(monkeypatch):
+    grads = _gradients()
+    exact = _dense_exact(grads)  # a table's repeated indices summed first: the dense gradient's squares
+    graph = tf.function(loop.squared_norm).get_concrete_function(grads).graph
+    kinds = [op.type for op in graph.get_operations()]
+    assert kinds.count("XlnetTfSumOfSquares") == 2 and "L2Loss" not in kinds  # one per dtype
+    native = float(loop.squared_norm(grads))
+    monkeypatch.setattr(library, "_STATE", {"ops": None})
+    plain = float(loop.squared_norm(grads))
+    assert abs(native - exact) <= 2e-7 * exact and abs(plain - exact) <= 2e-6 * exact
+
+
+def test_inside_an_xla_program_squared_norm_is_tensorflows_form():
+    grads = [g for g in _gradients() if not isinstance(g, tf.IndexedSlices)]
+    compiled = tf.function(loop.squared_norm, jit_compile=True)
+    kinds = [op.type for op in compiled.get_concrete_function(grads).graph.get_operations()]
+    assert "XlnetTfSumOfSquares" not in kinds and "L2Loss" in kinds
+    exact = _dense_exact(grads)
+    assert abs(float(compiled(grads)) - exact) <= 2e-6 * exact
