@@ -3,7 +3,10 @@ loop.squared_norm): the exact sum to float32 rounding for bfloat16 and float32 l
 call, TensorFlow's cast and `L2Loss` where the ops are off or inside an XLA program, and a gathered table's rows each
 once."""
 
+import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -84,3 +87,29 @@ def test_inside_an_xla_program_squared_norm_is_tensorflows_form():
     assert "XlnetTfSumOfSquares" not in kinds and "L2Loss" in kinds
     exact = _dense_exact(grads)
     assert abs(float(compiled(grads)) - exact) <= 2e-6 * exact
+
+
+def test_the_portable_kernel_built_without_avx2(tmp_path, monkeypatch):
+    """The op as a CPU without AVX2 runs it (the compiler's loop for every block), in its own process (the op's name
+    is registered once per process): the exact sum to float32 rounding, every element counted."""
+    monkeypatch.setenv(library.CACHE, str(tmp_path))
+    monkeypatch.setattr(library, "SOURCES", ("sum_of_squares.cc",))
+    monkeypatch.setattr(library, "_cpu_flags", lambda: [])
+    path = library.library_path()
+    script = f"""
+import numpy as np, tensorflow as tf
+ops = tf.load_op_library({path!r})
+rng = np.random.RandomState(0)
+for dtype in (tf.bfloat16, tf.float32):
+    xs = [tf.constant(rng.randn(*s).astype(np.float32), dtype) for s in {SIZES!r}]
+    exact = sum(float(np.sum(np.square(x.numpy().astype(np.float64)))) for x in xs)
+    got = float(ops.xlnet_tf_sum_of_squares(xs))
+    assert abs(got - exact) <= 2e-7 * exact, (dtype, got, exact)
+x = np.zeros(70_001, np.float32)
+x[65_536] = 3.0
+assert float(ops.xlnet_tf_sum_of_squares([tf.constant(x, tf.bfloat16)])) == 9.0
+print("portable kernel ok")
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
+    assert "portable kernel ok" in done.stdout, done.stderr[-2000:]
