@@ -17,8 +17,11 @@ from xlnet_tf.training import loop
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler: the native ops cannot build")
 
-# sizes around the op's blocks (256 squares) and its AVX2 steps (32), over a chunk (65,536), and empty
-SIZES = [(0,), (1,), (31,), (33,), (255,), (256,), (257,), (3, 1000), (70_001,), (300, 700)]
+# sizes around the op's blocks (256 squares) and its AVX2 steps (32), a chunk (65,536) exactly, one and two, over
+# a chunk, and empty
+SIZES = [(0,), (1,), (31,), (33,), (255,), (256,), (257,), (3, 1000), (65_536,), (2, 65_536), (70_001,), (300, 700)]
+# an element in each of an AVX2 step's four lanes of 8, a block's tail, a chunk's first, a later chunk's lanes
+POSITIONS = (0, 7, 8, 16, 24, 31, 255, 256, 65_535, 65_536, 65_536 + 16, 65_536 + 24, 131_071, 131_072 + 200)
 
 
 def _tensors(dtype, seed=0, scale=1e-2):
@@ -47,13 +50,18 @@ def test_the_op_repeats_to_the_bit():
     assert len(runs) == 1
 
 
-def test_every_element_counts():
-    """One element changed anywhere (a lane, a block's tail, a later chunk) changes the sum."""
-    base = np.zeros(70_001, np.float32)
-    for where in (0, 7, 31, 255, 256, 65_535, 65_536, 70_000):
-        x = base.copy()
-        x[where] = 3.0
-        assert float(library.ops().xlnet_tf_sum_of_squares([tf.constant(x, tf.bfloat16)])) == 9.0
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float32])
+def test_every_element_counts(dtype):
+    """One element anywhere (each lane, a block's tail, a chunk's first, a later chunk) is in the sum; a NaN or inf
+    there makes it non-finite, and so does a square beyond float32's range (the Trainer's clip relies on both)."""
+    base = np.zeros(131_072 + 257, np.float32)
+    ops = library.ops()
+    for where in POSITIONS:
+        for value, expected in ((3.0, 9.0), (np.nan, np.nan), (np.inf, np.inf), (-np.inf, np.inf), (3e19, np.inf)):
+            x = base.copy()
+            x[where] = value
+            got = float(ops.xlnet_tf_sum_of_squares([tf.constant(np.ones(5, np.float32), dtype), tf.constant(x, dtype)]))
+            np.testing.assert_equal(got - 5.0 if np.isfinite(got) else got, expected, err_msg=f"{where}, {value}")
 
 
 def _gradients():
@@ -106,10 +114,24 @@ for dtype in (tf.bfloat16, tf.float32):
     got = float(ops.xlnet_tf_sum_of_squares(xs))
     assert abs(got - exact) <= 2e-7 * exact, (dtype, got, exact)
 x = np.zeros(70_001, np.float32)
-x[65_536] = 3.0
+x[65_536 + 24] = 3.0
 assert float(ops.xlnet_tf_sum_of_squares([tf.constant(x, tf.bfloat16)])) == 9.0
 print("portable kernel ok")
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"})
     assert "portable kernel ok" in done.stdout, done.stderr[-2000:]
+
+
+def test_the_norm_is_differentiable_as_tensorflows_form(monkeypatch):
+    grads = _gradients()[:-1]  # dense ones
+    def gradient_of_norm():
+        with tf.GradientTape() as tape:
+            tape.watch(grads)
+            squares = loop.squared_norm(grads)
+        return tape.gradient(squares, grads)
+    native = gradient_of_norm()
+    monkeypatch.setattr(library, "_STATE", {"ops": None})
+    plain = gradient_of_norm()
+    for a, b in zip(native, plain):
+        np.testing.assert_array_equal(np.asarray(tf.cast(a, tf.float32)), np.asarray(tf.cast(b, tf.float32)))

@@ -12,6 +12,7 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import ops as framework_ops  # RegisterGradient: no public API for an op's gradient
 
 from xlnet_tf import checkpoints
 from xlnet_tf.artifacts import pretrain_info
@@ -203,13 +204,20 @@ def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_
     return loss_sum / weight, norm / scale
 
 
+@framework_ops.RegisterGradient("XlnetTfSumOfSquares")
+def _sum_of_squares_gradient(op, grad):
+    """d/dx sum(x^2) = 2x, for each input (as the cast and `L2Loss` form it replaces differentiates)."""
+    return [2.0 * tf.cast(grad, x.dtype) * x for x in op.inputs]
+
+
 def squared_norm(grads):
     """The sum of the squares of every gradient (float32), outside XLA, where a compiled update's reduction over the
     55.9 M gradients of the speed benchmark's model took ~47 ms against ~13 (XLA's CPU reductions;
     bench/speed/README.md): one native op per dtype over all the gradients of that dtype (`native/sum_of_squares.cc`,
     each bfloat16 gradient read as it is: 4.3 ms against 10.6 for 33 M of them), or, where the ops are not built or
     inside an XLA program, TensorFlow's cast and `L2Loss` per gradient (twice `l2_loss`: exact). The two agree to
-    float32 rounding (the native sum adds float32 blocks of 256 squares in double)."""
+    float32 rounding (the native sum adds float32 blocks of 256 squares in double); a NaN or inf anywhere, or a square
+    beyond float32's range, makes both non-finite."""
     ops = None if xla_context.in_xla_program() else native.ops()
     terms, by_dtype = [], {}
     for g in grads:

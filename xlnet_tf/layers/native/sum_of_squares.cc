@@ -3,11 +3,14 @@
 //
 // The elements are cut into fixed chunks (kChunk elements of one tensor); a chunk sums blocks of kBlock squares in
 // float32 and adds each block's sum to a double; the chunks' doubles are added in list order. The order of every sum
-// is fixed by the shapes alone, so the same input gives the same bits whatever the thread pool does, and the result
-// is at least as close to the exact sum as TensorFlow's cast and `L2Loss` (float32 throughout).
+// is fixed by the shapes alone, so the same input gives the same bits whatever the thread pool does (within one
+// build: an AVX2 build and a portable one add in different orders). A bfloat16 value's square is exact in float32, so
+// for bfloat16 only the block sums round; float32 squares round once more. No gradient of its own is registered here
+// (training/loop.py registers 2x).
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -32,6 +35,9 @@ using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::OpKernelContext;
 using ::tensorflow::Tensor;
 using ::tensorflow::TensorShape;
+
+static_assert(std::numeric_limits<float>::is_iec559 && std::numeric_limits<double>::is_iec559,
+              "IEEE float and double");
 
 constexpr int64_t kChunk = 1 << 16;  // elements per unit of work
 constexpr int64_t kBlock = 256;      // squares summed in float32 before a double takes them
@@ -110,6 +116,8 @@ class SumOfSquaresOp : public OpKernel {
     for (double p : partial) total += p;  // in list order: deterministic
     Tensor* out;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &out));
+    // IEEE conversion: a total above float32's range is inf, a NaN stays NaN (a NaN or inf gradient anywhere makes
+    // the norm non-finite, which the Trainer's clip relies on)
     out->scalar<float>()() = static_cast<float>(total);
   }
 };
