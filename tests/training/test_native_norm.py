@@ -68,7 +68,7 @@ def _gradients():
     rng = np.random.RandomState(1)
     table = tf.IndexedSlices(tf.constant(rng.randn(6, 4).astype(np.float32), tf.bfloat16),
                              tf.constant([3, 0, 3, 9, 0, 1]), tf.constant([10, 4]))
-    return _tensors(tf.bfloat16, seed=2) + _tensors(tf.float32, seed=4)[:6] + [table]
+    return _tensors(tf.bfloat16, seed=2) + _tensors(tf.float32, seed=4)[5:] + [table]
 
 
 def _dense_exact(grads):
@@ -81,7 +81,9 @@ def test_squared_norm_takes_the_op_and_agrees_with_tensorflows_form(monkeypatch)
     exact = _dense_exact(grads)  # a table's repeated indices summed first: the dense gradient's squares
     graph = tf.function(loop.squared_norm).get_concrete_function(grads).graph
     kinds = [op.type for op in graph.get_operations()]
-    assert kinds.count("XlnetTfSumOfSquares") == 2 and "L2Loss" not in kinds  # one per dtype
+    small = [g for g in grads if isinstance(g, tf.IndexedSlices) or g.shape.num_elements() < loop.NATIVE_NORM_MIN]
+    # the large gradients in one op per dtype, the small ones (and the table's few rows) cast and L2Loss each
+    assert kinds.count("XlnetTfSumOfSquares") == 2 and kinds.count("L2Loss") == len(small) < len(grads) - 2
     native = float(loop.squared_norm(grads))
     monkeypatch.setattr(library, "_STATE", {"ops": None})
     plain = float(loop.squared_norm(grads))

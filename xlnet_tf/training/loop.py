@@ -12,7 +12,6 @@ from typing import Callable, Dict, List, Optional
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.python.framework import ops as framework_ops  # RegisterGradient: no public API for an op's gradient
 
 from xlnet_tf import checkpoints
 from xlnet_tf.artifacts import pretrain_info
@@ -204,25 +203,26 @@ def apply_clipped_gradients(optimizer, variables, grads, loss_sum, weight, clip_
     return loss_sum / weight, norm / scale
 
 
-@framework_ops.RegisterGradient("XlnetTfSumOfSquares")
-def _sum_of_squares_gradient(op, grad):
-    """d/dx sum(x^2) = 2x, for each input (as the cast and `L2Loss` form it replaces differentiates)."""
-    return [2.0 * tf.cast(grad, x.dtype) * x for x in op.inputs]
+# gradients from this size read by the native sum of squares; smaller ones (biases, layer norms) keep the cast and
+# `L2Loss`: that cast is what XLA's auto-clustering takes in with a bias gradient's reduction (without it the reduction
+# alone is below the cluster minimum and runs as TensorFlow's bfloat16 `Sum`: 13 ms per tagging step)
+NATIVE_NORM_MIN = 1 << 16
 
 
 def squared_norm(grads):
     """The sum of the squares of every gradient (float32), outside XLA, where a compiled update's reduction over the
     55.9 M gradients of the speed benchmark's model took ~47 ms against ~13 (XLA's CPU reductions;
-    bench/speed/README.md): one native op per dtype over all the gradients of that dtype (`native/sum_of_squares.cc`,
-    each bfloat16 gradient read as it is: 4.3 ms against 10.6 for 33 M of them), or, where the ops are not built or
-    inside an XLA program, TensorFlow's cast and `L2Loss` per gradient (twice `l2_loss`: exact). The two agree to
-    float32 rounding (the native sum adds float32 blocks of 256 squares in double); a NaN or inf anywhere, or a square
-    beyond float32's range, makes both non-finite."""
+    bench/speed/README.md): one native op per dtype over all the gradients of that dtype of `NATIVE_NORM_MIN` elements
+    or more (`native/sum_of_squares.cc`, each bfloat16 gradient read as it is: 4.3 ms against 10.6 for 33 M of them);
+    the smaller ones, and all where the ops are not built or inside an XLA program, TensorFlow's cast and `L2Loss` per
+    gradient (twice `l2_loss`: exact). The two agree to float32 rounding (the native sum adds float32 blocks of 256
+    squares in double); a NaN or inf anywhere, or a square beyond float32's range, makes both non-finite."""
     ops = None if xla_context.in_xla_program() else native.ops()
     terms, by_dtype = [], {}
     for g in grads:
         values = gradient_rows.squared_values(g)
-        if ops is not None and values.dtype in (tf.bfloat16, tf.float32):
+        size = values.shape.num_elements() or 0
+        if ops is not None and values.dtype in (tf.bfloat16, tf.float32) and size >= NATIVE_NORM_MIN:
             by_dtype.setdefault(values.dtype, []).append(values)
         else:
             terms.append(2.0 * tf.nn.l2_loss(tf.cast(values, tf.float32)))

@@ -28,6 +28,7 @@ import threading
 import warnings
 
 import tensorflow as tf
+from tensorflow.python.framework import ops as framework_ops  # RegisterGradient: no public API for an op's gradient
 
 SOURCES = ("adamw.cc", "layer_norm.cc", "sum_of_squares.cc")
 HEADERS = ("bfloat16_bits.h",)  # included by the sources: part of the cache key
@@ -118,3 +119,9 @@ def ops():
                                   f"TensorFlow's slower forms run ({SWITCH}=0 chooses that without this warning): "
                                   f"{error}", stacklevel=2)
         return _STATE["ops"]
+
+
+@framework_ops.RegisterGradient("XlnetTfSumOfSquares")
+def _sum_of_squares_gradient(op, grad):
+    """d/dx sum(x^2) = 2x for each input, as the cast and `L2Loss` form the op replaces differentiates."""
+    return [2.0 * tf.cast(grad, x.dtype) * x for x in op.inputs]
