@@ -629,3 +629,18 @@ def test_bfloat16_reference_end_to_end(tmp_path):
     assert step["bfloat16_accuracy"]["accepted"]
     serving = next(r for r in report["rows"] if r["suite"] == "serving")
     assert "logits_relative_l2" in serving["bfloat16_accuracy"] and "bfloat16 autocast" in md
+
+
+def test_op_profile_sums_events_per_step_by_type_name_and_thread():
+    """bench/speed/op_profile.py's arithmetic: an event's type after the last colon (a thunk or runtime event as it is),
+    per-step sums on TensorFlow's threads only, the longest names first."""
+    from bench.speed import op_profile
+
+    events = [("tf_Compute/1", "model/ff/MatMul:_MklMatMul", 30.0), ("tf_Compute/2", "model/ff/MatMul:_MklMatMul", 10.0),
+              ("tf_Compute/1", "cluster_3_1/xla_run:_XlaRun", 6.0), ("tf_numa_-1_Eigen/7", "convert_fusion", 3.0),
+              ("tf_Compute/2", "a/b:c/Sum:Sum", 2.0), ("python", "Trace", 100.0)]
+    s = op_profile.summarize(events, steps=2, top=2)
+    assert s["by_type"] == {"_MklMatMul": 20.0, "_XlaRun": 3.0, "convert_fusion": 1.5, "Sum": 1.0}
+    assert s["by_thread"] == {"tf_Compute/1": 18.0, "tf_Compute/2": 6.0, "tf_numa_-1_Eigen/7": 1.5}
+    assert s["top"] == [{"name": "model/ff/MatMul:_MklMatMul", "type": "_MklMatMul", "ms": 20.0},
+                        {"name": "cluster_3_1/xla_run:_XlaRun", "type": "_XlaRun", "ms": 3.0}]
