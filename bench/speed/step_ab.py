@@ -154,7 +154,7 @@ def patched(current: types.ModuleType, reference: types.ModuleType) -> Iterator[
         # a name bound to a reference object inside the context (a package's lazy export, `xlnet_tf.serving.export`
         # read for the first time by the reference side) would keep it: unbound, it resolves afresh when next read
         for module, alias, held in _project_names():
-            if swapped_in.get(id(held)) is held:
+            if any(held is value for value in swapped_in.values()):  # (not .get(id(held)): None is held too)
                 delattr(module, alias)
 
 

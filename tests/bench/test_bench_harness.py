@@ -495,6 +495,7 @@ def test_step_ab_puts_the_reference_methods_in_place_and_restores_them(tmp_path)
     g = current.A.g
     alias = types.ModuleType("xlnet_tf._step_ab_test_alias")  # a package re-exporting h, as xlnet_tf.serving
     alias.exported_h = current.h
+    alias.unset = None  # a module-level None (a lazily set cache) is left as it is
     sys.modules[alias.__name__] = alias
     try:
         with step_ab.patched(current, reference) as names:  # k: made by a closure, as activations.gelu_tanh
@@ -505,6 +506,7 @@ def test_step_ab_puts_the_reference_methods_in_place_and_restores_them(tmp_path)
         assert current.A().f() == 11 and current.h() == "new" and current.k() == "new"
         assert alias.exported_h() == "new"
         assert not hasattr(alias, "lazily_exported_h")  # unbound on exit, to be resolved afresh
+        assert alias.unset is None
     finally:
         del sys.modules[alias.__name__]
     with pytest.raises(ValueError, match="not a file under xlnet_tf/"):
