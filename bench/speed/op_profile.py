@@ -20,7 +20,6 @@ Timings on a busy machine are shares, not speeds: say so in the report (`--note`
 from __future__ import annotations
 
 import collections
-import glob
 import os
 import shutil
 import tempfile
@@ -31,7 +30,6 @@ from absl import flags
 
 from bench import cli
 from bench.speed import step_profile
-from xlnet_tf.errors import UserError
 
 FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
 
@@ -44,7 +42,7 @@ def define_flags(fv: flags.FlagValues = FLAGS):
     d = cli.Definer(fv)
     d.enum("kind", "tagger", ["plm", "classifier", "tagger"], "Whose step: run/pretrain.py's (plm), the fine-tuning "
            "classifier's or the tagger's.")
-    d.enum("variant", "bfloat16_fusible", ["production", "bfloat16_fusible"], "The runners' step: production "
+    d.enum("variant", "bfloat16_fusible", list(step_profile.VARIANTS), "The runners' step: production "
            "(float32, XLA: one `_XlaRun`; step_profile.py names its thunks) or bfloat16_fusible (start the process "
            "with the fusible TF_XLA_FLAGS).")
     d.integer("steps", 3, "Profiled steps (after five timed ones).")
@@ -70,28 +68,12 @@ def summarize(events: Iterable[Tuple[str, str, float]], steps: int, top: int = 3
             "top": [{"name": n, "type": op_type(n), "ms": ms} for n, ms in by_name.most_common(top)]}
 
 
-def events_of(xplane_path: str):
-    """`(thread, event name, ms)` of every event in a profiler XSpace."""
-    try:
-        from tsl.profiler.protobuf import xplane_pb2
-    except ImportError:
-        from tensorflow.tsl.profiler.protobuf import xplane_pb2
-
-    space = xplane_pb2.XSpace()
-    with open(xplane_path, "rb") as f:
-        space.ParseFromString(f.read())
-    for plane in space.planes:
-        names = {k: v.name for k, v in plane.event_metadata.items()}
-        for line in plane.lines:
-            for event in line.events:
-                yield line.name, names.get(event.metadata_id, "?"), event.duration_ps / 1e9
-
-
 def markdown(report: dict) -> str:
     s, h = report["summary"], report["host"]
     wall = report["step_ms"]
-    lines = [f"# Where the {report['config']['kind']} step's time goes per TensorFlow op ({report['config']['variant']}; "
-             f"{h['cpu']}, {h['cores']} cores; {h['vector_extensions']})", "",
+    c = report["config"]
+    lines = [f"# Where the {c['kind']} step's time goes per TensorFlow op ({c['variant']}; {h['cpu']}, "
+             f"{h['cores']} cores; {h['vector_extensions']})", "",
              f"Command: `{report['command']}`. {report['note']}", "",
              f"Step wall time (five timed steps before the profile): {' / '.join(f'{t:.1f}' for t in wall)} ms. Per "
              "profiled step, summed over TensorFlow's threads; events nest (the executor's Process holds its ops, "
@@ -105,24 +87,10 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _variant():
-    from bench.speed import harness, ours
-    from xlnet_tf.training import xla_clustering
-
-    if FLAGS.variant == "production":
-        return ours.PRODUCTION
-    if not xla_clustering.flags_present(os.environ.get("TF_XLA_FLAGS", "")):
-        raise UserError("--variant=bfloat16_fusible: start the process with TF_XLA_FLAGS="
-                        f"\"{xla_clustering.with_fusible_flags('')}\" (TensorFlow reads them when it loads)")
-    return harness.BFLOAT16_FUSIBLE
-
-
 def main():
     from bench import host
 
-    variant = _variant()
-    import tensorflow as tf
-
+    variant = step_profile.variant_named(FLAGS.variant)
     work = tempfile.mkdtemp(prefix="op_profile_")
     step = step_profile.step_of_flags(FLAGS, FLAGS.kind, os.path.join(work, "model"), variant)
     wall = []
@@ -130,13 +98,9 @@ def main():
         start = time.perf_counter()
         step()
         wall.append((time.perf_counter() - start) * 1e3)
-    tf.profiler.experimental.start(os.path.join(work, "profile"))
-    for _ in range(FLAGS.steps):
-        step()
-    tf.profiler.experimental.stop()
-    xplane = sorted(glob.glob(os.path.join(work, "profile", "plugins", "profile", "*", "*.xplane.pb")))[-1]
+    xplane, _ = step_profile.record_calls(work, step, FLAGS.steps)
     report = {"host": host.describe(), "command": cli.invocation("bench.speed.op_profile"), "note": FLAGS.note,
-              "step_ms": wall, "summary": summarize(events_of(xplane), FLAGS.steps, FLAGS.top),
+              "step_ms": wall, "summary": summarize(step_profile.xplane_events(xplane), FLAGS.steps, FLAGS.top),
               "config": {**{k: FLAGS[k].value for k in ("n_layer", "d_model", "n_token", "batch", "seq_len", "mem_len",
                                                          "steps", "kind", "variant")},
                          "num_predict": step_profile.num_predict_of_flags(FLAGS)}}

@@ -41,7 +41,6 @@ from bench.speed import step_profile
 from xlnet_tf.errors import UserError
 
 FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
-VARIANTS = ("production", "bfloat16_fusible")
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))  # the repository root
 
 
@@ -53,7 +52,8 @@ def define_flags(fv: flags.FlagValues = FLAGS):
            "fine-tuning runners' (ours.py RUNNERS), or serving: harness.py's serving row, a classifier's SavedModel "
            "`from_ids` signature (exported and loaded again) in the variant's dtype (give --batch=32 for the row's).")
     step_profile.define_step_flags(fv)
-    d.enum("variant", "production", list(VARIANTS), "Which of the runners' steps: production (float32, XLA) or "
+    d.enum("variant", "production", list(step_profile.VARIANTS), "Which of the runners' steps: production "
+           "(float32, XLA) or "
            "bfloat16_fusible (--mixed_precision=bfloat16 --nojit_compile --xla_clustering=fusible; start the process "
            "with the fusible TF_XLA_FLAGS).")
     d.integer("calls", 9, "Timed calls per side, in turns (after two warm-up calls each).")
@@ -192,17 +192,8 @@ def check_something_replaced(path: str, ref: str, reference_file: str, current_f
 
 
 def variant_of_flags():
-    """`--variant` as an ours.py Variant; UserError for bfloat16_fusible in a process without the fusible
-    TF_XLA_FLAGS (its clustering would silently be off)."""
-    from bench.speed import harness, ours
-    from xlnet_tf.training import xla_clustering
-
-    if FLAGS.variant == "production":
-        return ours.PRODUCTION
-    if not xla_clustering.flags_present(os.environ.get("TF_XLA_FLAGS", "")):
-        raise UserError("--variant=bfloat16_fusible: start the process with TF_XLA_FLAGS="
-                        f"\"{xla_clustering.with_fusible_flags('')}\" (TensorFlow reads them when it loads)")
-    return harness.BFLOAT16_FUSIBLE
+    """`--variant` as an ours.py Variant (`step_profile.variant_named`)."""
+    return step_profile.variant_named(FLAGS.variant)
 
 
 class ServingCall:

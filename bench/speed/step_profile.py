@@ -98,9 +98,8 @@ def summarize(thunk_ms: Dict[str, float], hlo_text: str, top: int = 25) -> dict:
     }
 
 
-def thunk_times(xplane_path: str, steps: int) -> Dict[str, float]:
-    """{thunk name: ms per step} from a profiler XSpace: the events on the intra-op (Eigen) threads, less the
-    runtime's bookkeeping."""
+def xplane_events(xplane_path: str):
+    """`(thread, event name, ms)` of every event in a profiler XSpace."""
     try:
         from tsl.profiler.protobuf import xplane_pb2
     except ImportError:
@@ -109,16 +108,20 @@ def thunk_times(xplane_path: str, steps: int) -> Dict[str, float]:
     space = xplane_pb2.XSpace()
     with open(xplane_path, "rb") as f:
         space.ParseFromString(f.read())
-    out = collections.Counter()
     for plane in space.planes:
         names = {k: v.name for k, v in plane.event_metadata.items()}
         for line in plane.lines:
-            if "Eigen" not in line.name:
-                continue
             for event in line.events:
-                name = names.get(event.metadata_id, "?")
-                if name not in BOOKKEEPING and not name.startswith("end: "):
-                    out[name] += event.duration_ps / 1e9 / steps
+                yield line.name, names.get(event.metadata_id, "?"), event.duration_ps / 1e9
+
+
+def thunk_times(xplane_path: str, steps: int) -> Dict[str, float]:
+    """{thunk name: ms per step} from a profiler XSpace: the events on the intra-op (Eigen) threads, less the
+    runtime's bookkeeping."""
+    out = collections.Counter()
+    for thread, name, ms in xplane_events(xplane_path):
+        if "Eigen" in thread and name not in BOOKKEEPING and not name.startswith("end: "):
+            out[name] += ms / steps
     return dict(out)
 
 
@@ -178,9 +181,9 @@ def dump_optimized_hlo(work: str) -> str:
     return dump
 
 
-def profile_calls(work: str, run, calls: int):
-    """`run()` `calls` times under the TensorFlow profiler (trace under `<work>/profile`) -> `(thunk ms per call
-    (thunk_times), wall seconds of each call)`."""
+def record_calls(work: str, run, calls: int):
+    """`run()` `calls` times under the TensorFlow profiler (trace under `<work>/profile`) -> `(the trace's XSpace
+    path, wall seconds of each call)`."""
     import tensorflow as tf
 
     times = []
@@ -190,8 +193,33 @@ def profile_calls(work: str, run, calls: int):
         run()
         times.append(time.perf_counter() - start)
     tf.profiler.experimental.stop()
-    xplane = sorted(glob.glob(os.path.join(work, "profile", "plugins", "profile", "*", "*.xplane.pb")))[-1]
+    return sorted(glob.glob(os.path.join(work, "profile", "plugins", "profile", "*", "*.xplane.pb")))[-1], times
+
+
+def profile_calls(work: str, run, calls: int):
+    """`record_calls`, its trace summed per thunk -> `(thunk ms per call (thunk_times), wall seconds of each
+    call)`."""
+    xplane, times = record_calls(work, run, calls)
     return thunk_times(xplane, calls), times
+
+
+# the runners' steps a profile or an A/B can build (`variant_named`)
+VARIANTS = ("production", "bfloat16_fusible")
+
+
+def variant_named(name: str):
+    """One of `VARIANTS` as an ours.py Variant; UserError for bfloat16_fusible in a process without the fusible
+    TF_XLA_FLAGS (its clustering would silently be off)."""
+    from bench.speed import harness, ours
+    from xlnet_tf.errors import UserError
+    from xlnet_tf.training import xla_clustering
+
+    if name == "production":
+        return ours.PRODUCTION
+    if not xla_clustering.flags_present(os.environ.get("TF_XLA_FLAGS", "")):
+        raise UserError("--variant=bfloat16_fusible: start the process with TF_XLA_FLAGS="
+                        f"\"{xla_clustering.with_fusible_flags('')}\" (TensorFlow reads them when it loads)")
+    return harness.BFLOAT16_FUSIBLE
 
 
 def write_report(report: dict, text: str, output: str = None) -> None:
