@@ -4,10 +4,10 @@ XLA's CPU code runs a layer norm's forward and backward as several passes over e
 trees of separate passes, and an AdamW update as a pass per output (the moments, the weight, its bfloat16 copy);
 a C++ kernel does each in one pass (`layer_norm.cc`, `adamw.cc`; bench/speed/README.md, "Since: the layer norm and
 the update as native ops"), and the gradient norm's sum of squares reads every bfloat16 gradient once, as it is
-(`sum_of_squares.cc`, where TensorFlow casts each to float32 first). The ops are an optimization only: every caller has the plain TensorFlow form of the same
-numbers and uses it when `ops()` is None (switched off; no compiler or a failed build: one warning says so), inside
-an XLA program (no XLA lowering), and wherever a graph may leave the process (inference and export: TF Serving has no
-such op). Tests compare the two.
+(`sum_of_squares.cc`, where TensorFlow casts each to float32 first). The ops are an optimization only: every caller
+has the plain TensorFlow form of the same numbers and uses it when `ops()` is None (switched off; no compiler or a
+failed build: one warning says so), inside an XLA program (no XLA lowering), and wherever a graph may leave the
+process (inference and export: TF Serving has no such op). Tests compare the two.
 
 The library is built with the C++ compiler (`CXX`, default `g++`) and the flags TensorFlow reports
 (`tf.sysconfig`), into `$XLNET_TF_NATIVE_CACHE` (default `~/.cache/xlnet_tf/native`), under a name that hashes the

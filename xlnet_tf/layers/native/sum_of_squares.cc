@@ -5,8 +5,8 @@
 // float32 and adds each block's sum to a double; the chunks' doubles are added in list order. The order of every sum
 // is fixed by the shapes alone, so the same input gives the same bits whatever the thread pool does (within one
 // build: an AVX2 build and a portable one add in different orders). A bfloat16 value's square is exact in float32, so
-// for bfloat16 only the block sums round; float32 squares round once more. No gradient of its own is registered here
-// (training/loop.py registers 2x).
+// for bfloat16 only the block sums round; float32 squares round once more. Its gradient (2x) is registered where the
+// library is loaded (library.py).
 
 #include <algorithm>
 #include <cstdint>
@@ -22,7 +22,6 @@
 #include "tensorflow/core/framework/common_shape_fns.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
-#include "tensorflow/core/framework/shape_inference.h"
 #include "tensorflow/core/util/work_sharder.h"
 
 namespace xlnet_tf {
