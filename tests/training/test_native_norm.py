@@ -60,7 +60,8 @@ def test_every_element_counts(dtype):
         for value, expected in ((3.0, 9.0), (np.nan, np.nan), (np.inf, np.inf), (-np.inf, np.inf), (3e19, np.inf)):
             x = base.copy()
             x[where] = value
-            got = float(ops.xlnet_tf_sum_of_squares([tf.constant(np.ones(5, np.float32), dtype), tf.constant(x, dtype)]))
+            ones = tf.constant(np.ones(5, np.float32), dtype)
+            got = float(ops.xlnet_tf_sum_of_squares([ones, tf.constant(x, dtype)]))
             np.testing.assert_equal(got - 5.0 if np.isfinite(got) else got, expected, err_msg=f"{where}, {value}")
 
 
