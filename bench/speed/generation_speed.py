@@ -10,6 +10,9 @@ For each prompt length, `--batch` copies of a random prompt are continued greedi
 same architecture):
   ours_xla / ours_graph: xlnet_tf.inference.generation.generate, the whole decode loop one `tf.function`, with and
     without XLA (memory buffer = prompt + new tokens: the whole past, the causal layout);
+  ours_bf16: the same model's bfloat16 export twin (`serving.half_weights.rounded_once` of its `mixed_bfloat16`
+    form): the prompt pass under XLA, every step the native op (`GenerationSettings.native_step`'s default for a
+    bfloat16 model; xlnet_tf/inference/native_step.py);
   recompute: bench.generation_reference.recompute_logits, the whole prefix recomputed for every token (one row; the
     vanilla Transformer path, a `tf.function` per prefix bucket of 16);
   hf_mems / hf_no_mems: `XLNetLMHeadModel.generate` eager (its layout: prompt + dummy token; with memories it
@@ -37,7 +40,7 @@ from bench import cli  # noqa: E402
 from xlnet_tf.errors import UserError  # noqa: E402
 
 FLAGS = flags.FlagValues()  # defined by define_flags when the script runs, never at import
-WAYS = ("ours_xla", "ours_graph", "recompute", "hf_mems", "hf_no_mems")
+WAYS = ("ours_xla", "ours_graph", "ours_bf16", "recompute", "hf_mems", "hf_no_mems")
 BF16_WAYS = ("hf_mems_bf16", "hf_compiled_bf16")  # Hugging Face under bfloat16 autocast (named in --ways)
 HF_WAYS = ("hf_mems", "hf_no_mems", "hf_compiled", *BF16_WAYS)  # Hugging Face's ways: the best one is the reference
 
@@ -67,6 +70,16 @@ def _ours(model, prompts, new_tokens, jit):
 
     settings = GenerationSettings(max_new_tokens=new_tokens, stop_ids=(), jit_compile=jit)
     return lambda: generate(model, prompts, settings)
+
+
+def _bfloat16_twin(model):
+    """`model`'s weights in the pure bfloat16 policy, rounded once (what a bfloat16 export serves)."""
+    from xlnet_tf.models import XLNetPretrainer
+    from xlnet_tf.serving.half_weights import rounded_once
+
+    mixed = XLNetPretrainer.from_config({**model.get_config(), "dtype": "mixed_bfloat16"})
+    mixed.set_weights(model.get_weights())
+    return rounded_once(mixed)
 
 
 def _recompute(model, prompt, new_tokens):
@@ -135,7 +148,7 @@ def main():
     model = XLNetPretrainer(config)
     hf = transformers.XLNetLMHeadModel(transformers.XLNetConfig(**config.to_hf_dict())).eval()
     ways = list(FLAGS.ways) + (["hf_compiled"] if FLAGS.torch_compile else [])
-    compiled = None
+    compiled = twin = None
     results = []
     for length in [int(n) for n in FLAGS.prompt_lens]:
         prompt = [int(i) for i in np.random.default_rng(length).integers(10, FLAGS.n_token, length)]
@@ -148,6 +161,9 @@ def main():
             for n, key in ((n_all, "all"), (1, "first")):
                 if way in ("ours_xla", "ours_graph"):
                     runs[way, key] = _ours(model, prompts, n, way == "ours_xla")
+                elif way == "ours_bf16":
+                    twin = twin or _bfloat16_twin(model)
+                    runs[way, key] = _ours(twin, prompts, n, True)
                 elif way == "recompute":
                     runs[way, key] = _recompute(model, prompt, n)
                 elif way in ("hf_mems", "hf_no_mems", "hf_mems_bf16"):
@@ -206,8 +222,9 @@ def main():
                                  f"{r[f'{way}_tokens_per_s']} | "
                                  f"{r[f'{way}_first_token_ms']} | {r[f'{way}_warmup_s']} |")
         lines += ["", "Ratios (ours_xla tokens/s over the other's; time to first token of the best Hugging Face way "
-                  "over ours):", "", "| prompt | new | vs best Hugging Face | vs recompute | first token vs HF |",
-                  "|---|---|---|---|---|"]
+                  "over ours; the last column: ours_bf16's tokens/s over the best Hugging Face way's):", "",
+                  "| prompt | new | vs best Hugging Face | vs recompute | first token vs HF | ours_bf16 vs best HF |",
+                  "|---|---|---|---|---|---|"]
         for r in results:
             lines.append(f"| {r['prompt_len']} | {r['new_tokens']} | " + " | ".join(ratios(r)) + " |")
         with open(FLAGS.output + ".md", "w", encoding="utf-8") as f:
@@ -215,11 +232,13 @@ def main():
 
 
 def ratios(row):
-    """`(vs best HF, vs recompute, first-token ratio)` as text cells ("-" where a way was not run)."""
+    """`(vs best HF, vs recompute, first-token ratio, ours_bf16 vs best HF)` as text cells ("-" where a way was not
+    run)."""
     ours = row.get("ours_xla_tokens_per_s")
     hf = {w: row[f"{w}_tokens_per_s"] for w in HF_WAYS if f"{w}_tokens_per_s" in row}
     if not ours:
-        return ["-", "-", "-"]
+        bf16 = row.get("ours_bf16_tokens_per_s")
+        return ["-", "-", "-", f"{bf16 / max(hf.values()):.1f}x" if bf16 and hf else "-"]
     cells = []
     if hf:
         best = max(hf, key=hf.get)
@@ -233,6 +252,8 @@ def ratios(row):
         cells.append(f"{first / row['ours_xla_first_token_ms']:.1f}x")
     else:
         cells.append("-")
+    bf16 = row.get("ours_bf16_tokens_per_s")
+    cells.append(f"{bf16 / max(hf.values()):.1f}x" if bf16 and hf else "-")
     return cells
 
 

@@ -256,7 +256,8 @@ def test_top_k_of_one_is_greedy():
 # ---------------------------------------------------------------------------------------------- bad inputs
 @pytest.mark.parametrize("field, value", [
     ("max_new_tokens", 0), ("temperature", -0.5), ("top_p", 0.0), ("top_p", 1.5), ("top_k", -1),
-    ("repetition_penalty", 0.0), ("layout", "sideways"), ("mem_len", 0), ("stop_ids", (-1,)), ("segment_len", 0)])
+    ("repetition_penalty", 0.0), ("layout", "sideways"), ("mem_len", 0), ("stop_ids", (-1,)), ("segment_len", 0),
+    ("native_step", "yes"), ("jit_compile", 1)])
 def test_bad_settings_name_the_field(field, value):
     from run import generate as runner
     from xlnet_tf.errors import UserError

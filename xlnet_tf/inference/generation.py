@@ -99,7 +99,7 @@ def generate(model, prompts: Sequence[Sequence[int]], settings: GenerationSettin
     if forced is not None and ((forced < 0) | (forced >= n_token)).any():
         raise UserError(f"forced_ids: ids outside the model's vocabulary (0 to {n_token - 1}), e.g. "
                         f"{int(forced[(forced < 0) | (forced >= n_token)][0])}")
-    program = program_for(model, program_structure(s))
+    program = program_for(model, program_structure(s, model))
     out = program(tf.constant(ids), tf.constant(mask), tf.constant((keys & 0xFFFFFFFF).astype(np.uint32)),
                   program_values(s), None if forced is None else tf.constant(forced), mem_len, seg,
                   bool(return_logits))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from xlnet_tf.backbone import cache_mems
-from xlnet_tf.inference import decoding, sampling
+from xlnet_tf.inference import decoding, native_step, sampling
 from xlnet_tf.text.layout import PADDING_ID
 
 
@@ -26,8 +26,6 @@ def run(model, st, ids, mask, row_keys, values, forced, mem_len: int, seg: int, 
     c = model.backbone.config
     batch, n_new, vocab = tf.shape(ids)[0], st.max_new_tokens, c.n_token
     dtype = model.backbone.compute_dtype
-    mems = [tf.zeros([batch, mem_len, c.d_model], dtype) for _ in range(c.n_layer)]
-    mem_real = tf.zeros([batch, mem_len], tf.bool)
 
     # ---- the prompt, segment by segment; the last segment's query predicts the first new token
     # (the first segment reads no memory: before it every slot is empty, and a fully masked slot adds exactly 0
@@ -35,15 +33,27 @@ def run(model, st, ids, mask, row_keys, values, forced, mem_len: int, seg: int, 
     # same to float rounding (the order of the sums); the pass attends over S keys, not M + S. A row without any
     # real token, which callers refuse, would now spread its attention over S blocked keys instead of M + S:
     # meaningless either way.)
-    n_seg = ids.shape[1] // seg
-    for i in range(n_seg):
-        part, real = ids[:, i * seg:(i + 1) * seg], mask[:, i * seg:(i + 1) * seg]
-        read = (mems, mem_real) if i else ([m[:, :0] for m in mems], mem_real[:, :0])
-        content_mask, query_mask = decoding.segment_masks(read[1], real, causal=st.layout == "causal")
-        logits, inputs = decoding.read_segment(model, part, read[0], content_mask,
-                                               query_mask if i == n_seg - 1 else None, causal=st.layout == "causal")
-        mems = [cache_mems(x, m, mem_len, None) for x, m in zip(inputs, mems)]  # last M of [mems; inputs]
-        mem_real = tf.concat([mem_real, real], 1)[:, -mem_len:]
+    def prompt():  # the prompt pass, the ring of keys and values it leaves, and what every step reads unchanged
+        mems = [tf.zeros([batch, mem_len, c.d_model], dtype) for _ in range(c.n_layer)]
+        mem_real = tf.zeros([batch, mem_len], tf.bool)
+        n_seg = ids.shape[1] // seg
+        for i in range(n_seg):
+            part, real = ids[:, i * seg:(i + 1) * seg], mask[:, i * seg:(i + 1) * seg]
+            read = (mems, mem_real) if i else ([m[:, :0] for m in mems], mem_real[:, :0])
+            content_mask, query_mask = decoding.segment_masks(read[1], real, causal=st.layout == "causal")
+            logits, inputs = decoding.read_segment(model, part, read[0], content_mask,
+                                                   query_mask if i == n_seg - 1 else None,
+                                                   causal=st.layout == "causal")
+            mems = [cache_mems(x, m, mem_len, None) for x, m in zip(inputs, mems)]  # last M of [mems; inputs]
+            mem_real = tf.concat([mem_real, real], 1)[:, -mem_len:]
+        kv, real = decoding.ring_cache(model, mems, mem_real, ids.shape[1])
+        return logits, kv, real, (native_step if st.native else decoding).step_kernels(model, mem_len)
+
+    if st.native:  # the prompt pass compiled (XLA, where st.jit_compile), the steps native ops in a graph loop
+        logits, kv, real, kernels = tf.function(prompt, jit_compile=st.jit_compile, autograph=False)()
+    else:
+        logits, kv, real, kernels = prompt()
+    step = native_step.decode_position if st.native else decoding.decode_position
 
     seen = tf.zeros([batch, vocab], tf.bool)
     if st.penalty:
@@ -77,11 +87,10 @@ def run(model, st, ids, mask, row_keys, values, forced, mem_len: int, seg: int, 
         tf.constant(0), logits, seen, none, tf.zeros([batch], tf.int32), none, buffers)
 
     # ---- one position per step: the token's content stream at t, the query stream at t + 1
-    kernels = decoding.step_kernels(model, mem_len)
     start = ids.shape[1] - 1  # the token chosen at step k sits at position start + k
 
     def body(k, token, kv, real, seen, finished, lengths, stopped, buffers):
-        logits, kv, real = decoding.decode_position(model, token, start + k, kv, real, kernels)
+        logits, kv, real = step(model, token, start + k, kv, real, kernels)
         token, seen, finished, lengths, stopped, buffers = record(k, logits, seen, finished, lengths, stopped,
                                                                   buffers)
         return k + 1, token, kv, real, seen, finished, lengths, stopped, buffers
@@ -91,7 +100,6 @@ def run(model, st, ids, mask, row_keys, values, forced, mem_len: int, seg: int, 
     def cond(k, token, kv, real, seen, finished, *rest):
         return (k < limit) & tf.logical_not(tf.reduce_all(finished))
 
-    kv, real = decoding.ring_cache(model, mems, mem_real, ids.shape[1])
     state = tf.while_loop(cond, body, (tf.constant(1), token, kv, real, seen, finished, lengths, stopped, buffers),
                           maximum_iterations=max(n_new - 1, 0))
     lengths, stopped, (ids_out, lp_out, slp_out, logits_out) = state[6], state[7], state[8]

@@ -31,8 +31,10 @@ def program_for(model, structure: ProgramStructure):
     per_model = _PROGRAMS.setdefault(model, {})
     if structure not in per_model:
         ref = weakref.ref(model)
+        # the native step runs outside XLA: its program is a graph around a compiled prompt pass (loop.run)
         per_model[structure] = tf.function(lambda *args: loop.run(ref(), structure, *args),
-                                           jit_compile=structure.jit_compile, autograph=False)
+                                           jit_compile=structure.jit_compile and not structure.native,
+                                           autograph=False)
     return per_model[structure]
 
 
@@ -83,7 +85,7 @@ def request_program(model, layout: str, max_new_tokens: int, max_top_k: int, sto
         raise ValueError(f"prompt_len {prompt_len} must be a multiple of segment_len {segment_len} (or below it)")
     st = ProgramStructure(greedy=None, top_k=int(max_top_k), top_p=True, penalty=True, layout=layout,
                           max_new_tokens=int(max_new_tokens), stop_ids=tuple(int(i) for i in stop_ids),
-                          jit_compile=True)
+                          jit_compile=True, native=False)
     mem_len = prompt_len + int(max_new_tokens)
     seg = min(segment_len, prompt_len)
 

@@ -33,6 +33,10 @@ class GenerationSettings:
     layer; None = the padded prompt length + max_new_tokens, i.e. the whole past). segment_len: prompt tokens
     read per pass. pad_multiple: the padded prompt length is rounded up to it (fewer traces).
     padding_text: prepend `PADDING_TEXT <eod>` to text prompts (`generate_text`). jit_compile: XLA.
+    native_step: each step after the prompt as one native op (`native_step.py`) where the model allows it
+    (`native_step.available`): True; False: XLA's program of the step; None (default): the op for a bfloat16
+    model (about twice as fast as XLA's bfloat16 step), XLA's for float32 (the two measured even). The same numbers
+    to float32 rounding (a bfloat16 model's: closer to float32, the op keeps its activations in float32).
     """
 
     max_new_tokens: int = 32
@@ -48,6 +52,7 @@ class GenerationSettings:
     pad_multiple: int = 8
     padding_text: bool = False
     jit_compile: bool = True
+    native_step: Optional[bool] = None
 
     def __post_init__(self):
         object.__setattr__(self, "stop_ids", tuple(self.stop_ids))
@@ -79,6 +84,10 @@ class GenerationSettings:
             bad("seed", "must be an integer")
         if self.layout not in LAYOUTS:
             bad("layout", f"must be one of {LAYOUTS}")
+        for field in ("padding_text", "jit_compile", "native_step"):
+            if not isinstance(getattr(self, field), (bool, np.bool_)) and (field, getattr(self, field)) != (
+                    "native_step", None):
+                bad(field, "must be True or False" + (" or None (automatic)" if field == "native_step" else ""))
         if self.mem_len is not None and (not integer(self.mem_len) or self.mem_len < 1):
             bad("mem_len", "must be an integer >= 1 or None (the whole past)")
         return self
@@ -86,15 +95,23 @@ class GenerationSettings:
 
 # What shapes a compiled program: greedy (True, False, or None = decided at run time by the temperature), top_k
 # (the k, or with a run-time `values["top_k"]` its bound), whether top-p and the repetition penalty are on, the
-# layout, max_new_tokens (the output buffers' width), stop ids, XLA. Seed, temperature, top_p and the penalty are
+# layout, max_new_tokens (the output buffers' width), stop ids, XLA, and whether the steps are the native op
+# (`native_step.py`; resolved for the model by `program_structure`). Seed, temperature, top_p and the penalty are
 # the program's run-time inputs (`programs.program_values`): no retrace for them.
 ProgramStructure = collections.namedtuple(
-    "ProgramStructure", "greedy top_k top_p penalty layout max_new_tokens stop_ids jit_compile")
+    "ProgramStructure", "greedy top_k top_p penalty layout max_new_tokens stop_ids jit_compile native")
 
 
-def program_structure(s: GenerationSettings) -> ProgramStructure:
+def program_structure(s: GenerationSettings, model=None) -> ProgramStructure:
+    """`s`'s structure; `native` where `model` is given, `s.native_step` asks for the native step (None: for a
+    bfloat16 model) and the model allows it."""
+    from xlnet_tf.inference import native_step  # (it loads the native library only when asked)
+
+    wanted = s.native_step if s.native_step is not None else (
+        model is not None and model.backbone.compute_dtype == "bfloat16")
+    native = bool(wanted and model is not None and native_step.available(model))
     return ProgramStructure(s.temperature == 0, s.top_k, s.top_p < 1.0, s.repetition_penalty != 1.0, s.layout,
-                            s.max_new_tokens, s.stop_ids, s.jit_compile)
+                            s.max_new_tokens, s.stop_ids, s.jit_compile, native)
 
 
 @dataclasses.dataclass

@@ -4,10 +4,12 @@ XLA's CPU code runs a layer norm's forward and backward as several passes over e
 trees of separate passes, and an AdamW update as a pass per output (the moments, the weight, its bfloat16 copy);
 a C++ kernel does each in one pass (`layer_norm.cc`, `adamw.cc`; bench/speed/README.md, "Since: the layer norm and
 the update as native ops"), and the gradient norm's sum of squares reads every bfloat16 gradient once, as it is
-(`sum_of_squares.cc`, where TensorFlow casts each to float32 first). The ops are an optimization only: every caller
-has the plain TensorFlow form of the same numbers and uses it when `ops()` is None (switched off; no compiler or a
-failed build: one warning says so), inside an XLA program (no XLA lowering), and wherever a graph may leave the
-process (inference and export: TF Serving has no such op). Tests compare the two.
+(`sum_of_squares.cc`, where TensorFlow casts each to float32 first); a cached generation step is one op over every
+layer (`decode_step.cc`, where XLA runs some 50 small dependent products). The ops are an optimization only: every
+caller has the plain TensorFlow form of the same numbers and uses it when `ops()` is None (switched off; no compiler
+or a failed build: one warning says so), inside an XLA program (no XLA lowering), and wherever a graph may leave the
+process (export: TF Serving has no such op; `generate` in this process may take the decode step). Tests compare the
+two.
 
 The library is built with the C++ compiler (`CXX`, default `g++`) and the flags TensorFlow reports
 (`tf.sysconfig`), into `$XLNET_TF_NATIVE_CACHE` (default `~/.cache/xlnet_tf/native`), under a name that hashes the
@@ -30,7 +32,7 @@ import warnings
 import tensorflow as tf
 from tensorflow.python.framework import ops as framework_ops  # RegisterGradient: no public API for an op's gradient
 
-SOURCES = ("adamw.cc", "layer_norm.cc", "sum_of_squares.cc")
+SOURCES = ("adamw.cc", "decode_step.cc", "layer_norm.cc", "sum_of_squares.cc")
 HEADERS = ("bfloat16_bits.h",)  # included by the sources: part of the cache key
 SWITCH = "XLNET_TF_NATIVE"
 CACHE = "XLNET_TF_NATIVE_CACHE"
