@@ -146,3 +146,61 @@ print("portable kernel ok")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}, cwd=os.getcwd())
     assert "portable kernel ok" in done.stdout, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("config", [dict(TINY, d_model=32, d_head=16, d_inner=48), ODD],
+                         ids=["split_bfloat16_kernels", "scalar"])
+def test_a_bfloat16_model_computes_the_float32_ops_numbers_from_its_weights(config):
+    """A float32 model holding the bfloat16 model's (rounded) weights and the same cache: the same logits through
+    the op, but for the new position's key and value, which the bfloat16 cache stores rounded. d_head 16 and
+    widths of multiples of 16 take the bfloat16 kernels that split each 16 values into even and odd halves."""
+    _ops_loaded()
+    import tensorflow as tf
+
+    from xlnet_tf.inference import native_step
+
+    half = _model("bfloat16", **config)
+    full = _model(**config)
+    full.set_weights([np.asarray(tf.cast(w, tf.float32)) for w in half.get_weights()])
+    rng = np.random.default_rng(3)
+    batch, slots, c = 2, 13, half.backbone.config
+    cache = [tuple(tf.cast(tf.constant(rng.normal(size=[batch, c.n_head, slots, c.d_head]), tf.float32), tf.bfloat16)
+                   for _ in range(2)) for _ in range(c.n_layer)]
+    real = tf.constant(rng.random([batch, slots]) < 0.8)
+    token, t = tf.constant([3, 9]), tf.constant(29)
+    logits = {}
+    for name, model, kv in (("half", half, cache),
+                            ("full", full, [tuple(tf.cast(x, tf.float32) for x in pair) for pair in cache])):
+        kernels = native_step.step_kernels(model, slots - 1)
+        logits[name] = np.asarray(native_step.decode_position(model, token, t, kv, real, kernels)[0])
+    scale = np.max(np.abs(logits["full"]))
+    print("bf16 vs f32 op", np.max(np.abs(logits["half"] - logits["full"])) / scale)
+    assert np.max(np.abs(logits["half"] - logits["full"])) <= 0.02 * scale
+
+
+def test_steps_of_two_threads_at_once_give_each_its_own_numbers():
+    """Two `generate` calls at once share the op's helper threads (each step's job replaces the last one's): every
+    row still gets the numbers it gets alone."""
+    _ops_loaded()
+    import threading
+
+    from xlnet_tf.inference.generation import generate
+
+    model = _model("bfloat16")
+    forced = [[(3 * k + 1) % 53 for k in range(30)]]
+    prompts = [[[7, 8, 9, 10]], [[40, 41, 2]]]
+    alone = [generate(model, p, _settings(max_new_tokens=30, mem_len=12), forced_ids=forced,
+                      return_logits=True).logits for p in prompts]
+    together = [None, None]
+
+    def run(i):
+        for _ in range(3):
+            together[i] = generate(model, prompts[i], _settings(max_new_tokens=30, mem_len=12), forced_ids=forced,
+                                   return_logits=True).logits
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    for a, b in zip(alone, together):
+        np.testing.assert_array_equal(a, b)

@@ -22,8 +22,8 @@ ACTIVATIONS = ("gelu", "relu")  # the op's feed-forward activations (`gelu`: the
 MAX_HEAD = 256  # d_head (decode_step.cc kMaxHead)
 
 # What every step reads unchanged, arranged once before the loop (`step_kernels`): per layer a `LayerKernels`,
-# the word embedding `[V, D]` and the LM head's bias `[V]` float32.
-StepKernels = collections.namedtuple("StepKernels", "layers embedding logit_bias")
+# the word embedding `[V, D]`, the query stream's mask embedding `[D]` and the LM head's bias `[V]` float32.
+StepKernels = collections.namedtuple("StepKernels", "layers embedding mask_emb logit_bias")
 # per layer, in the compute dtype unless said: `qkv [3 W, D]`, `position_keys [H, P, Dh]`, `attention_biases
 # [4, H, Dh]` (r_w, r_r, r_s, the "same segment" row), `output [D, W]`, `ff_in [F, D]`, `ff_in_bias [F]`,
 # `ff_out [D, F]`, `ff_out_bias [D]`, `norms [4, D]` float32 (attention LayerNorm gamma, beta; feed-forward's)
@@ -60,29 +60,20 @@ def step_kernels(model, mem_len: int) -> StepKernels:
             ff_out=tf.transpose(cast(ff.layer_2.kernel)), ff_out_bias=cast(ff.layer_2.bias),
             norms=tf.stack([tf.cast(w, tf.float32) for w in (attention.layer_norm.gamma, attention.layer_norm.beta,
                                                                ff.layer_norm.gamma, ff.layer_norm.beta)])))
-    return StepKernels(layers, tf.cast(backbone.word_embedding, dtype), tf.cast(model.lm_head.bias, tf.float32))
+    return StepKernels(layers, tf.cast(backbone.word_embedding, dtype),
+                       tf.reshape(tf.cast(backbone.mask_emb, dtype), [-1]), tf.cast(model.lm_head.bias, tf.float32))
 
 
 def decode_position(model, token, t, kv, real, kernels: StepKernels):
     """`decoding.decode_position` (its arguments and returns: `(logits [B, n_token] float32, kv, real)`) by the op,
     with `kernels` from `step_kernels`."""
     backbone = model.backbone
-    batch, slots = tf.shape(token)[0], real.shape[1]
-    slot, ids = t % slots, tf.range(slots)
-    real = real | tf.equal(ids, slot)[None]
-    columns = slots - tf.math.floormod(t - ids, slots)  # distance d = (t - j) mod R at row M + 1 - d
-    content_blocked = tf.logical_not(real)
-    query_blocked = content_blocked | tf.equal(ids, (t + 1) % slots)[None]
-    h = backbone.embed(token[:, None])
-    g = tf.tile(tf.cast(backbone.mask_emb, backbone.compute_dtype), [batch, 1, 1])
-    streams = tf.cast(tf.concat([h, g], 1), tf.float32)
-    layers = kernels.layers
-    lists = [[getattr(k, name) for k in layers] for name in LayerKernels._fields]
+    lists = [[getattr(k, name) for k in kernels.layers] for name in LayerKernels._fields]
     c = backbone.config
-    out = library.ops().xlnet_tf_decode_step(
-        streams, [k for k, _ in kv], [v for _, v in kv], tf.cast(slot, tf.int32), tf.cast(columns, tf.int32),
-        content_blocked, query_blocked, *lists, kernels.embedding, kernels.logit_bias,
-        scale=float(backbone.xl_layers[0].rel_attn.scale), epsilon=float(c.layer_norm_eps),
-        activation=c.ff_activation)
-    logits, keys, values = out
+    # the op writes slot t % R, builds both rows' windows and reads both rows' inputs itself (a step's TensorFlow
+    # ops around it cost more than their arithmetic: each is an executor dispatch)
+    logits, real, keys, values = library.ops().xlnet_tf_decode_step(
+        tf.cast(token, tf.int32), tf.cast(t, tf.int32), real, [k for k, _ in kv], [v for _, v in kv], *lists,
+        kernels.embedding, kernels.mask_emb, kernels.logit_bias, scale=float(backbone.xl_layers[0].rel_attn.scale),
+        epsilon=float(c.layer_norm_eps), activation=c.ff_activation)
     return logits, list(zip(keys, values)), real

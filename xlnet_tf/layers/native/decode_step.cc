@@ -12,25 +12,35 @@
 // Why: a step at one position streams every weight once (about 30 MB per token for 4 x 256 with 8,000 words and
 // a 768-slot cache) and XLA's CPU program of the step runs some 50 dependent small products, each a thread-pool
 // dispatch, with the threads idle a fifth of the time (bench/speed/README.md, "Generation"). Here the step is a
-// list of phases (a product, the attention, a LayerNorm), each cut into chunks that the calling thread and the
-// pool's helpers claim in order from one counter; a chunk starts once every chunk of the phases before it is done
+// list of phases (a product, the attention, a LayerNorm), each cut into chunks that the calling thread and our
+// helper threads (`Helpers`) claim in order from one counter; a chunk starts once every chunk of the phases before
+// it is done
 // (spinning), so the threads never wait on a pool dispatch, and no thread ever waits on a chunk nobody claimed:
 // a helper that starts late only finds less to do. Products of few rows are bound by reading their weights, and a
 // bfloat16 model's weights are half the bytes (its XLA step converts them back to float32 for each product).
 //
+// Inputs: the chosen tokens [B], their position t and the ring's mask real [B, R] (True = a real position); the op
+// writes slot t % R, reads the rows' inputs (the token's embedding, the mask embedding) and builds both rows'
+// windows itself (as decoding.decode_position does with TensorFlow ops, each an executor dispatch in a graph loop).
 // Layouts (arranged once before a decoding loop, xlnet_tf/inference/native_step.py): every product's weight as
 // [out, in] (a row per output, read contiguously: the word embedding [V, D] as it is stored); the position keys
-// [H, P, Dh] (row p encodes the distance P - 1 - p, the content row at slot j reads row columns[j], the query
-// row columns[j] - 1).
+// [H, R + 1, Dh] (row p encodes the distance R - p: slot j, at distance (t - j) mod R, reads row R - that for the
+// content row and the row before for the query row). A bfloat16 weight whose rows are multiples of 16 is read 16
+// values at a time, split into even and odd halves without a shuffle (`Split16`).
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -42,7 +52,6 @@
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
-#include "tensorflow/core/lib/core/threadpool.h"
 
 namespace xlnet_tf {
 namespace {
@@ -180,6 +189,81 @@ inline void Dot2(const T* w, const float* x0, const float* x1, int64_t n, float*
   *out1 = s1;
 }
 
+#ifdef __AVX2__
+// 16 bfloat16 values as float32 without a shuffle: the even-indexed 8 (each 32-bit lane's low half moved up) and
+// the odd-indexed 8 (its high half as it is). A dot product with such a row reads the other side deinterleaved the
+// same way (`Deinterleave`): the same products, summed in another order.
+inline void Split16(const Eigen::bfloat16* p, __m256* even, __m256* odd) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  *even = _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  *odd = _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// out: x (n a multiple of 16) with each block of 16 as its 8 even-indexed values, then its 8 odd-indexed ones
+inline void Deinterleave(const float* x, int64_t n, float* out) {
+  for (int64_t b = 0; b < n; b += 16) {
+    for (int i = 0; i < 8; ++i) {
+      out[b + i] = x[b + 2 * i];
+      out[b + 8 + i] = x[b + 2 * i + 1];
+    }
+  }
+}
+
+// Dot2 of a bfloat16 row against rows deinterleaved (n a multiple of 16)
+inline void Dot2Split(const Eigen::bfloat16* w, const float* x0, const float* x1, int64_t n, float* out0,
+                      float* out1) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    __m256 even, odd;
+    Split16(w + i, &even, &odd);
+    a0 = _mm256_fmadd_ps(even, _mm256_loadu_ps(x0 + i), a0);
+    a1 = _mm256_fmadd_ps(odd, _mm256_loadu_ps(x0 + i + 8), a1);
+    b0 = _mm256_fmadd_ps(even, _mm256_loadu_ps(x1 + i), b0);
+    b1 = _mm256_fmadd_ps(odd, _mm256_loadu_ps(x1 + i + 8), b1);
+  }
+  *out0 = Sum8(_mm256_add_ps(a0, a1));
+  *out1 = Sum8(_mm256_add_ps(b0, b1));
+}
+
+inline float DotSplit(const Eigen::bfloat16* w, const float* x, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    __m256 even, odd;
+    Split16(w + i, &even, &odd);
+    a0 = _mm256_fmadd_ps(even, _mm256_loadu_ps(x + i), a0);
+    a1 = _mm256_fmadd_ps(odd, _mm256_loadu_ps(x + i + 8), a1);
+  }
+  return Sum8(_mm256_add_ps(a0, a1));
+}
+
+// Dot8 of bfloat16 rows against q deinterleaved (dh a multiple of 16)
+inline __m256 Dot8Split(const Eigen::bfloat16* const rows[8], const float* q, int64_t dh) {
+  __m256 a[8];
+  for (int k = 0; k < 8; ++k) a[k] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < dh; d += 16) {
+    const __m256 qe = _mm256_loadu_ps(q + d), qo = _mm256_loadu_ps(q + d + 8);
+    for (int k = 0; k < 8; ++k) {
+      __m256 even, odd;
+      Split16(rows[k] + d, &even, &odd);
+      a[k] = _mm256_fmadd_ps(odd, qo, _mm256_fmadd_ps(even, qe, a[k]));
+    }
+  }
+  const __m256 s0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  const __m256 s1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(s0, s1, 0x20), _mm256_permute2f128_ps(s0, s1, 0x31));
+}
+#endif
+
+// Whether a bfloat16 weight of `n` columns takes the split kernels
+template <typename T>
+constexpr bool Splits(int64_t n) {
+#ifdef __AVX2__
+  return std::is_same_v<T, Eigen::bfloat16> && n % 16 == 0;
+#else
+  return false;
+#endif
+}
+
 // acc[i] += p * v[i]
 template <typename T>
 inline void Axpy(float p, const T* v, float* acc, int64_t n) {
@@ -213,15 +297,34 @@ void Scores(const T* kh, const T* ph, const int32_t* columns, int row, const flo
 #ifdef __AVX2__
   if (dh % 8 == 0) {
     const __m256 bias = _mm256_set1_ps(ef), scaled = _mm256_set1_ps(scale);
+    float qw_split[kMaxHead], qr_split[kMaxHead];
+    if constexpr (Splits<T>(16)) {
+      if (Splits<T>(dh)) {
+        Deinterleave(qw, dh, qw_split);
+        Deinterleave(qr, dh, qr_split);
+      }
+    }
     for (; j + 8 <= slots; j += 8) {
+      uint64_t closed;  // eight blocked slots: no score to compute
+      std::memcpy(&closed, blocked + j, 8);
+      if (closed == 0x0101010101010101ull) {
+        _mm256_storeu_ps(s + j, _mm256_set1_ps(kMaskValue));
+        continue;
+      }
       const T* keys[8];
       const T* pos[8];
       for (int k = 0; k < 8; ++k) {
         keys[k] = kh + (j + k) * dh;
         pos[k] = ph + (columns[j + k] - row) * dh;
       }
-      const __m256 total = _mm256_add_ps(_mm256_add_ps(Dot8(keys, qw, dh), Dot8(pos, qr, dh)), bias);
-      _mm256_storeu_ps(s + j, _mm256_mul_ps(total, scaled));
+      __m256 total;
+      if constexpr (Splits<T>(16)) {
+        total = Splits<T>(dh) ? _mm256_add_ps(Dot8Split(keys, qw_split, dh), Dot8Split(pos, qr_split, dh))
+                              : _mm256_add_ps(Dot8(keys, qw, dh), Dot8(pos, qr, dh));
+      } else {
+        total = _mm256_add_ps(Dot8(keys, qw, dh), Dot8(pos, qr, dh));
+      }
+      _mm256_storeu_ps(s + j, _mm256_mul_ps(_mm256_add_ps(total, bias), scaled));
     }
   }
 #endif
@@ -237,6 +340,36 @@ void WeightedValues(const T* vh, const float* p0, const float* p1, int64_t slots
                     float* out1) {
   int64_t first = 0;
 #ifdef __AVX2__
+  if constexpr (Splits<T>(16)) {
+    if (Splits<T>(dh)) {  // 32 columns at a time as even and odd halves of two blocks of 16, interleaved at the end
+      for (; first < dh; first += 32) {
+        const int n = static_cast<int>(std::min<int64_t>(32, dh - first) / 16);
+        __m256 a[4], b[4];
+        for (int v = 0; v < 4; ++v) a[v] = b[v] = _mm256_setzero_ps();
+        for (int64_t j = 0; j < slots; ++j) {
+          if (p0[j] == 0.f && p1[j] == 0.f) continue;
+          const __m256 w0 = _mm256_set1_ps(p0[j]), w1 = _mm256_set1_ps(p1[j]);
+          for (int v = 0; v < n; ++v) {
+            __m256 even, odd;
+            Split16(vh + j * dh + first + 16 * v, &even, &odd);
+            a[2 * v] = _mm256_fmadd_ps(w0, even, a[2 * v]);
+            a[2 * v + 1] = _mm256_fmadd_ps(w0, odd, a[2 * v + 1]);
+            b[2 * v] = _mm256_fmadd_ps(w1, even, b[2 * v]);
+            b[2 * v + 1] = _mm256_fmadd_ps(w1, odd, b[2 * v + 1]);
+          }
+        }
+        for (int v = 0; v < n; ++v) {
+          for (auto [acc, out] : {std::pair{a, out0}, {b, out1}}) {
+            const __m256 lo = _mm256_unpacklo_ps(acc[2 * v], acc[2 * v + 1]);
+            const __m256 hi = _mm256_unpackhi_ps(acc[2 * v], acc[2 * v + 1]);
+            _mm256_storeu_ps(out + first + 16 * v, _mm256_permute2f128_ps(lo, hi, 0x20));
+            _mm256_storeu_ps(out + first + 16 * v + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+          }
+        }
+      }
+      return;
+    }
+  }
   if (dh % 8 == 0) {
     for (; first < dh; first += 32) {  // 32 columns at a time: 8 accumulators in registers
       const int n = static_cast<int>(std::min<int64_t>(32, dh - first) / 8);
@@ -319,7 +452,7 @@ struct Phase {
 struct Claims {
   std::atomic<int64_t> next{0};  // the next chunk to claim (all phases in one sequence)
   std::atomic<int64_t> done{0};  // chunks finished
-  std::atomic<int> joined{0};     // helpers that started
+  std::atomic<int> joined{0};     // helpers that joined
 };
 
 inline void Pause() {
@@ -342,24 +475,80 @@ void Work(const std::shared_ptr<Claims>& claims, const std::vector<Phase>* phase
   }
 }
 
+// What a helper needs to join a step's work. `claims` outlives the step; `phases` and `starts` are the caller's,
+// read by a helper only while a chunk is left to claim (the caller waits for every claimed chunk).
+struct Job {
+  std::shared_ptr<Claims> claims;
+  const std::vector<Phase>* phases = nullptr;
+  const std::vector<int64_t>* starts = nullptr;
+  int64_t total = 0;
+  int admitted = 0;
+};
+
+// Threads of our own that join each step. TensorFlow's intra-op pool sleeps between the steps of a decoding loop
+// (a helper scheduled there started ~400 us late, measured with 2 inter-op threads), and its inter-op runner may
+// run a closure inline (the caller then did a whole step alone before its own part). A helper spins for a new job
+// for kSpin after each one (a loop's next step comes ~30 us after the last), then sleeps until the next.
+class Helpers {
+ public:
+  static Helpers& Get() {
+    static Helpers* helpers = new Helpers();  // never destroyed: its threads are detached and live with the process
+    return *helpers;
+  }
+
+  // Starts threads up to `n`, hands them `job` and returns.
+  void Publish(int n, Job job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (; threads_ < n; ++threads_) std::thread([this] { Loop(); }).detach();
+      job_ = std::move(job);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  static constexpr std::chrono::microseconds kSpin{2000};
+
+  void Loop() {
+    uint64_t seen = generation_.load(std::memory_order_acquire);
+    for (;;) {
+      const auto deadline = std::chrono::steady_clock::now() + kSpin;
+      for (int i = 0; generation_.load(std::memory_order_acquire) == seen; ++i) {
+        if (i % 64 == 0 && std::chrono::steady_clock::now() > deadline) {
+          std::unique_lock<std::mutex> lock(mu_);
+          cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+          break;
+        }
+        Pause();
+      }
+      Job job;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        job = job_;
+        seen = generation_.load(std::memory_order_acquire);
+      }
+      if (job.claims && job.claims->joined.fetch_add(1, std::memory_order_relaxed) < job.admitted) {
+        Work(job.claims, job.phases, job.starts, job.total);
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<uint64_t> generation_{0};
+  Job job_;
+  int threads_ = 0;
+};
+
 void RunPhases(OpKernelContext* ctx, const std::vector<Phase>& phases) {
   std::vector<int64_t> starts(1, 0);
   for (const Phase& phase : phases) starts.push_back(starts.back() + phase.chunks);
   const int64_t total = starts.back();
   auto claims = std::make_shared<Claims>();
-  auto* workers = ctx->device()->tensorflow_cpu_worker_threads();
-  const int helpers = std::max(0, std::min(workers->num_threads - 1, 7));
-  // Each helper is offered to both of TensorFlow's pools, the first `helpers` to start are admitted: the inter-op
-  // pool's threads are awake between the loop's ops (a helper there starts within ~20 us), while the intra-op
-  // pool's sleep between steps (~400 us to start, measured with 2 inter-op threads) but are there when the
-  // inter-op pool has no other thread.
-  auto offer = [claims, &phases, &starts, total, helpers] {
-    if (claims->joined.fetch_add(1, std::memory_order_relaxed) < helpers) Work(claims, &phases, &starts, total);
-  };
-  for (int i = 0; i < helpers; ++i) {
-    if (ctx->runner() != nullptr) (*ctx->runner())(offer);
-    workers->workers->Schedule(offer);
-  }
+  // as many threads as TensorFlow's intra-op pool has, the caller one of them
+  const int helpers = std::max(0, std::min(ctx->device()->tensorflow_cpu_worker_threads()->num_threads - 1, 7));
+  if (helpers > 0) Helpers::Get().Publish(helpers, Job{claims, &phases, &starts, total, helpers});
   Work(claims, &phases, &starts, total);
   while (claims->done.load(std::memory_order_acquire) < total) Pause();
 }
@@ -375,6 +564,26 @@ void AddProduct(std::vector<Phase>* phases, const T* w, int64_t out, int64_t in,
   const int64_t per = RowsPerChunk(in, sizeof(T));
   phases->push_back(Phase{(out + per - 1) / per, [=](int64_t chunk) {
                             const int64_t first = chunk * per, last = std::min(out, first + per);
+#ifdef __AVX2__
+                            if constexpr (Splits<T>(16)) {
+                              if (Splits<T>(in)) {  // x deinterleaved once per chunk
+                                thread_local std::vector<float> split;
+                                split.resize(rows * in);
+                                for (int64_t r = 0; r < rows; ++r) Deinterleave(x + r * x_stride, in, &split[r * in]);
+                                for (int64_t o = first; o < last; ++o) {
+                                  const T* row = w + o * in;
+                                  int64_t r = 0;
+                                  for (; r + 2 <= rows; r += 2) {
+                                    Dot2Split(row, &split[r * in], &split[(r + 1) * in], in, &y[r * out + o],
+                                              &y[(r + 1) * out + o]);
+                                  }
+                                  for (; r < rows; ++r) y[r * out + o] = DotSplit(row, &split[r * in], in);
+                                }
+                                if (finish) finish(first, last - first);
+                                return;
+                              }
+                            }
+#endif
                             for (int64_t o = first; o < last; ++o) {
                               const T* row = w + o * in;
                               int64_t r = 0;
@@ -403,10 +612,17 @@ class DecodeStepOp : public OpKernel {
   }
 
   void Compute(OpKernelContext* ctx) override {
-    const Tensor& streams = ctx->input(0);
-    OP_REQUIRES(ctx, streams.dims() == 3 && streams.dim_size(1) == 2,
-                InvalidArgument("XlnetTfDecodeStep: streams must be [B, 2, D]"));
-    const int64_t batch = streams.dim_size(0), d = streams.dim_size(2);
+    const Tensor& token_t = ctx->input(0);
+    const Tensor& position_t = ctx->input(1);
+    const Tensor& real_t = ctx->input(2);
+    const Tensor& embedding = ctx->input(ctx->num_inputs() - 3);
+    const Tensor& mask_emb = ctx->input(ctx->num_inputs() - 2);
+    const Tensor& logit_bias = ctx->input(ctx->num_inputs() - 1);
+    OP_REQUIRES(ctx, token_t.dims() == 1 && position_t.dims() == 0 && real_t.dims() == 2 &&
+                         real_t.dim_size(0) == token_t.dim_size(0) && embedding.dims() == 2,
+                InvalidArgument("XlnetTfDecodeStep: token [B], a scalar position, real [B, R] and embedding [V, D] "
+                                "expected"));
+    const int64_t batch = token_t.dim_size(0), d = embedding.dim_size(1);
     OpInputList keys, values, qkv, position_keys, attention_biases, output, ff_in, ff_in_bias, ff_out, ff_out_bias,
         norms;
     for (auto [name, list] : {std::pair{"keys", &keys}, {"values", &values}, {"qkv", &qkv},
@@ -415,12 +631,6 @@ class DecodeStepOp : public OpKernel {
                               {"ff_out", &ff_out}, {"ff_out_bias", &ff_out_bias}, {"norms", &norms}}) {
       OP_REQUIRES_OK(ctx, ctx->input_list(name, list));
     }
-    const Tensor& slot_t = ctx->input(2 * layers_ + 1);
-    const Tensor& columns_t = ctx->input(2 * layers_ + 2);
-    const Tensor& content_blocked_t = ctx->input(2 * layers_ + 3);
-    const Tensor& query_blocked_t = ctx->input(2 * layers_ + 4);
-    const Tensor& embedding = ctx->input(ctx->num_inputs() - 2);
-    const Tensor& logit_bias = ctx->input(ctx->num_inputs() - 1);
 
     const Tensor& k0 = keys[0];
     OP_REQUIRES(ctx, k0.dims() == 4 && k0.dim_size(0) == batch,
@@ -443,30 +653,45 @@ class DecodeStepOp : public OpKernel {
                                     tensor->shape().DebugString(), " where ", shape.DebugString(), " belongs"));
       }
     }
-    OP_REQUIRES(ctx, embedding.dims() == 2 && embedding.dim_size(1) == d && logit_bias.dims() == 1 &&
-                         logit_bias.dim_size(0) == vocab,
-                InvalidArgument("XlnetTfDecodeStep: embedding [V, D] and logit_bias [V] expected"));
-    OP_REQUIRES(ctx, columns_t.dims() == 1 && columns_t.dim_size(0) == slots &&
-                         content_blocked_t.shape() == TensorShape({batch, slots}) &&
-                         query_blocked_t.shape() == TensorShape({batch, slots}) && slot_t.dims() == 0,
-                InvalidArgument("XlnetTfDecodeStep: columns [R], masks [B, R] and a scalar slot expected"));
-    const int32_t slot = slot_t.scalar<int32_t>()();
-    OP_REQUIRES(ctx, 0 <= slot && slot < slots, InvalidArgument("XlnetTfDecodeStep: slot ", slot, " outside [0, ",
-                                                                slots, ")"));
-    const int32_t* columns = columns_t.flat<int32_t>().data();
-    const bool* content_blocked = content_blocked_t.flat<bool>().data();
-    const bool* query_blocked = query_blocked_t.flat<bool>().data();
-    for (int64_t j = 0; j < slots; ++j) {
-      OP_REQUIRES(ctx, 1 <= columns[j] && columns[j] < positions,
-                  InvalidArgument("XlnetTfDecodeStep: columns[", j, "] = ", columns[j], " outside [1, ", positions,
-                                  ")"));
+    OP_REQUIRES(ctx, logit_bias.dims() == 1 && logit_bias.dim_size(0) == vocab && mask_emb.NumElements() == d &&
+                         real_t.dim_size(1) == slots && positions == slots + 1,
+                InvalidArgument("XlnetTfDecodeStep: logit_bias [V], mask_emb [D], real [B, R] and R + 1 position "
+                                "keys expected"));
+    const int32_t* token = token_t.flat<int32_t>().data();
+    for (int64_t b = 0; b < batch; ++b) {
+      OP_REQUIRES(ctx, 0 <= token[b] && token[b] < vocab,
+                  InvalidArgument("XlnetTfDecodeStep: token[", b, "] = ", token[b], " outside [0, ", vocab, ")"));
     }
+    const int64_t t = position_t.scalar<int32_t>()();
+    OP_REQUIRES(ctx, t >= 0, InvalidArgument("XlnetTfDecodeStep: position ", t, " < 0"));
+    // position t in slot t % R (now real); the content row sees every real slot, the query row (t + 1) not the
+    // slot of position t + 1 - R; slot j holds distance (t - j) mod R, row R - distance of the position keys
+    const int64_t slot = t % slots, next = (t + 1) % slots;
+    Tensor* real_out_t = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, real_t.shape(), &real_out_t));
+    bool* real_out = real_out_t->flat<bool>().data();
+    std::memcpy(real_out, real_t.flat<bool>().data(), batch * slots * sizeof(bool));
+    std::vector<char> content_mask(batch * slots), query_mask(batch * slots);
+    bool* content_blocked = reinterpret_cast<bool*>(content_mask.data());
+    bool* query_blocked = reinterpret_cast<bool*>(query_mask.data());
+    for (int64_t b = 0; b < batch; ++b) {
+      real_out[b * slots + slot] = true;
+      for (int64_t j = 0; j < slots; ++j) {
+        content_blocked[b * slots + j] = !real_out[b * slots + j];
+        query_blocked[b * slots + j] = content_blocked[b * slots + j] || j == next;
+      }
+    }
+    std::vector<int32_t> column_rows(slots);
+    for (int64_t j = 0; j < slots; ++j) {
+      column_rows[j] = static_cast<int32_t>(slots - ((t - j) % slots + slots) % slots);
+    }
+    const int32_t* columns = column_rows.data();
 
     // the caches, written in place where TensorFlow hands over their buffers (else copied once)
     std::vector<T*> cache_k(layers_), cache_v(layers_);
     for (int l = 0; l < layers_; ++l) {
       for (int which = 0; which < 2; ++which) {
-        const int input = 1 + which * layers_ + l, out = 1 + which * layers_ + l;
+        const int input = 3 + which * layers_ + l, out = 2 + which * layers_ + l;
         Tensor* tensor = nullptr;
         int forwarded = -1;
         OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({input}, out, k0.shape(), &tensor, &forwarded));
@@ -482,7 +707,14 @@ class DecodeStepOp : public OpKernel {
 
     // float32 activations: x the streams [2B, D], projections [2B, 3W], attention [2B, W], y [2B, D], u [2B, F]
     const int64_t rows = 2 * batch;
-    std::vector<float> x(streams.flat<float>().data(), streams.flat<float>().data() + rows * d);
+    std::vector<float> x(rows * d);  // row 2b: token b's embedding, row 2b + 1: the mask embedding
+    for (int64_t b = 0; b < batch; ++b) {
+      const T* word = embedding.flat<T>().data() + token[b] * d;
+      for (int64_t i = 0; i < d; ++i) {
+        x[2 * b * d + i] = Widen(word[i]);
+        x[(2 * b + 1) * d + i] = Widen(mask_emb.flat<T>()(i));
+      }
+    }
     std::vector<float> projected(rows * 3 * width), attended(rows * width), y(rows * d), u(rows * inner);
     std::vector<float> scores(batch * heads * 2 * slots);
     const float eps = epsilon_, scale = scale_;
@@ -576,13 +808,11 @@ class DecodeStepOp : public OpKernel {
 };
 
 REGISTER_OP("XlnetTfDecodeStep")
-    .Input("streams: float")
+    .Input("token: int32")
+    .Input("position: int32")
+    .Input("real: bool")
     .Input("keys: N * T")
     .Input("values: N * T")
-    .Input("slot: int32")
-    .Input("columns: int32")
-    .Input("content_blocked: bool")
-    .Input("query_blocked: bool")
     .Input("qkv: N * T")
     .Input("position_keys: N * T")
     .Input("attention_biases: N * T")
@@ -593,8 +823,10 @@ REGISTER_OP("XlnetTfDecodeStep")
     .Input("ff_out_bias: N * T")
     .Input("norms: N * float")
     .Input("embedding: T")
+    .Input("mask_emb: T")
     .Input("logit_bias: float")
     .Output("logits: float")
+    .Output("real_out: bool")
     .Output("keys_out: N * T")
     .Output("values_out: N * T")
     .Attr("N: int >= 1")
@@ -605,11 +837,12 @@ REGISTER_OP("XlnetTfDecodeStep")
     .SetShapeFn([](shape_inference::InferenceContext* c) {
       int n;
       TF_RETURN_IF_ERROR(c->GetAttr("N", &n));
-      shape_inference::ShapeHandle streams, embedding;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 3, &streams));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(c->num_inputs() - 2), 2, &embedding));
-      c->set_output(0, c->Matrix(c->Dim(streams, 0), c->Dim(embedding, 0)));
-      for (int i = 0; i < 2 * n; ++i) c->set_output(1 + i, c->input(1 + i));
+      shape_inference::ShapeHandle token, embedding;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &token));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(c->num_inputs() - 3), 2, &embedding));
+      c->set_output(0, c->Matrix(c->Dim(token, 0), c->Dim(embedding, 0)));
+      c->set_output(1, c->input(2));
+      for (int i = 0; i < 2 * n; ++i) c->set_output(2 + i, c->input(3 + i));
       return Status();
     });
 
