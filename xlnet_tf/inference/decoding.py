@@ -89,10 +89,15 @@ def step_kernels(model, mem_len: int) -> StepKernels:
     (XLA would otherwise copy a transpose of each inside every step; bench/speed/generation_profile.py): per layer the
     relative encoding of the distances `M + 1 .. 0` (column `M + 1 - d` holds distance d: every distance a step
     needs) and the position-wise kernels (`XLNetLayer.decoding_kernels`), and the word embedding transposed."""
-    pos_emb = model.backbone.position_encoding(qlen=1, klen=mem_len + 1)[:1]
+    pos_emb = step_position_encoding(model, mem_len)
     layers = [layer.decoding_kernels(pos_emb) for layer in model.backbone.xl_layers]
     embedding = tf.cast(model.backbone.word_embedding, model.backbone.compute_dtype)
     return StepKernels(layers, column_pieces.split_columns(tf.transpose(embedding)))
+
+
+def step_position_encoding(model, mem_len: int):
+    """`[1, M + 2, D]`: the forward relative encoding of the distances `M + 1 .. 0`, every one a step reads."""
+    return model.backbone.position_encoding(qlen=1, klen=mem_len + 1)[:1]
 
 
 def decode_position(model, token, t, kv, real, kernels: StepKernels):

@@ -16,6 +16,7 @@ import collections
 
 import tensorflow as tf
 
+from xlnet_tf.inference import decoding
 from xlnet_tf.layers.native import library
 
 ACTIVATIONS = ("gelu", "relu")  # the op's feed-forward activations (`gelu`: the tanh form); others run XLA's step
@@ -44,20 +45,21 @@ def step_kernels(model, mem_len: int) -> StepKernels:
     `M + 1 .. 0` (row `M + 1 - d` holds distance d), as `decoding.step_kernels` arranges them for XLA's step."""
     backbone = model.backbone
     dtype = backbone.compute_dtype
-    pos_emb = backbone.position_encoding(qlen=1, klen=mem_len + 1)[:1]
+    pos_emb = decoding.step_position_encoding(model, mem_len)
     shared = None if backbone.config.untie_r else (backbone.r_w_bias, backbone.r_r_bias, backbone.r_s_bias)
     layers = []
     for layer in backbone.xl_layers:
         attention, ff = layer.rel_attn, layer.ff
+        # XLA's step's arrangement, uncut (one piece each), transposed to the op's [out, in] rows
+        arranged = layer.decoding_kernels(pos_emb, pieces=1)
+        (qkv,), (output,) = arranged.attention.qkv, arranged.attention.output
+        (ff_in,), (ff_out,) = arranged.feed_forward
         r_w, r_r, r_s = (attention._w(b) for b in attention._biases(shared))
-        cast = lambda w: tf.cast(w, dtype)  # noqa: E731
         layers.append(LayerKernels(
-            qkv=tf.transpose(attention._projection_pieces("qkv", 1)[0]),
-            position_keys=tf.transpose(attention._project_positions(pos_emb, 1)[0], [1, 0, 2]),
+            qkv=tf.transpose(qkv), position_keys=tf.transpose(arranged.attention.position_keys, [0, 2, 1]),
             attention_biases=tf.stack([r_w, r_r, r_s, attention._w(attention.seg_embed)[0]]),
-            output=tf.transpose(attention._output_pieces(1)[0]),
-            ff_in=tf.transpose(cast(ff.layer_1.kernel)), ff_in_bias=cast(ff.layer_1.bias),
-            ff_out=tf.transpose(cast(ff.layer_2.kernel)), ff_out_bias=cast(ff.layer_2.bias),
+            output=tf.transpose(output), ff_in=tf.transpose(ff_in), ff_in_bias=tf.cast(ff.layer_1.bias, dtype),
+            ff_out=tf.transpose(ff_out), ff_out_bias=tf.cast(ff.layer_2.bias, dtype),
             norms=tf.stack([tf.cast(w, tf.float32) for w in (attention.layer_norm.gamma, attention.layer_norm.beta,
                                                                ff.layer_norm.gamma, ff.layer_norm.beta)])))
     return StepKernels(layers, tf.cast(backbone.word_embedding, dtype),

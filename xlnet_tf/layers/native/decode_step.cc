@@ -557,6 +557,21 @@ void RunPhases(OpKernelContext* ctx, const std::vector<Phase>& phases) {
 // Output rows per chunk of a product reading `in` weights per row: about 32 KB of weights per chunk.
 inline int64_t RowsPerChunk(int64_t in, int64_t bytes) { return std::max<int64_t>(1, (32 << 10) / (in * bytes)); }
 
+// Outputs [first, last) of rows x [rows, in] (row stride x_stride) times w [out, in] into y [rows, out]: two rows
+// per weight row read by dot2(w, x0, x1, n, &y0, &y1), an odd last row by dot(w, x, n).
+template <typename T, typename Dot2Fn, typename DotFn>
+void RowProducts(const T* w, int64_t first, int64_t last, int64_t out, int64_t in, const float* x, int64_t rows,
+                 int64_t x_stride, float* y, Dot2Fn dot2, DotFn dot) {
+  for (int64_t o = first; o < last; ++o) {
+    const T* row = w + o * in;
+    int64_t r = 0;
+    for (; r + 2 <= rows; r += 2) {
+      dot2(row, x + r * x_stride, x + (r + 1) * x_stride, in, &y[r * out + o], &y[(r + 1) * out + o]);
+    }
+    for (; r < rows; ++r) y[r * out + o] = dot(row, x + r * x_stride, in);
+  }
+}
+
 // A product of `rows` rows (x: rows x in, row stride `in`) with w [out, in] into y (rows x out), as chunks of
 // output rows appended to `phases`; `finish(first, count)` runs on each chunk's outputs after them.
 template <typename T>
@@ -564,38 +579,26 @@ void AddProduct(std::vector<Phase>* phases, const T* w, int64_t out, int64_t in,
                 int64_t x_stride, float* y, std::function<void(int64_t, int64_t)> finish = nullptr) {
   const int64_t per = RowsPerChunk(in, sizeof(T));
   phases->push_back(Phase{(out + per - 1) / per, [=](int64_t chunk) {
-                            const int64_t first = chunk * per, last = std::min(out, first + per);
+    const int64_t first = chunk * per, last = std::min(out, first + per);
+    bool done = false;
 #ifdef __AVX2__
-                            if constexpr (Splits<T>(16)) {
-                              if (Splits<T>(in)) {  // x deinterleaved once per chunk
-                                thread_local std::vector<float> split;
-                                split.resize(rows * in);
-                                for (int64_t r = 0; r < rows; ++r) Deinterleave(x + r * x_stride, in, &split[r * in]);
-                                for (int64_t o = first; o < last; ++o) {
-                                  const T* row = w + o * in;
-                                  int64_t r = 0;
-                                  for (; r + 2 <= rows; r += 2) {
-                                    Dot2Split(row, &split[r * in], &split[(r + 1) * in], in, &y[r * out + o],
-                                              &y[(r + 1) * out + o]);
-                                  }
-                                  for (; r < rows; ++r) y[r * out + o] = DotSplit(row, &split[r * in], in);
-                                }
-                                if (finish) finish(first, last - first);
-                                return;
-                              }
-                            }
+    if constexpr (Splits<T>(16)) {
+      if (Splits<T>(in)) {  // x deinterleaved once per chunk
+        thread_local std::vector<float> split;
+        split.resize(rows * in);
+        for (int64_t r = 0; r < rows; ++r) Deinterleave(x + r * x_stride, in, &split[r * in]);
+        RowProducts(w, first, last, out, in, split.data(), rows, in, y, [](auto... a) { Dot2Split(a...); },
+                    [](auto... a) { return DotSplit(a...); });
+        done = true;
+      }
+    }
 #endif
-                            for (int64_t o = first; o < last; ++o) {
-                              const T* row = w + o * in;
-                              int64_t r = 0;
-                              for (; r + 2 <= rows; r += 2) {
-                                Dot2(row, x + r * x_stride, x + (r + 1) * x_stride, in, &y[r * out + o],
-                                     &y[(r + 1) * out + o]);
-                              }
-                              for (; r < rows; ++r) y[r * out + o] = Dot(row, x + r * x_stride, in);
-                            }
-                            if (finish) finish(first, last - first);
-                          }});
+    if (!done) {
+      RowProducts(w, first, last, out, in, x, rows, x_stride, y, [](auto... a) { Dot2(a...); },
+                  [](auto... a) { return Dot(a...); });
+    }
+    if (finish) finish(first, last - first);
+  }});
 }
 
 // ------------------------------------------------------------------------------------------------ the op
